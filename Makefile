@@ -1,0 +1,30 @@
+# Thin wrapper: CMake does the real work.  Each target first installs the
+# Debian packages that are missing, so a fresh Debian 12 machine needs
+# nothing else.
+BUILD_DIR ?= build
+CMAKE_FLAGS ?=
+JOBS ?= 2
+RUN_FLAGS ?=
+
+.PHONY: all deps build run test sanitize clean
+
+all: build
+
+deps:
+	@bash deploy/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/kudus local --summary $(BUILD_DIR)/summary.json $(RUN_FLAGS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure $(CTEST_FLAGS)
+
+sanitize:
+	$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS=-DKUDUS_SANITIZE=ON
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan

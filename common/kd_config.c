@@ -1,0 +1,492 @@
+/*  kd_config: the one table of Kudus settings, and its loader.
+
+    Each setting is declared once below.  A program sees only the settings
+    whose service mask includes it; one name may appear twice with different
+    masks when services need different defaults (bind).  Values are kept as
+    text and as a parsed number, so getters cost a lookup and no parsing.
+*/
+#include "kd_config.h"
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#ifndef KUDUS_DEFAULT_DATA_DIR
+#define KUDUS_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#endif
+
+#define S_SCH   KD_SVC_SCHEDULER
+#define S_SHD   KD_SVC_SHARD
+#define S_MON   KD_SVC_MONITOR
+#define S_WRK   KD_SVC_WORKER
+#define S_LOC   KD_SVC_LOCAL
+#define S_TAIL  KD_SVC_TAIL
+#define S_BEN   KD_SVC_BENCH
+#define S_SVC   KD_SVC_SERVICES
+
+//  The table.  Bounds are inclusive; for strings max is the longest value.
+static const kd_setting_t s_table [] = {
+    //  Wiring
+    { "bind", KD_CT_STRING, "tcp://*:7000", 0, 256, NULL, S_SCH,
+      "endpoint the scheduler's ROUTER binds" },
+    { "bind", KD_CT_STRING, "tcp://*:7100", 0, 256, NULL, S_SHD,
+      "endpoint the shard's ROUTER binds (port 0 or * picks a free one)" },
+    { "bind", KD_CT_STRING, "tcp://*:7001", 0, 256, NULL, S_MON,
+      "endpoint the monitor's telemetry ROUTER binds" },
+    { "pub-bind", KD_CT_STRING, "tcp://*:7002", 0, 256, NULL, S_MON,
+      "endpoint the monitor's PUB stream binds" },
+    { "advertise", KD_CT_STRING, "", 0, 256, NULL, S_SHD | S_SCH | S_MON,
+      "endpoint other peers use to reach this service (default: derived from bind)" },
+    { "scheduler", KD_CT_STRING, "tcp://127.0.0.1:7000", 0, 256, NULL,
+      S_SHD | S_MON | S_WRK, "scheduler endpoint to connect to" },
+    { "monitor", KD_CT_STRING, "tcp://127.0.0.1:7001", 0, 256, NULL,
+      S_WRK, "monitor telemetry endpoint to connect to" },
+    { "monitor-pub", KD_CT_STRING, "tcp://127.0.0.1:7002", 0, 256, NULL,
+      S_SCH, "monitor stream the scheduler follows (ALSP telemetry)" },
+    { "name", KD_CT_STRING, "", 0, 128, NULL, S_SVC,
+      "stable instance name used to rejoin with the same rank (default host-pid)" },
+    { "log-level", KD_CT_ENUM, "info", 0, 0, "error|warn|info|debug", KD_SVC_ALL,
+      "logging verbosity" },
+    { "heartbeat-ms", KD_CT_INT, "1000", 50, 60000, NULL, S_SVC | S_LOC,
+      "heartbeat interval in ms" },
+    { "liveness", KD_CT_INT, "3", 1, 100, NULL, S_SVC | S_LOC,
+      "missed heartbeats before a peer is declared dead" },
+    { "max-msg-bytes", KD_CT_INT, "268435456", 4096, 2147483647, NULL, S_SVC,
+      "largest message a network socket accepts (ZMQ_MAXMSGSIZE)" },
+    { "request-timeout-ms", KD_CT_INT, "15000", 100, 600000, NULL, S_WRK | S_MON,
+      "how long a request to a shard or the scheduler may take before it is an error" },
+    { "threads", KD_CT_INT, "1", 1, 64, NULL, S_WRK | S_MON | S_SHD,
+      "OpenBLAS threads in this process" },
+
+    //  Cluster shape and training (the scheduler hands these to its peers)
+    { "shards", KD_CT_INT, "2", 1, 64, NULL, S_SCH | S_LOC,
+      "parameter shards to wait for before training starts" },
+    { "min-workers", KD_CT_INT, "4", 1, 1024, NULL, S_SCH,
+      "workers to wait for before training starts" },
+    { "workers", KD_CT_INT, "4", 1, 256, NULL, S_LOC,
+      "workers to start" },
+    { "model", KD_CT_ENUM, "softmax", 0, 0, "softmax|mlp", S_SCH | S_LOC,
+      "model to train" },
+    { "hidden", KD_CT_INT, "128", 1, 4096, NULL, S_SCH | S_LOC,
+      "hidden units of the mlp model" },
+    { "lr", KD_CT_DOUBLE, "0.02", 1e-6, 100, NULL, S_SCH | S_LOC,
+      "learning rate" },
+    { "momentum", KD_CT_DOUBLE, "0.9", 0, 0.999, NULL, S_SCH | S_LOC,
+      "SGD momentum applied by the shards (0 = plain SGD)" },
+    { "batch", KD_CT_INT, "32", 1, 8192, NULL, S_SCH | S_LOC,
+      "minibatch size per worker per iteration" },
+    { "seed", KD_CT_INT, "42", 0, 9007199254740991.0, NULL, S_SCH | S_LOC,
+      "seed for parameter init, data order and injected heterogeneity" },
+    { "epochs", KD_CT_DOUBLE, "10", 0.001, 1000, NULL, S_SCH | S_LOC,
+      "passes over the training set before training stops" },
+    { "target-accuracy", KD_CT_DOUBLE, "0", 0, 1, NULL, S_SCH | S_LOC,
+      "stop once test accuracy reaches this (0 = never)" },
+    { "max-seconds", KD_CT_DOUBLE, "0", 0, 1e6, NULL, S_SCH | S_LOC,
+      "stop after this many seconds of training (0 = no limit)" },
+    { "summary", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_LOC,
+      "write the final JSON summary to this file" },
+
+    //  Consistency
+    { "consistency", KD_CT_ENUM, "bsp", 0, 0, "bsp|asp|ssp|lsp|alsp", S_SCH | S_LOC,
+      "synchronization model" },
+    { "staleness", KD_CT_INT, "3", 0, 1000, NULL, S_SCH | S_LOC,
+      "SSP clock bound; LSP/ALSP staleness bound" },
+    { "quota", KD_CT_INT, "0", 0, 1024, NULL, S_SCH | S_LOC,
+      "LSP: workers that release a phase (0 = ceil(quota-ratio * N))" },
+    { "quota-ratio", KD_CT_DOUBLE, "0.75", 0.01, 1, NULL, S_SCH | S_LOC,
+      "LSP quota as a fraction of the workers; ALSP kappa" },
+    { "window-ms", KD_CT_INT, "0", 0, 600000, NULL, S_SCH | S_LOC,
+      "LSP: release after this many ms once 2 workers arrived (0 = off)" },
+    { "group-ratio", KD_CT_DOUBLE, "1.3", 1.01, 100, NULL, S_SCH | S_LOC,
+      "ALSP: speed ratio between neighbours that starts a new group" },
+    { "min-group", KD_CT_INT, "2", 1, 1024, NULL, S_SCH | S_LOC,
+      "ALSP: smallest group" },
+    { "max-groups", KD_CT_INT, "4", 1, 64, NULL, S_SCH | S_LOC,
+      "ALSP: most groups" },
+    { "global-sync-every", KD_CT_INT, "8", 1, 100000, NULL, S_SCH | S_LOC,
+      "ALSP: group phases of the slowest group between global syncs" },
+    { "regroup-dwell", KD_CT_DOUBLE, "10", 0, 3600, NULL, S_SCH | S_LOC,
+      "ALSP: seconds between regroups at least" },
+    { "status-ms", KD_CT_INT, "500", 50, 10000, NULL, S_SCH,
+      "how often the scheduler reports its state to the monitor" },
+
+    //  Monitor
+    { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
+      "seconds between test-set evaluations (0 = every new version)" },
+    { "publish-ms", KD_CT_INT, "500", 50, 1000, NULL, S_MON,
+      "how often the stream publishes stats" },
+    { "data-dir", KD_CT_STRING, KUDUS_DEFAULT_DATA_DIR, 0, 1024, NULL,
+      S_WRK | S_MON | S_LOC, "directory with the Fashion-MNIST IDX files" },
+
+    //  Workers and heterogeneity
+    { "delay-ms", KD_CT_DOUBLE, "0", 0, 600000, NULL, S_WRK | S_LOC,
+      "emulated compute time per iteration, on top of the real work" },
+    { "slowdown", KD_CT_DOUBLE, "1", 1, 1000, NULL, S_WRK,
+      "this worker's slowdown factor on its emulated and real compute" },
+    { "straggler", KD_CT_LIST, "", 0, 4096, NULL, S_LOC,
+      "RANK:FACTOR, a static straggler (repeatable)" },
+    { "hetero", KD_CT_ENUM, "none", 0, 0, "none|dynamic", S_LOC | S_WRK,
+      "dynamic: every hetero-period seconds a seeded subset changes speed" },
+    { "hetero-period", KD_CT_DOUBLE, "15", 0.1, 3600, NULL, S_LOC | S_WRK,
+      "seconds between speed changes with --hetero dynamic" },
+
+    //  kudus local
+    { "base-port", KD_CT_INT, "7000", 1024, 64000, NULL, S_LOC,
+      "first port of the local cluster; all ports shift by base-port - 7000" },
+    { "bin-dir", KD_CT_STRING, "", 0, 1024, NULL, S_LOC,
+      "where the service binaries are (default: beside kudus)" },
+    { "quiet", KD_CT_BOOL, "false", 0, 0, NULL, S_LOC,
+      "do not echo the services' logs" },
+
+    //  kudus tail
+    { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_TAIL,
+      "print one JSON object per message instead of the table" },
+    { "count", KD_CT_INT, "0", 0, 1e9, NULL, S_TAIL,
+      "exit after this many messages (0 = follow forever)" },
+    { "timeout", KD_CT_DOUBLE, "0", 0, 1e6, NULL, S_TAIL,
+      "exit 1 if no message arrives for this many seconds (0 = wait forever)" },
+};
+
+#define S_TABLE_SIZE (sizeof s_table / sizeof s_table [0])
+#define S_MAX_POSITIONAL 16
+
+typedef struct {
+    const kd_setting_t *setting;    //  row of the table
+    char *text;                     //  current value as text
+    double number;                  //  parsed value for numbers and bools
+    bool is_set;                    //  came from a flag or the environment
+} s_value_t;
+
+struct _kd_config_t {
+    unsigned service;               //  KD_SVC_* bit of this program
+    char *program;                  //  name for --help
+    s_value_t *values;              //  one per visible setting
+    size_t count;                   //  values in use
+    char *positional [S_MAX_POSITIONAL];  //  non-flag arguments
+    int n_positional;               //  how many
+};
+
+//  Find a visible setting by name.
+static s_value_t *
+s_find (kd_config_t *self, const char *name)
+{
+    for (size_t i = 0; i < self->count; i++)
+        if (strcmp (self->values [i].setting->name, name) == 0)
+            return &self->values [i];
+    return NULL;
+}
+
+//  Parse a bool from text.
+static int
+s_parse_bool (const char *text, bool *out)
+{
+    if (!strcasecmp (text, "1") || !strcasecmp (text, "true") || !strcasecmp (text, "yes")
+    ||  !strcasecmp (text, "on")) {
+        *out = true;
+        return 0;
+    }
+    if (!strcasecmp (text, "0") || !strcasecmp (text, "false") || !strcasecmp (text, "no")
+    ||  !strcasecmp (text, "off")) {
+        *out = false;
+        return 0;
+    }
+    return -1;
+}
+
+//  True when text is one of "a|b|c".
+static bool
+s_enum_has (const char *choices, const char *text)
+{
+    size_t len = strlen (text);
+    const char *p = choices;
+    while (p && *p) {
+        const char *bar = strchr (p, '|');
+        size_t n = bar ? (size_t) (bar - p) : strlen (p);
+        if (n == len && strncmp (p, text, n) == 0)
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+//  Check and store one value; append for lists unless replacing the default.
+static int
+s_assign (s_value_t *value, const char *text, bool from_user, char *err, size_t err_size)
+{
+    const kd_setting_t *s = value->setting;
+    double number = 0;
+    if (s->type == KD_CT_INT || s->type == KD_CT_DOUBLE) {
+        char *end = NULL;
+        errno = 0;
+        number = strtod (text, &end);
+        if (!*text || *end || errno || !isfinite (number)) {
+            snprintf (err, err_size, "setting '%s': '%s' is not a number", s->name, text);
+            return -1;
+        }
+        if (s->type == KD_CT_INT && number != floor (number)) {
+            snprintf (err, err_size, "setting '%s': '%s' is not a whole number", s->name, text);
+            return -1;
+        }
+        if (number < s->min || number > s->max) {
+            snprintf (err, err_size, "setting '%s': %s is out of range [%g, %g]",
+                      s->name, text, s->min, s->max);
+            return -1;
+        }
+    }
+    else
+    if (s->type == KD_CT_BOOL) {
+        bool b;
+        if (s_parse_bool (text, &b)) {
+            snprintf (err, err_size, "setting '%s': '%s' is not a boolean", s->name, text);
+            return -1;
+        }
+        number = b;
+    }
+    else
+    if (s->type == KD_CT_ENUM) {
+        if (!s_enum_has (s->choices, text)) {
+            snprintf (err, err_size, "setting '%s': '%s' is not one of %s",
+                      s->name, text, s->choices);
+            return -1;
+        }
+    }
+    else
+    if (s->max > 0 && strlen (text) > (size_t) s->max) {
+        snprintf (err, err_size, "setting '%s': value longer than %g bytes", s->name, s->max);
+        return -1;
+    }
+    if (s->type == KD_CT_LIST && value->is_set && *value->text && from_user) {
+        size_t len = strlen (value->text) + strlen (text) + 2;
+        char *joined = malloc (len);
+        assert (joined);
+        snprintf (joined, len, "%s,%s", value->text, text);
+        free (value->text);
+        value->text = joined;
+    }
+    else {
+        free (value->text);
+        value->text = strdup (text);
+        assert (value->text);
+    }
+    value->number = number;
+    if (from_user)
+        value->is_set = true;
+    return 0;
+}
+
+//  Create a config holding the defaults a program sees.
+kd_config_t *
+kd_config_new (unsigned service, const char *program)
+{
+    kd_config_t *self = calloc (1, sizeof *self);
+    assert (self);
+    self->service = service;
+    self->program = strdup (program ? program : "kudus");
+    self->values = calloc (S_TABLE_SIZE, sizeof *self->values);
+    assert (self->program && self->values);
+    char err [256];
+    for (size_t i = 0; i < S_TABLE_SIZE; i++) {
+        if (!(s_table [i].services & service) || s_find (self, s_table [i].name))
+            continue;
+        s_value_t *value = &self->values [self->count++];
+        value->setting = &s_table [i];
+        //  A default that fails its own bounds is a bug in the table.
+        int rc = s_assign (value, s_table [i].def, false, err, sizeof err);
+        assert (rc == 0);
+        (void) rc;
+    }
+    return self;
+}
+
+//  Destroy a config.
+void
+kd_config_destroy (kd_config_t **self_p)
+{
+    assert (self_p);
+    kd_config_t *self = *self_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < self->count; i++)
+        free (self->values [i].text);
+    for (int i = 0; i < self->n_positional; i++)
+        free (self->positional [i]);
+    free (self->values);
+    free (self->program);
+    free (self);
+    *self_p = NULL;
+}
+
+//  Environment variable name of a setting: KUDUS_ + upper snake case.
+static void
+s_env_name (const char *name, char *out, size_t out_size)
+{
+    size_t n = (size_t) snprintf (out, out_size, "KUDUS_");
+    for (const char *p = name; *p && n + 1 < out_size; p++)
+        out [n++] = *p == '-' ? '_' : (char) toupper ((unsigned char) *p);
+    out [n] = 0;
+}
+
+//  Load the environment, then the flags.
+int
+kd_config_load (kd_config_t *self, int argc, char **argv, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < self->count; i++) {
+        char env [96];
+        s_env_name (self->values [i].setting->name, env, sizeof env);
+        const char *text = getenv (env);
+        if (text && s_assign (&self->values [i], text, true, err, err_size)) {
+            size_t len = strlen (err);
+            snprintf (err + len, err_size - len, " (from %s)", env);
+            return -1;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv [i];
+        if (!strcmp (arg, "--help") || !strcmp (arg, "-h")) {
+            kd_config_help (self, stdout);
+            return 1;
+        }
+        if (strncmp (arg, "--", 2) != 0 || arg [2] == 0) {
+            if (self->n_positional == S_MAX_POSITIONAL) {
+                snprintf (err, err_size, "too many arguments at '%s'", arg);
+                return -1;
+            }
+            self->positional [self->n_positional++] = strdup (arg);
+            continue;
+        }
+        char name [128];
+        const char *eq = strchr (arg + 2, '=');
+        size_t len = eq ? (size_t) (eq - arg - 2) : strlen (arg + 2);
+        if (len >= sizeof name) {
+            snprintf (err, err_size, "unknown flag '%.40s...' (see --help)", arg);
+            return -1;
+        }
+        memcpy (name, arg + 2, len);
+        name [len] = 0;
+        s_value_t *value = s_find (self, name);
+        if (!value) {
+            snprintf (err, err_size, "unknown flag '--%s' (see --help)", name);
+            return -1;
+        }
+        const char *text = eq ? eq + 1 : NULL;
+        if (!text && value->setting->type == KD_CT_BOOL) {
+            //  A bare boolean flag means true, unless a bool word follows.
+            bool b;
+            if (i + 1 < argc && s_parse_bool (argv [i + 1], &b) == 0)
+                text = argv [++i];
+            else
+                text = "true";
+        }
+        if (!text) {
+            if (i + 1 >= argc) {
+                snprintf (err, err_size, "flag '--%s' needs a value", name);
+                return -1;
+            }
+            text = argv [++i];
+        }
+        if (s_assign (value, text, true, err, err_size))
+            return -1;
+    }
+    return 0;
+}
+
+//  Set one value from text.
+int
+kd_config_set (kd_config_t *self, const char *name, const char *value,
+               char *err, size_t err_size)
+{
+    s_value_t *v = s_find (self, name);
+    if (!v) {
+        snprintf (err, err_size, "unknown setting '%s'", name);
+        return -1;
+    }
+    return s_assign (v, value, true, err, err_size);
+}
+
+//  Find a setting that must exist with the given type.
+static s_value_t *
+s_get (kd_config_t *self, const char *name, kd_config_type_t type)
+{
+    s_value_t *value = s_find (self, name);
+    (void) type;    //  only checked by the asserts
+    assert (value);
+    assert (value->setting->type == type
+        ||  (type == KD_CT_STRING && value->setting->type != KD_CT_INT
+             && value->setting->type != KD_CT_DOUBLE && value->setting->type != KD_CT_BOOL));
+    return value;
+}
+
+int64_t
+kd_config_int (kd_config_t *self, const char *name)
+{
+    return (int64_t) s_get (self, name, KD_CT_INT)->number;
+}
+
+double
+kd_config_double (kd_config_t *self, const char *name)
+{
+    return s_get (self, name, KD_CT_DOUBLE)->number;
+}
+
+const char *
+kd_config_str (kd_config_t *self, const char *name)
+{
+    return s_get (self, name, KD_CT_STRING)->text;
+}
+
+bool
+kd_config_bool (kd_config_t *self, const char *name)
+{
+    return s_get (self, name, KD_CT_BOOL)->number != 0;
+}
+
+bool
+kd_config_is_set (kd_config_t *self, const char *name)
+{
+    s_value_t *value = s_find (self, name);
+    assert (value);
+    return value->is_set;
+}
+
+int
+kd_config_positional_count (kd_config_t *self)
+{
+    return self->n_positional;
+}
+
+const char *
+kd_config_positional (kd_config_t *self, int index)
+{
+    return index >= 0 && index < self->n_positional ? self->positional [index] : NULL;
+}
+
+//  Print --help from the table.
+void
+kd_config_help (kd_config_t *self, FILE *out)
+{
+    fprintf (out, "usage: %s [--setting VALUE ...]\n\n", self->program);
+    fprintf (out, "Every setting is also read from the environment variable shown.\n\n");
+    for (size_t i = 0; i < self->count; i++) {
+        const kd_setting_t *s = self->values [i].setting;
+        char env [96];
+        s_env_name (s->name, env, sizeof env);
+        char range [96] = "";
+        if (s->type == KD_CT_INT || s->type == KD_CT_DOUBLE)
+            snprintf (range, sizeof range, " [%g..%g]", s->min, s->max);
+        else
+        if (s->type == KD_CT_ENUM)
+            snprintf (range, sizeof range, " {%s}", s->choices);
+        fprintf (out, "  --%-20s %s\n  %-22s   default '%s'%s, env %s\n",
+                 s->name, s->help, "", s->def, range, env);
+    }
+}
+
+const kd_setting_t *
+kd_config_table (size_t *count)
+{
+    *count = S_TABLE_SIZE;
+    return s_table;
+}

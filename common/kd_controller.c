@@ -1,0 +1,1150 @@
+/*  kd_controller: the consistency controller.
+
+    The scheduler's rule book, kept pure so that tests can drive it with
+    thousands of events: no sockets, no clock, no I/O.  Events go in (join,
+    leave, arrive, telemetry, tick) and decisions come out of a queue
+    (COMMIT, RELEASE, GROUPS).  docs/consistency.md states the rules and why
+    they hold; this file implements them with two engines.
+
+    - The immediate engine (ASP, SSP) commits every arrival at once.  SSP
+      holds back a worker that would run more than s clocks ahead of the
+      slowest one, and lets it go when the slowest catches up.
+    - The phase engine (BSP, LSP, ALSP) splits the active workers into
+      groups: always one group, except under ALSP.  A group's phase is "in"
+      a version V_g; arrivals on a base >= V_g count toward its quota, and
+      older ones are late.  When the quota is met the group's gradients are
+      committed as one update and its waiting members are released.  BSP is
+      LSP with K = N and s = 0, so the degenerate settings of LSP produce
+      BSP's decisions by construction, not by coincidence.
+
+    All state lives in arrays indexed by rank.  An event costs O(N) at most
+    and a regroup O(N log N), where N is bounded by the highest rank that
+    ever joined.
+*/
+#include "kd_controller.h"
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+//  Largest max_workers we accept; beyond it a rank table is a config error.
+#define S_MAX_WORKERS_LIMIT (1u << 20)
+//  EWMA weight of a new iteration-time sample.
+#define S_EWMA_ALPHA        0.3
+//  A sample is outside its group's band when it is beyond it by this factor.
+#define S_BAND_SLACK        1.2
+//  Telemetry events in a row outside the band that ask for a regroup.
+#define S_OUTSIDE_RUN       3
+//  Slack for ceil (ratio * N), so that 0.7 * 10 gives 7 and not 8.
+#define S_QUOTA_EPSILON     1e-9
+
+//  Where a worker is in its cycle.
+typedef enum {
+    S_INACTIVE,                 //  not a member
+    S_PENDING,                  //  joined, waits for a phase boundary
+    S_COMPUTING,                //  released, computing `clock`
+    S_WAITING                   //  arrived for `clock`, waits for release
+} s_state_t;
+
+//  What the controller knows about one rank.
+typedef struct {
+    s_state_t state;            //  cycle position
+    uint64_t clock;             //  clock it computes or arrived for
+    uint64_t version;           //  version of its last RELEASE
+    uint64_t base;              //  phase engine, WAITING: base of staged grad
+    bool has_late;              //  a late gradient waits for the next commit
+    uint64_t late_clock;        //  clock of that late gradient
+    uint64_t late_base;         //  base of that late gradient
+    bool dropped;               //  its staged gradient was just dropped
+    uint32_t group;             //  ALSP group; 0 otherwise
+    double ewma;                //  smoothed iteration ms; 0 = no telemetry
+    uint32_t outside;           //  telemetry events in a row outside band
+} s_worker_t;
+
+//  One group of the phase engine (BSP and LSP have exactly one).
+typedef struct {
+    uint32_t size;              //  active members
+    uint32_t waiting;           //  members staged and waiting for release
+    uint64_t base;              //  V_g: version its phase is in
+    uint64_t t_first;           //  time of the phase's first arrival
+    uint32_t phases;            //  group commits since the last global sync
+    double band_lo;             //  lowest member ewma at grouping time
+    double band_hi;             //  highest member ewma; 0 = band unknown
+} s_group_t;
+
+//  A queued decision; its pointers are filled in when it is handed out,
+//  because the pools may move while more decisions are queued.
+typedef struct {
+    kd_decision_t decision;     //  the decision, pointers still NULL
+    size_t entries_at;          //  COMMIT: first entry in the entry pool
+    size_t drops_at;            //  COMMIT: first drop in the entry pool
+    size_t groups_at;           //  GROUPS: first slot in the groups pool
+} s_item_t;
+
+//  A worker's place in the speed order, for grouping.
+typedef struct {
+    double key;                 //  log (ewma)
+    uint32_t rank;              //  the worker
+} s_speed_t;
+
+//  The controller.
+struct _kd_controller_t {
+    kd_controller_opts_t opts;  //  rules and limits
+    s_worker_t *workers;        //  indexed by rank
+    uint32_t hi_rank;           //  one past the highest rank ever joined
+    uint32_t n_active;          //  N: released members
+    uint32_t n_pending;         //  joined, not yet admitted
+    uint32_t n_waiting;         //  active members waiting for release
+    uint64_t version;           //  V: current model version
+    uint64_t min_clock;         //  last known min_clock, kept when N = 0
+    uint64_t dropped;           //  gradients named in drops so far
+    uint64_t regroups;          //  regroups that changed the groups
+    s_group_t *groups;          //  phase engine groups, max_workers slots
+    uint32_t n_groups;          //  group ids in use: 0 .. n_groups-1
+    bool syncing;               //  ALSP: a global sync is collecting arrivals
+    bool regroup_due;           //  ALSP: regroup at the end of that sync
+    bool groups_dirty;          //  ALSP: publish GROUPS at the end of event
+    bool started;               //  an event has been seen
+    uint64_t t_regroup;         //  time of last regroup (or of the start)
+    s_speed_t *speeds;          //  regroup scratch, max_workers slots
+    uint32_t *seg_len;          //  regroup scratch: segment lengths
+    uint32_t *seg_first;        //  regroup scratch: segment first index
+    s_item_t *items;            //  decision queue
+    size_t n_items;             //  decisions queued
+    size_t head;                //  next decision to hand out
+    size_t cap_items;           //  allocated queue slots
+    kd_entry_t *pool;           //  entries and drops of queued commits
+    size_t n_pool;              //  entries used
+    size_t cap_pool;            //  entries allocated
+    uint32_t *gpool;            //  group tables of queued GROUPS
+    size_t n_gpool;             //  slots used
+    size_t cap_gpool;           //  slots allocated
+    kd_entry_t *drops;          //  drops waiting for the next commit
+    size_t n_drops;             //  drops used
+    size_t cap_drops;           //  drops allocated
+    kd_decision_t current;      //  the decision last handed out
+};
+
+
+//  --------------------------------------------------------------------------
+//  Names and options
+
+static const char *s_model_names [] = { "bsp", "asp", "ssp", "lsp", "alsp" };
+#define S_MODELS (sizeof s_model_names / sizeof s_model_names [0])
+
+//  Parse a model name; -1 if unknown.
+int
+kd_consistency_parse (const char *name)
+{
+    if (!name)
+        return -1;
+    for (size_t i = 0; i < S_MODELS; i++)
+        if (strcasecmp (name, s_model_names [i]) == 0)
+            return (int) i;
+    return -1;
+}
+
+//  Name of a model.
+const char *
+kd_consistency_name (kd_consistency_t model)
+{
+    if ((unsigned) model < S_MODELS)
+        return s_model_names [model];
+    return "unknown";
+}
+
+//  Fill opts with the documented defaults for a model.
+void
+kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
+{
+    assert (opts);
+    *opts = (kd_controller_opts_t) {
+        .model = model,
+        .staleness = 3,
+        .quota = 0,
+        .quota_ratio = 0.75,
+        .window_ms = 0,
+        .group_ratio = 1.3,
+        .min_group = 2,
+        .max_groups = 4,
+        .global_sync_every = 8,
+        .regroup_dwell_ms = 10000,
+        .max_workers = 1024
+    };
+}
+
+//  True when opts describe a controller we can run.
+static bool
+s_opts_valid (const kd_controller_opts_t *opts)
+{
+    return opts
+        && (unsigned) opts->model < S_MODELS
+        && opts->max_workers >= 1
+        && opts->max_workers <= S_MAX_WORKERS_LIMIT
+        && isfinite (opts->quota_ratio)
+        && opts->quota_ratio > 0 && opts->quota_ratio <= 1
+        && isfinite (opts->group_ratio) && opts->group_ratio > 1
+        && opts->min_group >= 1
+        && opts->max_groups >= 1
+        && opts->global_sync_every >= 1;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Constructor and destructor
+
+//  Create a controller.  NULL if opts are invalid.
+kd_controller_t *
+kd_controller_new (const kd_controller_opts_t *opts)
+{
+    if (!s_opts_valid (opts))
+        return NULL;
+    kd_controller_t *self = (kd_controller_t *) calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->opts = *opts;
+    size_t n = opts->max_workers;
+    self->workers = (s_worker_t *) calloc (n, sizeof (s_worker_t));
+    self->groups = (s_group_t *) calloc (n, sizeof (s_group_t));
+    self->speeds = (s_speed_t *) calloc (n, sizeof (s_speed_t));
+    self->seg_len = (uint32_t *) calloc (n, sizeof (uint32_t));
+    self->seg_first = (uint32_t *) calloc (n, sizeof (uint32_t));
+    if (!self->workers || !self->groups || !self->speeds
+    ||  !self->seg_len || !self->seg_first)
+        goto failed;
+    //  Everyone starts in group 0, whose band is unknown.
+    self->n_groups = 1;
+    return self;
+
+failed:
+    kd_controller_destroy (&self);
+    return NULL;
+}
+
+//  Destroy and null the caller's pointer.
+void
+kd_controller_destroy (kd_controller_t **self_p)
+{
+    assert (self_p);
+    kd_controller_t *self = *self_p;
+    if (!self)
+        return;
+    free (self->workers);
+    free (self->groups);
+    free (self->speeds);
+    free (self->seg_len);
+    free (self->seg_first);
+    free (self->items);
+    free (self->pool);
+    free (self->gpool);
+    free (self->drops);
+    free (self);
+    *self_p = NULL;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Decision queue
+
+//  Grow an array to hold `need` elements; out of memory aborts.
+static void *
+s_reserve (void *array, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return array;
+    size_t cap_new = *cap ? *cap * 2 : 16;
+    while (cap_new < need)
+        cap_new *= 2;
+    array = realloc (array, cap_new * size);
+    if (!array)
+        abort ();
+    *cap = cap_new;
+    return array;
+}
+
+//  Append a decision to the queue.
+static s_item_t *
+s_push (kd_controller_t *self, kd_decision_type_t type)
+{
+    self->items = (s_item_t *) s_reserve (self->items, &self->cap_items,
+                                          self->n_items + 1, sizeof (s_item_t));
+    s_item_t *item = &self->items [self->n_items++];
+    memset (item, 0, sizeof *item);
+    item->decision.type = type;
+    return item;
+}
+
+//  Append an entry to the entry pool.
+static void
+s_pool_add (kd_controller_t *self, kd_entry_t entry)
+{
+    self->pool = (kd_entry_t *) s_reserve (self->pool, &self->cap_pool,
+                                           self->n_pool + 1, sizeof (kd_entry_t));
+    self->pool [self->n_pool++] = entry;
+}
+
+//  Next pending decision, or NULL when there is none.
+const kd_decision_t *
+kd_controller_next (kd_controller_t *self)
+{
+    assert (self);
+    if (self->head == self->n_items)
+        return NULL;
+    s_item_t *item = &self->items [self->head++];
+    self->current = item->decision;
+    if (item->decision.n_entries)
+        self->current.entries = self->pool + item->entries_at;
+    if (item->decision.n_drops)
+        self->current.drops = self->pool + item->drops_at;
+    if (item->decision.n_groups)
+        self->current.groups = self->gpool + item->groups_at;
+    return &self->current;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Rules shared by the engines
+
+//  True for the models run by the phase engine.
+static bool
+s_phased (kd_controller_t *self)
+{
+    kd_consistency_t model = self->opts.model;
+    return model == KD_CONS_BSP || model == KD_CONS_LSP || model == KD_CONS_ALSP;
+}
+
+//  Staleness bound of late gradients: BSP is LSP with s = 0.
+static uint64_t
+s_bound (kd_controller_t *self)
+{
+    return self->opts.model == KD_CONS_BSP ? 0 : self->opts.staleness;
+}
+
+//  Release window in ms, 0 for none.
+static uint64_t
+s_window (kd_controller_t *self)
+{
+    return self->opts.model == KD_CONS_BSP ? 0 : self->opts.window_ms;
+}
+
+//  Quota of a group of `size` members, clamped into [1, size].
+static uint32_t
+s_quota (kd_controller_t *self, uint32_t size)
+{
+    if (size == 0)
+        return 0;
+    if (self->opts.model == KD_CONS_BSP)
+        return size;
+    double k = self->opts.quota > 0
+             ? (double) self->opts.quota
+             : ceil (self->opts.quota_ratio * size - S_QUOTA_EPSILON);
+    if (k < 1)
+        k = 1;
+    if (k > size)
+        k = size;
+    return (uint32_t) k;
+}
+
+//  min_clock: the lowest clock an active worker computes or waits to
+//  compute (a waiting worker waits to compute clock + 1).
+static uint64_t
+s_min_clock (kd_controller_t *self)
+{
+    uint64_t lowest = UINT64_MAX;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state == S_COMPUTING && worker->clock < lowest)
+            lowest = worker->clock;
+        else
+        if (worker->state == S_WAITING && worker->clock + 1 < lowest)
+            lowest = worker->clock + 1;
+    }
+    return lowest == UINT64_MAX ? self->min_clock : lowest;
+}
+
+//  Send a worker off to compute `clock` on the current version.  Admits a
+//  pending worker into its group.
+static void
+s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped)
+{
+    s_worker_t *worker = &self->workers [rank];
+    s_group_t *group = &self->groups [worker->group];
+    if (worker->state == S_PENDING) {
+        self->n_pending--;
+        self->n_active++;
+        group->size++;
+        self->groups_dirty = true;
+    }
+    else
+    if (worker->state == S_WAITING) {
+        self->n_waiting--;
+        if (s_phased (self)) {
+            assert (group->waiting > 0);
+            group->waiting--;
+        }
+    }
+    worker->state = S_COMPUTING;
+    worker->dropped = false;
+    worker->clock = clock;
+    worker->version = self->version;
+    s_item_t *item = s_push (self, KD_DEC_RELEASE);
+    item->decision.version = self->version;
+    item->decision.rank = rank;
+    item->decision.clock = clock;
+    item->decision.dropped = dropped;
+    item->decision.group = self->opts.model == KD_CONS_ALSP ? worker->group : 0;
+}
+
+//  Name a gradient in the drops of the next commit.
+static void
+s_drop (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t base)
+{
+    self->drops = (kd_entry_t *) s_reserve (self->drops, &self->cap_drops,
+                                            self->n_drops + 1, sizeof (kd_entry_t));
+    self->drops [self->n_drops++] = (kd_entry_t) {
+        .rank = rank, .clock = clock, .weight = 0,
+        .staleness = self->version - base
+    };
+    self->dropped++;
+}
+
+//  Stage a gradient into the commit being built, with its raw weight
+//  (normalized by s_commit); one staler than the bound goes to drops
+//  instead.  Returns false when it was dropped.
+static bool
+s_take (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t base,
+        bool late)
+{
+    uint64_t tau = self->version - base;
+    if (tau > s_bound (self)) {
+        s_drop (self, rank, clock, base);
+        return false;
+    }
+    //  A late gradient counts 1 / (1 + tau) of a fresh one.
+    double raw = late ? 1.0 / (1.0 + (double) tau) : 1.0;
+    s_pool_add (self, (kd_entry_t) {
+        .rank = rank, .clock = clock, .weight = raw, .staleness = tau
+    });
+    return true;
+}
+
+//  Emit the commit whose entries are pool [at ..], with the pending drops.
+//  Raw weights are scaled so they sum to `share`: one SGD step (share 1)
+//  never grows with the number of gradients in it.
+static void
+s_commit (kd_controller_t *self, size_t at, double share)
+{
+    size_t n_entries = self->n_pool - at;
+    if (n_entries == 0 && self->n_drops == 0)
+        return;
+    double sum = 0;
+    for (size_t i = at; i < self->n_pool; i++)
+        sum += self->pool [i].weight;
+    for (size_t i = at; i < self->n_pool; i++)
+        self->pool [i].weight = share * self->pool [i].weight / sum;
+    size_t drops_at = self->n_pool;
+    for (size_t i = 0; i < self->n_drops; i++)
+        s_pool_add (self, self->drops [i]);
+    if (n_entries > 0)
+        self->version++;
+
+    s_item_t *item = s_push (self, KD_DEC_COMMIT);
+    item->decision.version = self->version;
+    item->decision.n_entries = n_entries;
+    item->decision.n_drops = self->n_drops;
+    item->entries_at = at;
+    item->drops_at = drops_at;
+    self->n_drops = 0;
+}
+
+//  Emit pending drops as a drop-only commit.
+static void
+s_flush_drops (kd_controller_t *self)
+{
+    if (self->n_drops > 0)
+        s_commit (self, self->n_pool, 1.0);
+}
+
+//  Publish the current groups (ALSP).
+static void
+s_push_groups (kd_controller_t *self)
+{
+    size_t n = self->opts.max_workers;
+    self->gpool = (uint32_t *) s_reserve (self->gpool, &self->cap_gpool,
+                                          self->n_gpool + n, sizeof (uint32_t));
+    size_t at = self->n_gpool;
+    for (uint32_t rank = 0; rank < n; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        bool member = worker->state == S_COMPUTING || worker->state == S_WAITING;
+        self->gpool [at + rank] = member ? worker->group : UINT32_MAX;
+    }
+    self->n_gpool += n;
+    s_item_t *item = s_push (self, KD_DEC_GROUPS);
+    item->decision.n_groups = n;
+    item->decision.group_count = self->n_groups;
+    item->groups_at = at;
+    self->groups_dirty = false;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Immediate engine: ASP and SSP
+
+//  Release every waiting worker whose next clock is within min_clock + s
+//  (ASP: every waiting worker).
+static void
+s_release_bounded (kd_controller_t *self)
+{
+    if (self->n_waiting == 0)
+        return;
+    uint64_t limit = UINT64_MAX;
+    if (self->opts.model == KD_CONS_SSP) {
+        uint64_t lowest = s_min_clock (self);
+        if (lowest <= UINT64_MAX - self->opts.staleness)
+            limit = lowest + self->opts.staleness;
+    }
+    //  Releasing a waiting worker leaves min_clock alone, since it already
+    //  counted as computing clock + 1, so one pass is enough.
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state == S_WAITING && worker->clock + 1 <= limit)
+            s_release (self, rank, worker->clock + 1, false);
+    }
+}
+
+//  ASP/SSP arrival: commit it alone, then release whoever may go.
+static void
+s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base)
+{
+    s_worker_t *worker = &self->workers [rank];
+    size_t at = self->n_pool;
+    s_pool_add (self, (kd_entry_t) {
+        .rank = rank, .clock = worker->clock, .weight = 1.0,
+        .staleness = self->version - base
+    });
+    s_commit (self, at, 1.0);
+    worker->state = S_WAITING;
+    self->n_waiting++;
+    s_release_bounded (self);
+}
+
+
+//  --------------------------------------------------------------------------
+//  Phase engine: BSP, LSP, ALSP
+
+//  True when a group's phase may release: quota met, or the window has
+//  passed since its first arrival and at least two have arrived.
+static bool
+s_group_ready (kd_controller_t *self, uint32_t g, uint64_t now)
+{
+    s_group_t *group = &self->groups [g];
+    if (group->waiting == 0)
+        return false;
+    if (group->waiting >= s_quota (self, group->size))
+        return true;
+    uint64_t window = s_window (self);
+    return window > 0 && group->waiting >= 2 && now >= group->t_first + window;
+}
+
+//  Highest-numbered group with members: groups are numbered fastest first.
+//  Sets *nonempty to the number of groups with members.
+static uint32_t
+s_slowest_group (kd_controller_t *self, uint32_t *nonempty)
+{
+    uint32_t slowest = 0;
+    uint32_t count = 0;
+    for (uint32_t g = 0; g < self->n_groups; g++)
+        if (self->groups [g].size > 0) {
+            slowest = g;
+            count++;
+        }
+    if (nonempty)
+        *nonempty = count;
+    return slowest;
+}
+
+//  ALSP: true when group g's release must become a global sync instead of
+//  a group commit.  That is every global_sync_every phases of the slowest
+//  group, or when committing would leave another group's phase more than s
+//  versions behind, so its gradients would be too stale to apply.
+static bool
+s_needs_sync (kd_controller_t *self, uint32_t g)
+{
+    if (self->opts.model != KD_CONS_ALSP)
+        return false;
+    uint32_t nonempty;
+    uint32_t slowest = s_slowest_group (self, &nonempty);
+    if (nonempty < 2)
+        return false;
+    if (g == slowest
+    &&  self->groups [g].phases + 1 >= self->opts.global_sync_every)
+        return true;
+    for (uint32_t h = 0; h < self->n_groups; h++) {
+        s_group_t *other = &self->groups [h];
+        if (h != g && other->size > 0
+        &&  self->version + 1 - other->base > self->opts.staleness)
+            return true;
+    }
+    return false;
+}
+
+//  Stage what a member has into the commit being built: its late gradient,
+//  then its phase gradient if it waits.
+static void
+s_take_member (kd_controller_t *self, uint32_t rank)
+{
+    s_worker_t *worker = &self->workers [rank];
+    if (worker->has_late) {
+        s_take (self, rank, worker->late_clock, worker->late_base, true);
+        worker->has_late = false;
+    }
+    if (worker->state == S_WAITING)
+        worker->dropped = !s_take (self, rank, worker->clock, worker->base,
+                                   false);
+}
+
+//  Commit group g's phase: its waiting members' gradients and its late
+//  ones as one update, then release the waiting members on the new version.
+static void
+s_group_commit (kd_controller_t *self, uint32_t g)
+{
+    s_group_t *group = &self->groups [g];
+    size_t at = self->n_pool;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
+        &&  worker->group == g)
+            s_take_member (self, rank);
+    }
+    //  Under ALSP a group's update counts for its share of the workers, so
+    //  a fast group committing often does not take over the step size.
+    double share = 1.0;
+    if (self->opts.model == KD_CONS_ALSP)
+        share = (double) group->size / (double) self->n_active;
+    s_commit (self, at, share);
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state == S_WAITING && worker->group == g)
+            s_release (self, rank, worker->clock + 1, worker->dropped);
+    }
+    group->base = self->version;
+    group->phases++;
+}
+
+//  Order speeds by key, then by rank, so grouping is deterministic.
+static int
+s_speed_compare (const void *a, const void *b)
+{
+    const s_speed_t *left = (const s_speed_t *) a;
+    const s_speed_t *right = (const s_speed_t *) b;
+    if (left->key != right->key)
+        return left->key < right->key ? -1 : 1;
+    return left->rank < right->rank ? -1 : (left->rank > right->rank);
+}
+
+//  Merge segment j + 1 into segment j.
+static void
+s_segment_merge (kd_controller_t *self, uint32_t *n_segs, uint32_t j)
+{
+    self->seg_len [j] += self->seg_len [j + 1];
+    for (uint32_t k = j + 1; k + 1 < *n_segs; k++) {
+        self->seg_len [k] = self->seg_len [k + 1];
+        self->seg_first [k] = self->seg_first [k + 1];
+    }
+    (*n_segs)--;
+}
+
+//  Log-space gap between segment j and segment j + 1.
+static double
+s_segment_gap (kd_controller_t *self, uint32_t j)
+{
+    uint32_t first = self->seg_first [j + 1];
+    return self->speeds [first].key - self->speeds [first - 1].key;
+}
+
+//  ALSP: form groups from the EWMAs.  Called only at the end of a global
+//  sync, when every active worker is waiting and nothing is staged, so the
+//  new groups start clean.
+static void
+s_regroup (kd_controller_t *self, uint64_t now)
+{
+    //  Sort the workers with telemetry by log speed; cut where neighbours
+    //  differ by more than rho.
+    uint32_t n = 0;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
+        &&  worker->ewma > 0)
+            self->speeds [n++] = (s_speed_t) { log (worker->ewma), rank };
+    }
+    qsort (self->speeds, n, sizeof (s_speed_t), s_speed_compare);
+    double cut = log (self->opts.group_ratio);
+    uint32_t n_segs = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (i == 0 || self->speeds [i].key - self->speeds [i - 1].key > cut) {
+            self->seg_first [n_segs] = i;
+            self->seg_len [n_segs++] = 0;
+        }
+        self->seg_len [n_segs - 1]++;
+    }
+    //  A too-small group joins its nearest neighbour in log space.  Left of
+    //  j every segment is big enough, so merging left never needs a recheck.
+    uint32_t j = 0;
+    while (j < n_segs && n_segs > 1) {
+        if (self->seg_len [j] >= self->opts.min_group) {
+            j++;
+            continue;
+        }
+        bool left = j + 1 == n_segs
+                 || (j > 0 && s_segment_gap (self, j - 1) <= s_segment_gap (self, j));
+        if (left)
+            s_segment_merge (self, &n_segs, j - 1);
+        else
+            s_segment_merge (self, &n_segs, j);
+    }
+    //  Too many groups: merge the closest adjacent pair until few enough.
+    while (n_segs > self->opts.max_groups) {
+        uint32_t best = 0;
+        for (uint32_t k = 1; k + 1 < n_segs; k++)
+            if (s_segment_gap (self, k) < s_segment_gap (self, best))
+                best = k;
+        s_segment_merge (self, &n_segs, best);
+    }
+    //  Assign ids fastest first.  Workers without telemetry go to the
+    //  slowest group: a fast worker there only waits, a slow worker in a
+    //  fast group would hold it back.  With no telemetry that is group 0
+    //  holding everyone.
+    uint32_t n_groups = n_segs > 0 ? n_segs : 1;
+    bool changed = n_groups != self->n_groups;
+    for (uint32_t g = 0; g < n_groups; g++)
+        self->groups [g] = (s_group_t) { .base = self->version };
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
+        &&  worker->ewma == 0) {
+            changed |= worker->group != n_groups - 1;
+            worker->group = n_groups - 1;
+        }
+    }
+    for (uint32_t g = 0; g < n_segs; g++)
+        for (uint32_t i = self->seg_first [g];
+             i < self->seg_first [g] + self->seg_len [g]; i++) {
+            s_worker_t *worker = &self->workers [self->speeds [i].rank];
+            changed |= worker->group != g;
+            worker->group = g;
+            s_group_t *group = &self->groups [g];
+            if (group->band_hi == 0 || worker->ewma < group->band_lo)
+                group->band_lo = worker->ewma;
+            if (worker->ewma > group->band_hi)
+                group->band_hi = worker->ewma;
+        }
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state == S_COMPUTING || worker->state == S_WAITING) {
+            self->groups [worker->group].size++;
+            if (worker->state == S_WAITING)
+                self->groups [worker->group].waiting++;
+        }
+        worker->outside = 0;
+    }
+    self->n_groups = n_groups;
+    self->regroup_due = false;
+    self->t_regroup = now;
+    //  Publish before the releases, which carry the new groups.
+    if (changed) {
+        self->regroups++;
+        s_push_groups (self);
+    }
+}
+
+//  ALSP global sync completes: every active worker has arrived.  Commit
+//  everyone as one update, regroup if one is due, and release all on the
+//  same version.
+static void
+s_sync_commit (kd_controller_t *self, uint64_t now)
+{
+    size_t at = self->n_pool;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++)
+        if (self->workers [rank].state == S_WAITING)
+            s_take_member (self, rank);
+    s_commit (self, at, 1.0);
+    if (self->regroup_due)
+        s_regroup (self, now);
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state == S_WAITING)
+            s_release (self, rank, worker->clock + 1, worker->dropped);
+    }
+    for (uint32_t g = 0; g < self->n_groups; g++) {
+        self->groups [g].base = self->version;
+        self->groups [g].phases = 0;
+    }
+    self->syncing = false;
+}
+
+//  Release every phase whose condition holds, until none does.
+static void
+s_evaluate (kd_controller_t *self, uint64_t now)
+{
+    if (!s_phased (self))
+        return;
+    for (;;) {
+        if (self->n_active == 0) {
+            self->syncing = false;
+            self->regroup_due = false;
+            return;
+        }
+        if (self->syncing) {
+            if (self->n_waiting == self->n_active)
+                s_sync_commit (self, now);
+            return;
+        }
+        bool acted = false;
+        for (uint32_t g = 0; g < self->n_groups && !self->syncing; g++)
+            if (s_group_ready (self, g, now)) {
+                if (s_needs_sync (self, g))
+                    self->syncing = true;
+                else
+                    s_group_commit (self, g);
+                acted = true;
+            }
+        if (!acted)
+            return;
+    }
+}
+
+//  Phase engine arrival: count it toward its group's quota, or treat it as
+//  late (queue it for the next commit, or drop it) and release at once.
+static void
+s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base,
+                uint64_t now)
+{
+    s_worker_t *worker = &self->workers [rank];
+    s_group_t *group = &self->groups [worker->group];
+    uint64_t tau = self->version - base;
+    bool fresh_enough = tau <= s_bound (self);
+    //  During a sync every arrival that can still be applied waits at the
+    //  barrier; otherwise only arrivals on the phase's version count.
+    bool counts = self->syncing ? fresh_enough : base >= group->base;
+    if (counts) {
+        worker->state = S_WAITING;
+        worker->base = base;
+        if (group->waiting == 0)
+            group->t_first = now;
+        group->waiting++;
+        self->n_waiting++;
+    }
+    else
+    if (fresh_enough) {
+        //  A commit flushes every late gradient of its group, and a worker
+        //  can only be late again after such a commit.
+        assert (!worker->has_late);
+        worker->has_late = true;
+        worker->late_clock = worker->clock;
+        worker->late_base = base;
+        s_release (self, rank, worker->clock + 1, false);
+    }
+    else {
+        s_drop (self, rank, worker->clock, base);
+        s_flush_drops (self);
+        s_release (self, rank, worker->clock + 1, true);
+    }
+}
+
+//  Reset ALSP to its first formation: one group, band unknown.
+static void
+s_groups_reset (kd_controller_t *self)
+{
+    self->n_groups = 1;
+    self->groups [0] = (s_group_t) { .base = self->version };
+    self->syncing = false;
+    self->regroup_due = false;
+}
+
+//  Admit pending workers when no phase is in progress for them: always
+//  under ASP/SSP; under the phase engine when their group has nobody
+//  waiting, that is at a phase boundary.
+static void
+s_admit (kd_controller_t *self)
+{
+    if (self->n_pending == 0)
+        return;
+    uint32_t g = 0;
+    if (s_phased (self)) {
+        if (self->syncing)
+            return;
+        if (self->opts.model == KD_CONS_ALSP) {
+            if (self->n_active == 0)
+                s_groups_reset (self);
+            g = s_slowest_group (self, NULL);
+        }
+        if (self->groups [g].waiting > 0)
+            return;
+    }
+    uint64_t clock = s_min_clock (self);
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++)
+        if (self->workers [rank].state == S_PENDING) {
+            self->workers [rank].group = g;
+            s_release (self, rank, clock, false);
+        }
+}
+
+//  ALSP: true when a telemetry value lies outside a group's band by more
+//  than the slack; an unknown band contains nothing.
+static bool
+s_outside (const s_group_t *group, double value)
+{
+    if (group->band_hi == 0)
+        return true;
+    return value > group->band_hi * S_BAND_SLACK
+        || value < group->band_lo / S_BAND_SLACK;
+}
+
+//  ALSP: schedule a regroup when some worker has been outside its band long
+//  enough and the dwell time has passed; it is flushed by a global sync.
+static void
+s_check_regroup (kd_controller_t *self, uint64_t now)
+{
+    if (self->opts.model != KD_CONS_ALSP || self->regroup_due
+    ||  self->n_active == 0
+    ||  now < self->t_regroup + self->opts.regroup_dwell_ms)
+        return;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
+        &&  worker->outside >= S_OUTSIDE_RUN) {
+            self->regroup_due = true;
+            self->syncing = true;
+            return;
+        }
+    }
+}
+
+
+//  --------------------------------------------------------------------------
+//  Events
+
+//  Start of a valid event: recycle the drained queue, note the start time.
+static void
+s_begin (kd_controller_t *self, uint64_t now)
+{
+    if (self->head == self->n_items) {
+        self->head = self->n_items = 0;
+        self->n_pool = self->n_gpool = 0;
+    }
+    if (!self->started) {
+        self->started = true;
+        self->t_regroup = now;
+    }
+}
+
+//  End of an event: release what its time or its changes allow, name
+//  leftover drops, admit joiners, publish groups.  Every event runs the
+//  release rules, so a window fires on the first event after it passes.
+static void
+s_finish (kd_controller_t *self, uint64_t now)
+{
+    if (s_phased (self))
+        s_evaluate (self, now);
+    else
+        s_release_bounded (self);
+    s_flush_drops (self);
+    s_admit (self);
+    if (self->groups_dirty && self->opts.model == KD_CONS_ALSP)
+        s_push_groups (self);
+    self->groups_dirty = false;
+    self->min_clock = s_min_clock (self);
+}
+
+//  True when rank is a released member.
+static bool
+s_member (kd_controller_t *self, uint32_t rank)
+{
+    if (rank >= self->opts.max_workers)
+        return false;
+    s_state_t state = self->workers [rank].state;
+    return state == S_COMPUTING || state == S_WAITING;
+}
+
+//  A worker wants in; it is admitted at the next phase boundary.
+int
+kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+{
+    assert (self);
+    if (rank >= self->opts.max_workers
+    ||  self->workers [rank].state != S_INACTIVE)
+        return -1;
+    s_begin (self, now_ms);
+    self->workers [rank] = (s_worker_t) { .state = S_PENDING };
+    self->n_pending++;
+    if (rank >= self->hi_rank)
+        self->hi_rank = rank + 1;
+    s_finish (self, now_ms);
+    return 0;
+}
+
+//  A worker is gone: drop what it staged, and release what its absence
+//  completes.
+int
+kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+{
+    assert (self);
+    if (rank >= self->opts.max_workers
+    ||  self->workers [rank].state == S_INACTIVE)
+        return -1;
+    s_begin (self, now_ms);
+    s_worker_t *worker = &self->workers [rank];
+    if (worker->state == S_PENDING)
+        self->n_pending--;
+    else {
+        s_group_t *group = &self->groups [worker->group];
+        if (worker->state == S_WAITING) {
+            //  Only the phase engine stages gradients while a worker waits.
+            if (s_phased (self)) {
+                s_drop (self, rank, worker->clock, worker->base);
+                group->waiting--;
+            }
+            self->n_waiting--;
+        }
+        if (worker->has_late)
+            s_drop (self, rank, worker->late_clock, worker->late_base);
+        group->size--;
+        self->n_active--;
+        self->groups_dirty = true;
+    }
+    *worker = (s_worker_t) { .state = S_INACTIVE };
+    if (self->opts.model == KD_CONS_ALSP && self->n_active == 0)
+        s_groups_reset (self);
+    s_finish (self, now_ms);
+    return 0;
+}
+
+//  A worker staged the gradient for (rank, clock), computed on base.
+int
+kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
+                      uint64_t base, uint64_t samples, uint64_t now_ms)
+{
+    assert (self);
+    //  Weights treat every gradient as a mean over its batch, so samples
+    //  only has to be plausible here.
+    (void) samples;
+    if (rank >= self->opts.max_workers)
+        return -1;
+    s_worker_t *worker = &self->workers [rank];
+    if (worker->state != S_COMPUTING || clock != worker->clock
+    ||  base < worker->version || base > self->version)
+        return -1;
+    s_begin (self, now_ms);
+    if (s_phased (self))
+        s_arrive_phase (self, rank, base, now_ms);
+    else
+        s_arrive_now (self, rank, base);
+    s_finish (self, now_ms);
+    return 0;
+}
+
+//  A worker reports how long an iteration took.
+int
+kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
+                         double iter_ms, uint64_t now_ms)
+{
+    assert (self);
+    if (!s_member (self, rank) || !isfinite (iter_ms) || iter_ms <= 0)
+        return -1;
+    s_begin (self, now_ms);
+    s_worker_t *worker = &self->workers [rank];
+    worker->ewma = worker->ewma > 0
+                 ? S_EWMA_ALPHA * iter_ms + (1 - S_EWMA_ALPHA) * worker->ewma
+                 : iter_ms;
+    if (self->opts.model == KD_CONS_ALSP) {
+        //  Both the sample and the average must be out: one spike moves
+        //  the average, but the next normal sample resets the run.
+        s_group_t *group = &self->groups [worker->group];
+        bool out = s_outside (group, iter_ms) && s_outside (group, worker->ewma);
+        worker->outside = out ? worker->outside + 1 : 0;
+        s_check_regroup (self, now_ms);
+    }
+    s_finish (self, now_ms);
+    return 0;
+}
+
+//  Time passes: windows and dwell timers fire.
+void
+kd_controller_tick (kd_controller_t *self, uint64_t now_ms)
+{
+    assert (self);
+    s_begin (self, now_ms);
+    s_check_regroup (self, now_ms);
+    s_finish (self, now_ms);
+}
+
+
+//  --------------------------------------------------------------------------
+//  Introspection
+
+//  Current model version.
+uint64_t
+kd_controller_version (kd_controller_t *self)
+{
+    assert (self);
+    return self->version;
+}
+
+//  Number of active (released) workers.
+size_t
+kd_controller_active (kd_controller_t *self)
+{
+    assert (self);
+    return self->n_active;
+}
+
+//  True when rank is an active worker.
+bool
+kd_controller_is_active (kd_controller_t *self, uint32_t rank)
+{
+    assert (self);
+    return s_member (self, rank);
+}
+
+//  Lowest clock an active worker computes or waits to compute.
+uint64_t
+kd_controller_min_clock (kd_controller_t *self)
+{
+    assert (self);
+    return self->min_clock;
+}
+
+//  Gradients dropped so far.
+uint64_t
+kd_controller_dropped (kd_controller_t *self)
+{
+    assert (self);
+    return self->dropped;
+}
+
+//  Regroups that changed the groups so far.
+uint64_t
+kd_controller_regroups (kd_controller_t *self)
+{
+    assert (self);
+    return self->regroups;
+}
+
+//  Group of an active worker, UINT32_MAX for others.
+uint32_t
+kd_controller_group_of (kd_controller_t *self, uint32_t rank)
+{
+    assert (self);
+    if (!s_member (self, rank))
+        return UINT32_MAX;
+    return self->opts.model == KD_CONS_ALSP ? self->workers [rank].group : 0;
+}
+
+//  True while an ALSP global sync is collecting arrivals.
+bool
+kd_controller_syncing (kd_controller_t *self)
+{
+    assert (self);
+    return self->syncing;
+}

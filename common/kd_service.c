@@ -1,0 +1,34 @@
+/*  kd_service: the shared main () of every Kudus service.
+*/
+#include "kd_service.h"
+#include "kd_log.h"
+#include <czmq.h>
+
+int
+kd_service_main (int argc, char **argv, unsigned service, const char *program,
+                 const char *log_name, kd_service_fn *run)
+{
+    kd_config_t *config = kd_config_new (service, program);
+    char err [256];
+    int rc = kd_config_load (config, argc, argv, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf (stderr, "%s: %s\n", program, err);
+        kd_config_destroy (&config);
+        return rc < 0 ? 2 : 0;
+    }
+    kd_log_init (log_name, kd_log_level_parse (kd_config_str (config, "log-level")));
+    //  libzmq 4.3.3 fixed the known CVEs in the CURVE path; refuse older.
+    int major, minor, patch;
+    zmq_version (&major, &minor, &patch);
+    if (major * 10000 + minor * 100 + patch < 40303) {
+        kd_error ("libzmq %d.%d.%d is older than 4.3.3; refusing to start", major, minor, patch);
+        kd_config_destroy (&config);
+        return 1;
+    }
+    zsys_init ();
+    zsys_set_logstream (stderr);
+    rc = run (config);
+    kd_config_destroy (&config);
+    return rc;
+}

@@ -1,0 +1,116 @@
+/*  kd_util: clocks, endpoints and socket hardening shared by every service.
+*/
+#include "kd_util.h"
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+//  Monotonic milliseconds.
+uint64_t
+kd_now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+//  Monotonic time in fractional milliseconds.
+double
+kd_now_msf (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+//  Wall-clock milliseconds since the epoch.
+uint64_t
+kd_wall_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_REALTIME, &ts);
+    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+//  This host's address as other hosts see it: what the hostname resolves to,
+//  which in a container is its address on the project network.
+static void
+s_host_address (char *out, size_t out_size)
+{
+    char host [256];
+    snprintf (out, out_size, "127.0.0.1");
+    if (gethostname (host, sizeof host) != 0)
+        return;
+    host [sizeof host - 1] = 0;
+    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    if (getaddrinfo (host, NULL, &hints, &res) != 0 || !res)
+        return;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        struct sockaddr_in *sin = (struct sockaddr_in *) ai->ai_addr;
+        char buf [INET_ADDRSTRLEN];
+        if (inet_ntop (AF_INET, &sin->sin_addr, buf, sizeof buf)
+        &&  strncmp (buf, "127.", 4) != 0) {
+            snprintf (out, out_size, "%s", buf);
+            break;
+        }
+    }
+    freeaddrinfo (res);
+}
+
+//  Endpoint to advertise for a bound socket.
+int
+kd_advertise_endpoint (zsock_t *sock, const char *advertise,
+                       char *out, size_t out_size)
+{
+    if (advertise && *advertise) {
+        snprintf (out, out_size, "%s", advertise);
+        return 0;
+    }
+    const char *last = zsock_endpoint (sock);
+    if (!last)
+        return -1;
+    //  zsock_endpoint gives the resolved endpoint, e.g. tcp://0.0.0.0:7100.
+    const char *hostp = strstr (last, "://");
+    const char *colon = strrchr (last, ':');
+    if (!hostp || !colon || colon < hostp + 3)
+        return -1;
+    hostp += 3;
+    size_t hlen = (size_t) (colon - hostp);
+    if ((hlen == 1 && *hostp == '*') || (hlen == 7 && strncmp (hostp, "0.0.0.0", 7) == 0)) {
+        char addr [64];
+        s_host_address (addr, sizeof addr);
+        snprintf (out, out_size, "tcp://%s%s", addr, colon);
+    }
+    else
+        snprintf (out, out_size, "%s", last);
+    return 0;
+}
+
+//  Settings for every socket that faces the network.
+void
+kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes)
+{
+    zsock_set_maxmsgsize (sock, (int) (max_msg_bytes > INT32_MAX ? INT32_MAX : max_msg_bytes));
+    zsock_set_linger (sock, 0);
+    //  High-water marks large enough for 1024 peers' control traffic.
+    zsock_set_sndhwm (sock, 100000);
+    zsock_set_rcvhwm (sock, 100000);
+}
+
+//  Shift the port of an endpoint.
+int
+kd_endpoint_shift (const char *endpoint, int delta, char *out, size_t out_size)
+{
+    const char *colon = strrchr (endpoint, ':');
+    if (!colon || colon [1] < '0' || colon [1] > '9')
+        return -1;
+    long port = strtol (colon + 1, NULL, 10) + delta;
+    if (port <= 0 || port > 65535)
+        return -1;
+    snprintf (out, out_size, "%.*s:%ld", (int) (colon - endpoint), endpoint, port);
+    return 0;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install the Debian packages Kudus needs, only those that are missing.
+# Safe to run again; it does nothing when all are present.
+set -euo pipefail
+
+packages=(
+    build-essential cmake pkg-config
+    libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev
+    libcriterion-dev
+    dataset-fashion-mnist
+    gnuplot-nox
+)
+# Extra packages a caller asks for (for example the docker tooling).
+if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then
+    read -r -a extra <<< "$KUDUS_EXTRA_PACKAGES"
+    packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root, or: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

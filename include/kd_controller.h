@@ -1,0 +1,165 @@
+/*  kd_controller: the consistency controller.
+
+    Pure logic, no sockets and no clock of its own: the scheduler feeds it
+    events (join, leave, arrive, telemetry, tick) stamped with a monotonic
+    time in ms, and drains decisions (commit, release, groups) with
+    kd_controller_next.  Criterion drives it directly with scripted and
+    random event sequences.
+
+    Terms.  V is the global model version; it starts at 0 and increases by
+    one with every COMMIT.  A worker's clock is the number of the iteration it
+    is computing.  A gradient computed on version v_r (the "base") and
+    applied in the commit that creates version V+1 from V has staleness
+    tau = V - v_r.
+
+    Protocol between controller and scheduler:
+    - join (r): a worker wants in.  It is admitted at the next phase
+      boundary, and always receives a RELEASE telling it which version to
+      pull and which clock to compute next.
+    - arrive (r, clock, base, samples): the worker has pushed the gradient
+      for (r, clock) to every shard, where it is staged.
+    - COMMIT (version, entries, drops): tell every shard to apply
+      sum_i weight_i * grad (rank_i, clock_i) as one update that creates
+      `version`, and to discard the staged gradients in drops.  Every staged
+      gradient is eventually named exactly once, in entries or in drops.
+    - RELEASE (rank, version, clock): the worker may compute `clock` on a
+      model of at least `version`.
+    - leave (r): the worker is gone; its staged gradients appear in the
+      drops of the next commit (or of a drop-only decision, see below), and
+      the barrier counts no longer include it.
+*/
+#ifndef KD_CONTROLLER_H_INCLUDED
+#define KD_CONTROLLER_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    KD_CONS_BSP,
+    KD_CONS_ASP,
+    KD_CONS_SSP,
+    KD_CONS_LSP,
+    KD_CONS_ALSP
+} kd_consistency_t;
+
+//  Parse "bsp", "asp", "ssp", "lsp", "alsp"; -1 if unknown.
+int
+    kd_consistency_parse (const char *name);
+const char *
+    kd_consistency_name (kd_consistency_t model);
+
+typedef struct {
+    kd_consistency_t model;     //  which rule set
+    uint32_t staleness;         //  s: SSP clock bound, LSP/ALSP tau bound
+    uint32_t quota;             //  K for LSP; 0 means ceil (quota_ratio * N)
+    double quota_ratio;         //  LSP K/N when quota is 0; ALSP kappa
+    uint32_t window_ms;         //  LSP release window, 0 = none
+    double group_ratio;         //  ALSP rho: cut between neighbours above it
+    uint32_t min_group;         //  ALSP minimum group size
+    uint32_t max_groups;        //  ALSP maximum number of groups
+    uint32_t global_sync_every; //  ALSP: group phases of the slowest group
+    uint32_t regroup_dwell_ms;  //  ALSP: minimum time between regroups
+    uint32_t max_workers;       //  ranks are 0 .. max_workers-1
+} kd_controller_opts_t;
+
+//  Fill opts with the documented defaults for a model.
+void
+    kd_controller_opts_defaults (kd_controller_opts_t *opts,
+                                 kd_consistency_t model);
+
+typedef enum {
+    KD_DEC_COMMIT,
+    KD_DEC_RELEASE,
+    KD_DEC_GROUPS
+} kd_decision_type_t;
+
+//  One gradient named in a commit.
+typedef struct {
+    uint32_t rank;              //  worker
+    uint64_t clock;             //  its iteration
+    double weight;              //  applied as weight * gradient (0 in drops)
+    uint64_t staleness;         //  tau at apply time (or at drop time)
+} kd_entry_t;
+
+//  A decision.  Valid until the next call into the controller.
+typedef struct {
+    kd_decision_type_t type;    //  what to do
+    uint64_t version;           //  COMMIT: version created (may equal the
+                                //  current one for a drop-only commit with
+                                //  no entries); RELEASE: minimum version to
+                                //  pull
+    const kd_entry_t *entries;  //  COMMIT: gradients to apply
+    size_t n_entries;           //  COMMIT: entries count
+    const kd_entry_t *drops;    //  COMMIT: gradients to discard
+    size_t n_drops;             //  COMMIT: drops count
+    uint32_t rank;              //  RELEASE: the worker
+    uint64_t clock;             //  RELEASE: clock it may compute next
+    bool dropped;               //  RELEASE: its last gradient was dropped
+    uint32_t group;             //  RELEASE: its group (0 unless ALSP)
+    const uint32_t *groups;     //  GROUPS: group of each rank, indexed by
+                                //  rank; UINT32_MAX for non-members
+    size_t n_groups;            //  GROUPS: length of groups (max_workers)
+    uint32_t group_count;       //  GROUPS: number of groups
+} kd_decision_t;
+
+typedef struct _kd_controller_t kd_controller_t;
+
+//  Create a controller.  NULL if opts are invalid.  Caller owns it.
+kd_controller_t *
+    kd_controller_new (const kd_controller_opts_t *opts);
+
+//  Destroy and null the caller's pointer.
+void
+    kd_controller_destroy (kd_controller_t **self_p);
+
+//  Events.  Each returns 0, or -1 when the event is invalid (unknown or
+//  inactive rank, wrong clock, duplicate arrival); an invalid event changes
+//  nothing.
+int
+    kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms);
+int
+    kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms);
+int
+    kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
+                          uint64_t base, uint64_t samples, uint64_t now_ms);
+int
+    kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
+                             double iter_ms, uint64_t now_ms);
+//  Time passes: windows and dwell timers fire.
+void
+    kd_controller_tick (kd_controller_t *self, uint64_t now_ms);
+
+//  Next pending decision, or NULL when there is none.
+const kd_decision_t *
+    kd_controller_next (kd_controller_t *self);
+
+//  Introspection for the scheduler, the monitor and the tests.
+uint64_t
+    kd_controller_version (kd_controller_t *self);
+size_t
+    kd_controller_active (kd_controller_t *self);
+bool
+    kd_controller_is_active (kd_controller_t *self, uint32_t rank);
+uint64_t
+    kd_controller_min_clock (kd_controller_t *self);
+uint64_t
+    kd_controller_dropped (kd_controller_t *self);
+uint64_t
+    kd_controller_regroups (kd_controller_t *self);
+uint32_t
+    kd_controller_group_of (kd_controller_t *self, uint32_t rank);
+//  True while an ALSP global sync is collecting arrivals (every active
+//  worker must arrive before anyone is released).  Always false otherwise.
+bool
+    kd_controller_syncing (kd_controller_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,84 @@
+/*  kd_model: the models Kudus trains, on a flat parameter vector.
+
+    softmax:  W [784 x 10] row-major (input-major), then b [10].
+    mlp:      W1 [784 x H], b1 [H], W2 [H x 10], b2 [10]; ReLU hidden layer.
+
+    The flat layout is the contract between workers, shards and the monitor:
+    shards hold contiguous key ranges of it.  Forward and backward passes use
+    OpenBLAS sgemm.  Loss is mean cross-entropy over the batch.
+*/
+#ifndef KD_MODEL_H_INCLUDED
+#define KD_MODEL_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KD_INPUT_DIM  784
+#define KD_CLASSES    10
+
+typedef enum {
+    KD_MODEL_SOFTMAX,
+    KD_MODEL_MLP
+} kd_model_kind_t;
+
+//  Parse "softmax" or "mlp"; -1 if unknown.
+int
+    kd_model_kind_parse (const char *name);
+const char *
+    kd_model_kind_name (kd_model_kind_t kind);
+
+//  Number of parameters of a model (hidden is ignored for softmax).
+size_t
+    kd_model_param_count (kd_model_kind_t kind, uint32_t hidden);
+
+//  Deterministic initial values for keys [lo, hi) of the flat vector, from
+//  a seed.  Key i's value depends only on (kind, hidden, seed, i), so any
+//  sharding gives the same model.  Weights get a scaled uniform (Glorot)
+//  value, biases 0; softmax starts at all zeros.
+void
+    kd_model_init_range (kd_model_kind_t kind, uint32_t hidden, uint64_t seed,
+                         size_t lo, size_t hi, float *out);
+
+typedef struct _kd_model_t kd_model_t;
+
+//  Create a model with scratch space for batches of up to max_batch rows.
+//  NULL when hidden is 0 for mlp or max_batch is 0.  Caller owns it.
+kd_model_t *
+    kd_model_new (kd_model_kind_t kind, uint32_t hidden, size_t max_batch);
+
+//  Destroy and null the caller's pointer.
+void
+    kd_model_destroy (kd_model_t **self_p);
+
+size_t
+    kd_model_n_params (kd_model_t *self);
+kd_model_kind_t
+    kd_model_kind (kd_model_t *self);
+
+//  Gradient of the mean loss over n rows (n <= max_batch) of X [n x 784]
+//  with labels y, at params; writes grad [n_params] and returns the loss.
+float
+    kd_model_gradient (kd_model_t *self, const float *params, const float *X,
+                       const uint8_t *y, size_t n, float *grad);
+
+//  Loss only (used by the finite-difference check and evaluation).
+float
+    kd_model_loss (kd_model_t *self, const float *params, const float *X,
+                   const uint8_t *y, size_t n);
+
+//  Accuracy and mean loss over n rows of any size, in batches of
+//  max_batch.  Returns 0.
+int
+    kd_model_evaluate (kd_model_t *self, const float *params, const float *X,
+                       const uint8_t *y, size_t n, double *accuracy,
+                       double *loss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,300 @@
+/*  kd_msg: the Kudus wire codec.
+
+    Every Kudus message is one ZeroMQ multipart message:
+
+        [routing id]   only on ROUTER sockets, added and removed by ZeroMQ
+        header         a MessagePack map: {"v": 1, "t": "TYPE", field: value, ...}
+        [data]         optional raw frame: little-endian float32 values
+
+    The header's "count" field states how many floats the data frame holds,
+    and the decoder checks the frame's length against it.  docs/protocol.md is
+    the normative description; this table repeats it.
+
+    type        direction               fields (required; [optional])        data
+    ---------   ---------------------   ----------------------------------   ----
+    HELLO       any -> scheduler        role name [endpoint version clock]   -
+    WELCOME     scheduler -> any        rank role [model hidden n_params     -
+                                        lo hi lr momentum batch seed epochs
+                                        heartbeat_ms consistency]
+    START       scheduler -> worker,    endpoints los his [part_lo part_hi   -
+                monitor                 t0_ms version]
+    HEARTBEAT   both ways               [rank]                               -
+    ARRIVE      worker -> scheduler     clock base samples [loss]            -
+    RELEASE     scheduler -> worker     version clock [staleness dropped     -
+                                        group part_lo part_hi]
+    LEAVE       worker -> scheduler     [reason]                             -
+    STOP        scheduler -> any        [reason]                             -
+    PUSH        worker -> shard         rank clock base lo count             yes
+    PUSH_OK     shard -> worker         clock                                -
+    PULL        worker|monitor -> shard version [lo count]                   -
+    PULL_OK     shard -> puller         version lo count [ts_ms]             yes
+    COMMIT      scheduler -> shard      version ranks clocks weights         -
+                                        [ts_ms drop_ranks drop_clocks]
+    COMMIT_OK   shard -> scheduler      version                              -
+    TELEMETRY   worker -> monitor       rank clock [compute_ms push_ms       -
+                                        wait_ms pull_ms loss samples
+                                        staleness dropped group version]
+    STATUS      scheduler -> monitor    version [phases epoch workers        -
+                                        dropped regroups consistency
+                                        ranks groups]
+    EVAL        scheduler -> monitor    version                              -
+    EVAL_OK     monitor -> scheduler    version accuracy [loss ts_ms]        -
+    ERROR       any -> any              code reason                          -
+
+    Unknown header keys are ignored, so that a newer peer can add optional
+    fields; unknown types and other versions are rejected with ERROR.
+*/
+#ifndef KD_MSG_H_INCLUDED
+#define KD_MSG_H_INCLUDED
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KD_PROTOCOL_VERSION 1
+
+//  Hard limits of the codec.  Counts are also checked against the bytes that
+//  remain, so these are only the ceiling.
+#define KD_MSG_MAX_HEADER   (1u << 20)  //  bytes in one header frame
+#define KD_MSG_MAX_ARRAY    65536       //  elements in one array field
+#define KD_MSG_MAX_STRING   4096        //  bytes in one string field
+#define KD_MSG_MAX_DEPTH    4           //  MessagePack nesting depth
+#define KD_MSG_MAX_FRAMES   3           //  routing id + header + data
+
+typedef enum {
+    KD_MSG_HELLO = 1,
+    KD_MSG_WELCOME,
+    KD_MSG_START,
+    KD_MSG_HEARTBEAT,
+    KD_MSG_ARRIVE,
+    KD_MSG_RELEASE,
+    KD_MSG_LEAVE,
+    KD_MSG_STOP,
+    KD_MSG_PUSH,
+    KD_MSG_PUSH_OK,
+    KD_MSG_PULL,
+    KD_MSG_PULL_OK,
+    KD_MSG_COMMIT,
+    KD_MSG_COMMIT_OK,
+    KD_MSG_TELEMETRY,
+    KD_MSG_STATUS,
+    KD_MSG_EVAL,
+    KD_MSG_EVAL_OK,
+    KD_MSG_ERROR,
+    KD_MSG_TYPE_COUNT       //  one past the last type
+} kd_msg_type_t;
+
+//  Field kinds.  Unsigned ints are the default; signed values are not needed
+//  on this wire.
+typedef enum {
+    KD_FT_UINT,             //  uint64
+    KD_FT_FLOAT,            //  double (MessagePack float32 or float64 on input;
+                            //  also accepts an integer)
+    KD_FT_STR,              //  UTF-8 string
+    KD_FT_UINTS,            //  array of uint64
+    KD_FT_FLOATS,           //  array of double
+    KD_FT_STRS              //  array of string
+} kd_field_kind_t;
+
+typedef enum {
+    KD_F_ROLE,          //  str    "worker", "shard" or "monitor"
+    KD_F_NAME,          //  str    stable instance name, for rejoin
+    KD_F_ENDPOINT,      //  str    advertised endpoint of a shard
+    KD_F_RANK,          //  uint
+    KD_F_VERSION,       //  uint   model version
+    KD_F_CLOCK,         //  uint   worker iteration number
+    KD_F_BASE,          //  uint   model version a gradient was computed on
+    KD_F_SAMPLES,       //  uint
+    KD_F_LOSS,          //  float
+    KD_F_MODEL,         //  str    "softmax" or "mlp"
+    KD_F_HIDDEN,        //  uint
+    KD_F_N_PARAMS,      //  uint
+    KD_F_LO,            //  uint   first key of a range
+    KD_F_HI,            //  uint   one past the last key
+    KD_F_LR,            //  float
+    KD_F_MOMENTUM,      //  float
+    KD_F_BATCH,         //  uint
+    KD_F_SEED,          //  uint
+    KD_F_EPOCHS,        //  float
+    KD_F_HEARTBEAT_MS,  //  uint
+    KD_F_CONSISTENCY,   //  str
+    KD_F_ENDPOINTS,     //  strs   shard address book
+    KD_F_LOS,           //  uints  shard key ranges, first keys
+    KD_F_HIS,           //  uints  shard key ranges, ends
+    KD_F_PART_LO,       //  uint   first training sample of a partition
+    KD_F_PART_HI,       //  uint   one past the last
+    KD_F_T0_MS,         //  uint   wall clock ms when training started
+    KD_F_STALENESS,     //  uint
+    KD_F_DROPPED,       //  uint
+    KD_F_GROUP,         //  uint
+    KD_F_REASON,        //  str
+    KD_F_CODE,          //  uint   error code, see kd_msg_error_t
+    KD_F_COUNT,         //  uint   floats in the data frame
+    KD_F_TS_MS,         //  uint   wall clock ms
+    KD_F_RANKS,         //  uints
+    KD_F_CLOCKS,        //  uints
+    KD_F_WEIGHTS,       //  floats
+    KD_F_DROP_RANKS,    //  uints
+    KD_F_DROP_CLOCKS,   //  uints
+    KD_F_COMPUTE_MS,    //  float
+    KD_F_PUSH_MS,       //  float
+    KD_F_WAIT_MS,       //  float
+    KD_F_PULL_MS,       //  float
+    KD_F_PHASES,        //  uint
+    KD_F_EPOCH,         //  float
+    KD_F_WORKERS,       //  uint
+    KD_F_REGROUPS,      //  uint
+    KD_F_ACCURACY,      //  float
+    KD_F_GROUPS,        //  uints
+    KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
+} kd_field_t;
+
+//  Error codes carried by ERROR, modelled on HTTP's classes.
+typedef enum {
+    KD_ERR_MALFORMED    = 400,  //  header or frames do not parse
+    KD_ERR_UNAUTHORIZED = 401,
+    KD_ERR_NOT_FOUND    = 404,  //  e.g. a COMMIT names an unstaged gradient
+    KD_ERR_STATE        = 409,  //  valid message, wrong time (not registered)
+    KD_ERR_TOO_LARGE    = 413,  //  a count or frame over its limit
+    KD_ERR_UNKNOWN_TYPE = 422,  //  "command invalid"
+    KD_ERR_INTERNAL     = 500,
+    KD_ERR_UNAVAILABLE  = 503,  //  try again later
+    KD_ERR_VERSION      = 505   //  protocol version not supported
+} kd_msg_error_t;
+
+//  What went wrong in a decode, for the log line and the ERROR reply.
+typedef struct {
+    int code;                   //  a kd_msg_error_t
+    char reason [128];          //  short human text, NUL-terminated
+} kd_msg_err_t;
+
+typedef struct _kd_msg_t kd_msg_t;
+
+//  Create a new empty message of the given type.  Caller owns return value.
+kd_msg_t *
+    kd_msg_new (kd_msg_type_t type);
+
+//  Destroy a message and null the caller's pointer.  Safe on NULL.
+void
+    kd_msg_destroy (kd_msg_t **self_p);
+
+//  Message type, and its wire name ("HELLO" ...); NULL for an unknown type.
+kd_msg_type_t
+    kd_msg_type (kd_msg_t *self);
+const char *
+    kd_msg_type_name (kd_msg_type_t type);
+//  Look a type up by wire name; 0 if unknown.
+kd_msg_type_t
+    kd_msg_type_lookup (const char *name);
+
+//  Field metadata: wire name and kind.
+const char *
+    kd_msg_field_name (kd_field_t field);
+kd_field_kind_t
+    kd_msg_field_kind (kd_field_t field);
+
+//  Routing id of a message received on, or to be sent from, a ROUTER socket.
+//  Borrowed; NULL when none.  The setter copies the frame.
+zframe_t *
+    kd_msg_routing_id (kd_msg_t *self);
+void
+    kd_msg_set_routing_id (kd_msg_t *self, zframe_t *routing_id);
+
+//  True when the field is present.
+bool
+    kd_msg_has (kd_msg_t *self, kd_field_t field);
+
+//  Scalar accessors.  A getter on an absent field returns 0, 0.0 or "".
+//  Setting a field of the wrong kind is a programming error (assert).
+void
+    kd_msg_set_uint (kd_msg_t *self, kd_field_t field, uint64_t value);
+uint64_t
+    kd_msg_uint (kd_msg_t *self, kd_field_t field);
+void
+    kd_msg_set_float (kd_msg_t *self, kd_field_t field, double value);
+double
+    kd_msg_float (kd_msg_t *self, kd_field_t field);
+//  Copies the string.
+void
+    kd_msg_set_str (kd_msg_t *self, kd_field_t field, const char *value);
+const char *
+    kd_msg_str (kd_msg_t *self, kd_field_t field);
+
+//  Array accessors.  Setters copy; getters borrow and set *count.
+void
+    kd_msg_set_uints (kd_msg_t *self, kd_field_t field,
+                      const uint64_t *values, size_t count);
+const uint64_t *
+    kd_msg_uints (kd_msg_t *self, kd_field_t field, size_t *count);
+void
+    kd_msg_set_floats (kd_msg_t *self, kd_field_t field,
+                       const double *values, size_t count);
+const double *
+    kd_msg_floats (kd_msg_t *self, kd_field_t field, size_t *count);
+void
+    kd_msg_set_strs (kd_msg_t *self, kd_field_t field,
+                     const char **values, size_t count);
+const char **
+    kd_msg_strs (kd_msg_t *self, kd_field_t field, size_t *count);
+
+//  Bulk data frame.  kd_msg_set_data takes ownership of *frame_p and nulls
+//  it, and sets the "count" field to the frame's length / 4; the frame's
+//  length must be a multiple of 4.  kd_msg_data borrows.
+void
+    kd_msg_set_data (kd_msg_t *self, zframe_t **frame_p);
+zframe_t *
+    kd_msg_data (kd_msg_t *self);
+//  Detach the data frame: caller owns it, the message keeps none.
+zframe_t *
+    kd_msg_take_data (kd_msg_t *self);
+//  The data frame as floats, or NULL when absent; *count is set.  The
+//  pointer is into the received frame: no copy is made.
+const float *
+    kd_msg_data_floats (kd_msg_t *self, size_t *count);
+
+//  Encode into a new zmsg (routing id first if set).  Caller owns *out.
+//  Returns 0, or -1 if the message lacks a required field.
+int
+    kd_msg_encode (kd_msg_t *self, zmsg_t **out);
+
+//  Decode a multipart message.  Takes ownership of *zmsg_p and nulls it.
+//  If routed is true, the first frame is a routing id.  On success returns 0
+//  and sets *out (caller owns it).  On malformed input returns -2, sets
+//  *out to NULL and fills err; if the routing id could be read, *routing_p
+//  (when not NULL) receives a copy of it so that the caller can answer
+//  ERROR.  Never asserts on input.
+int
+    kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
+                   zframe_t **routing_p, kd_msg_err_t *err);
+
+//  Pre-validate a MessagePack buffer: every declared array, map, string and
+//  binary length fits in the bytes that remain, nesting is at most
+//  max_depth, and the buffer holds exactly one object.  Returns 0 or -2.
+int
+    kd_msgpack_validate (const uint8_t *data, size_t size, int max_depth);
+
+//  Send and destroy the message (also on failure).  Returns 0 or -1.
+int
+    kd_msg_send (kd_msg_t **self_p, void *socket);
+
+//  Receive one message from a socket.  Returns 0 and sets *out; -1 when
+//  interrupted or timed out (nothing read); -2 on malformed input, with err
+//  and *routing_p set as for kd_msg_decode.  Routed is inferred from the
+//  socket type (ROUTER).
+int
+    kd_msg_recv (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                 kd_msg_err_t *err);
+
+//  Build an ERROR reply (routing id copied when given).  Caller owns it.
+kd_msg_t *
+    kd_msg_new_error (zframe_t *routing_id, int code, const char *reason);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,49 @@
+/*  kd_util: small helpers every service needs: clocks, endpoints, sockets.
+*/
+#ifndef KD_UTIL_H_INCLUDED
+#define KD_UTIL_H_INCLUDED
+
+#include <czmq.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Monotonic milliseconds (for timeouts and durations).
+uint64_t
+    kd_now_ms (void);
+//  Monotonic microseconds, as a double in ms, for fine timing.
+double
+    kd_now_msf (void);
+//  Wall-clock milliseconds since the epoch (for timestamps on the wire).
+uint64_t
+    kd_wall_ms (void);
+
+//  Endpoint to advertise for a bound socket.  If advertise is non-empty it
+//  is returned as is.  Otherwise the socket's last bound endpoint is used,
+//  with a wildcard host ("*" or "0.0.0.0") replaced by this host's address
+//  (the address its hostname resolves to, else 127.0.0.1).  Writes into
+//  out; returns 0 or -1.
+int
+    kd_advertise_endpoint (zsock_t *sock, const char *advertise,
+                           char *out, size_t out_size);
+
+//  Apply the settings every network socket gets: ZMQ_MAXMSGSIZE, linger,
+//  and (for ROUTER) ZMQ_ROUTER_MANDATORY off so a vanished peer is dropped
+//  rather than blocking.
+void
+    kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes);
+
+//  Shift the port of a tcp endpoint by delta ("tcp://h:7000" + 5 ->
+//  "tcp://h:7005").  Returns 0 or -1 if the endpoint has no port.
+int
+    kd_endpoint_shift (const char *endpoint, int delta, char *out,
+                       size_t out_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

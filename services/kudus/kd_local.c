@@ -1,0 +1,484 @@
+/*  kd_local: `kudus local` runs a whole cluster as child processes on
+    loopback: a monitor, a scheduler, the shards and the workers.
+
+    Each child's stdout and stderr come back through a pipe and are echoed
+    with the child's name in front, so one log holds the whole story.  We
+    follow the monitor's stream to print progress, wait for the scheduler to
+    finish (it writes the summary), and then make sure every child is gone:
+    SIGTERM, a grace period, SIGKILL.  Children also get PR_SET_PDEATHSIG, so
+    even a SIGKILL of kudus itself leaves no orphans.
+*/
+#define _GNU_SOURCE    //  vasprintf
+#include "kd_cli.h"
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_MAX_CHILDREN  300     //  monitor + scheduler + shards + workers
+#define S_MAX_ARGS      96      //  argv entries per child
+#define S_GRACE_MS      5000    //  after the scheduler exits, before SIGTERM
+#define S_KILL_MS       3000    //  after SIGTERM, before SIGKILL
+#define S_STUCK_MS      45000   //  scheduler still running with no workers
+
+typedef enum { S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER } s_kind_t;
+
+typedef struct {
+    char name [32];             //  "worker-3"
+    s_kind_t kind;              //  role
+    pid_t pid;                  //  0 when reaped
+    int fd;                     //  read end of its output pipe, -1 at EOF
+    int status;                 //  wait status once reaped
+    char partial [1024];        //  output line not yet complete
+    size_t partial_len;         //  its length
+} s_child_t;
+
+typedef struct {
+    char *argv [S_MAX_ARGS];    //  NULL-terminated
+    int argc;                   //  entries in use
+} s_args_t;
+
+static volatile sig_atomic_t s_signal = 0;
+
+static void
+s_on_signal (int sig)
+{
+    s_signal = sig;
+}
+
+//  Add one argument (copied).
+static void
+s_arg (s_args_t *a, const char *fmt, ...)
+{
+    assert (a->argc < S_MAX_ARGS - 1);
+    va_list args;
+    va_start (args, fmt);
+    char *s = NULL;
+    if (vasprintf (&s, fmt, args) < 0)
+        abort ();
+    va_end (args);
+    a->argv [a->argc++] = s;
+    a->argv [a->argc] = NULL;
+}
+
+//  Pass one setting of ours to a child as --name value.
+static void
+s_pass (s_args_t *a, kd_config_t *c, const char *name)
+{
+    size_t count;
+    const kd_setting_t *table = kd_config_table (&count);
+    for (size_t i = 0; i < count; i++)
+        if (!strcmp (table [i].name, name) && (table [i].services & KD_SVC_LOCAL)) {
+            s_arg (a, "--%s", name);
+            if (table [i].type == KD_CT_INT)
+                s_arg (a, "%lld", (long long) kd_config_int (c, name));
+            else
+            if (table [i].type == KD_CT_DOUBLE)
+                s_arg (a, "%.17g", kd_config_double (c, name));
+            else
+                s_arg (a, "%s", kd_config_str (c, name));
+            return;
+        }
+    assert (false);
+}
+
+static void
+s_args_free (s_args_t *a)
+{
+    for (int i = 0; i < a->argc; i++)
+        free (a->argv [i]);
+    a->argc = 0;
+}
+
+//  Start one child with its output on a pipe.  Returns 0 or -1.
+static int
+s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args)
+{
+    int fds [2];
+    if (pipe (fds) != 0)
+        return -1;
+    pid_t pid = fork ();
+    if (pid < 0) {
+        close (fds [0]);
+        close (fds [1]);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGTERM);
+        dup2 (fds [1], STDOUT_FILENO);
+        dup2 (fds [1], STDERR_FILENO);
+        close (fds [0]);
+        close (fds [1]);
+        signal (SIGINT, SIG_IGN);   //  Ctrl-C reaches us; we send SIGTERM
+        execv (args->argv [0], args->argv);
+        fprintf (stderr, "cannot run %s: %s\n", args->argv [0], strerror (errno));
+        _exit (127);
+    }
+    close (fds [1]);
+    fcntl (fds [0], F_SETFL, O_NONBLOCK);
+    memset (child, 0, sizeof *child);
+    snprintf (child->name, sizeof child->name, "%s", name);
+    child->kind = kind;
+    child->pid = pid;
+    child->fd = fds [0];
+    return 0;
+}
+
+//  Echo complete lines of a child's output with its name in front.
+static void
+s_drain_output (s_child_t *c, bool quiet)
+{
+    char buf [4096];
+    ssize_t n;
+    while ((n = read (c->fd, buf, sizeof buf)) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf [i] == '\n' || c->partial_len == sizeof c->partial - 1) {
+                c->partial [c->partial_len] = 0;
+                if (!quiet || strstr (c->partial, " warn ") || strstr (c->partial, " error ")
+                ||  strstr (c->partial, "cannot"))
+                    fprintf (stderr, "%-10s| %s\n", c->name, c->partial);
+                c->partial_len = 0;
+            }
+            else
+                c->partial [c->partial_len++] = buf [i];
+        }
+    }
+    if (n == 0) {
+        close (c->fd);
+        c->fd = -1;
+    }
+}
+
+//  Reap exited children without blocking.
+static void
+s_reap (s_child_t *children, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (children [i].pid > 0) {
+            int status;
+            if (waitpid (children [i].pid, &status, WNOHANG) == children [i].pid) {
+                children [i].pid = 0;
+                children [i].status = status;
+            }
+        }
+}
+
+//  SIGTERM, then SIGKILL, every child still running.
+static void
+s_teardown (s_child_t *children, size_t n, bool quiet)
+{
+    for (size_t i = 0; i < n; i++)
+        if (children [i].pid > 0)
+            kill (children [i].pid, SIGTERM);
+    uint64_t deadline = kd_now_ms () + S_KILL_MS;
+    while (kd_now_ms () < deadline) {
+        s_reap (children, n);
+        size_t left = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (children [i].fd >= 0)
+                s_drain_output (&children [i], quiet);
+            left += children [i].pid > 0;
+        }
+        if (!left)
+            return;
+        usleep (20000);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (children [i].pid > 0) {
+            fprintf (stderr, "kudus local: killing %s pid=%d\n", children [i].name, (int) children [i].pid);
+            kill (children [i].pid, SIGKILL);
+            waitpid (children [i].pid, &children [i].status, 0);
+            children [i].pid = 0;
+        }
+}
+
+//  Print a progress line from a "stats" message.
+static void
+s_progress (const void *data, size_t size)
+{
+    if (kd_msgpack_validate ((const uint8_t *) data, size, 8) != 0)
+        return;
+    msgpack_unpacked up;
+    msgpack_unpacked_init (&up);
+    if (msgpack_unpack_next (&up, (const char *) data, size, NULL) == MSGPACK_UNPACK_SUCCESS) {
+        const msgpack_object *o = &up.data;
+        double acc = kd_mp_number (o, "test_accuracy", -1);
+        char accs [32] = "   -  ";
+        if (acc >= 0)
+            snprintf (accs, sizeof accs, "%.4f", acc);
+        printf ("kudus: t=%6.1fs  epoch %5.2f  samples/s %7.0f  train loss %.4f  "
+                "test acc %s  version %.0f  workers %.0f\n",
+                kd_mp_number (o, "elapsed_s", 0), kd_mp_number (o, "epoch", 0),
+                kd_mp_number (o, "samples_per_s", 0), kd_mp_number (o, "train_loss", 0), accs,
+                kd_mp_number (o, "version", 0), kd_mp_number (o, "workers", 0));
+        fflush (stdout);
+    }
+    msgpack_unpacked_destroy (&up);
+}
+
+//  Static slowdown of a rank from --straggler RANK:F[,RANK:F...].
+static double
+s_straggler_factor (const char *list, int rank, char *err, size_t err_size)
+{
+    double factor = 1;
+    const char *p = list;
+    while (p && *p) {
+        char *end;
+        long r = strtol (p, &end, 10);
+        if (end == p || *end != ':') {
+            snprintf (err, err_size, "setting 'straggler': '%s' is not RANK:FACTOR", p);
+            return -1;
+        }
+        double f = strtod (end + 1, &end);
+        if (!(f >= 1 && f <= 1000) || (*end && *end != ',')) {
+            snprintf (err, err_size, "setting 'straggler': factor must be in [1, 1000]");
+            return -1;
+        }
+        if (r == rank)
+            factor = f;
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    return factor;
+}
+
+int
+kd_local_main (int argc, char **argv)
+{
+    kd_config_t *c = kd_config_new (KD_SVC_LOCAL, "kudus local");
+    char err [512];
+    int rc = kd_config_load (c, argc, argv, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf (stderr, "kudus local: %s\n", err);
+        kd_config_destroy (&c);
+        return rc < 0 ? 2 : 0;
+    }
+    int workers = (int) kd_config_int (c, "workers");
+    int shards = (int) kd_config_int (c, "shards");
+    int port = (int) kd_config_int (c, "base-port");
+    bool quiet = kd_config_bool (c, "quiet");
+    const char *straggler = kd_config_str (c, "straggler");
+    for (int r = 0; r < workers; r++)
+        if (s_straggler_factor (straggler, r, err, sizeof err) < 0) {
+            fprintf (stderr, "kudus local: %s\n", err);
+            kd_config_destroy (&c);
+            return 2;
+        }
+    if (port + 100 + shards > 65535) {
+        fprintf (stderr, "kudus local: setting 'base-port': %d leaves no room for %d shards\n", port, shards);
+        kd_config_destroy (&c);
+        return 2;
+    }
+    //  The service binaries live beside this one unless told otherwise.
+    char bindir [1024];
+    if (*kd_config_str (c, "bin-dir"))
+        snprintf (bindir, sizeof bindir, "%s", kd_config_str (c, "bin-dir"));
+    else {
+        ssize_t n = readlink ("/proc/self/exe", bindir, sizeof bindir - 1);
+        bindir [n > 0 ? n : 0] = 0;
+        char *slash = strrchr (bindir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf (bindir, sizeof bindir, ".");
+    }
+    char summary [1100];
+    bool own_summary = !*kd_config_str (c, "summary");
+    if (own_summary)
+        snprintf (summary, sizeof summary, "/tmp/kudus-summary-%d.json", (int) getpid ());
+    else
+        snprintf (summary, sizeof summary, "%s", kd_config_str (c, "summary"));
+    unlink (summary);
+
+    char sched_ep [64], intake_ep [64], pub_ep [64];
+    snprintf (sched_ep, sizeof sched_ep, "tcp://127.0.0.1:%d", port);
+    snprintf (intake_ep, sizeof intake_ep, "tcp://127.0.0.1:%d", port + 1);
+    snprintf (pub_ep, sizeof pub_ep, "tcp://127.0.0.1:%d", port + 2);
+
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    signal (SIGPIPE, SIG_IGN);
+
+    s_child_t *children = (s_child_t *) calloc (S_MAX_CHILDREN, sizeof (s_child_t));
+    size_t n_children = 0;
+    s_args_t a = { .argc = 0 };
+    char name [32];
+    const char *common [] = { "heartbeat-ms", "liveness" };
+    rc = 0;
+
+    //  Monitor.
+    s_arg (&a, "%s/kudus-monitor", bindir);
+    s_arg (&a, "--bind"); s_arg (&a, "%s", intake_ep);
+    s_arg (&a, "--pub-bind"); s_arg (&a, "%s", pub_ep);
+    s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+    s_arg (&a, "--name"); s_arg (&a, "monitor");
+    s_pass (&a, c, "data-dir");
+    s_pass (&a, c, "eval-interval");
+    for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
+    s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+    if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a) == 0) n_children++; else rc = 1;
+    s_args_free (&a);
+
+    //  Scheduler, with every training and consistency setting.
+    static const char *sched_settings [] = {
+        "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
+        "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
+        "window-ms", "group-ratio", "min-group", "max-groups", "global-sync-every",
+        "regroup-dwell", "heartbeat-ms", "liveness"
+    };
+    s_arg (&a, "%s/kudus-scheduler", bindir);
+    s_arg (&a, "--bind"); s_arg (&a, "%s", sched_ep);
+    s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", pub_ep);
+    s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers);
+    s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
+    s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+    for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
+        s_pass (&a, c, sched_settings [i]);
+    if (rc == 0 && s_spawn (&children [n_children], "scheduler", S_KIND_SCHEDULER, &a) == 0) n_children++; else rc = 1;
+    s_args_free (&a);
+
+    for (int i = 0; i < shards && rc == 0; i++) {
+        snprintf (name, sizeof name, "shard-%d", i);
+        s_arg (&a, "%s/kudus-shard", bindir);
+        s_arg (&a, "--bind"); s_arg (&a, "tcp://127.0.0.1:%d", port + 100 + i);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--name"); s_arg (&a, "%s", name);
+        s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
+        if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a) == 0) n_children++; else rc = 1;
+        s_args_free (&a);
+    }
+    for (int r = 0; r < workers && rc == 0; r++) {
+        snprintf (name, sizeof name, "worker-%d", r);
+        s_arg (&a, "%s/kudus-worker", bindir);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--monitor"); s_arg (&a, "%s", intake_ep);
+        s_arg (&a, "--name"); s_arg (&a, "%s", name);
+        s_arg (&a, "--slowdown"); s_arg (&a, "%g", s_straggler_factor (straggler, r, err, sizeof err));
+        s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+        s_pass (&a, c, "data-dir");
+        s_pass (&a, c, "delay-ms");
+        s_pass (&a, c, "hetero");
+        s_pass (&a, c, "hetero-period");
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
+        if (s_spawn (&children [n_children], name, S_KIND_WORKER, &a) == 0) n_children++; else rc = 1;
+        s_args_free (&a);
+    }
+    if (rc != 0)
+        fprintf (stderr, "kudus local: cannot start the services: %s\n", strerror (errno));
+    else
+        printf ("kudus: local cluster: scheduler %s, monitor %s (stream %s), %d shards, %d workers, "
+                "%s/%s\n", sched_ep, intake_ep, pub_ep, shards, workers,
+                kd_config_str (c, "model"), kd_config_str (c, "consistency"));
+    fflush (stdout);
+
+    zsock_t *sub = zsock_new (ZMQ_SUB);
+    zsock_set_subscribe (sub, "stats");
+    zsock_set_maxmsgsize (sub, 16 << 20);
+    zsock_connect (sub, "%s", pub_ep);
+    uint64_t last_progress = 0, sched_exit_at = 0, workers_gone_at = 0;
+    int sched_status = -1;
+    const char *failure = NULL;
+    while (rc == 0) {
+        struct pollfd pfds [S_MAX_CHILDREN + 1];
+        size_t map [S_MAX_CHILDREN];
+        size_t np = 0;
+        for (size_t i = 0; i < n_children; i++)
+            if (children [i].fd >= 0) {
+                pfds [np] = (struct pollfd) { .fd = children [i].fd, .events = POLLIN };
+                map [np++] = i;
+            }
+        zmq_pollitem_t items [S_MAX_CHILDREN + 1];
+        items [0] = (zmq_pollitem_t) { zsock_resolve (sub), 0, ZMQ_POLLIN, 0 };
+        for (size_t i = 0; i < np; i++)
+            items [i + 1] = (zmq_pollitem_t) { NULL, pfds [i].fd, ZMQ_POLLIN, 0 };
+        zmq_poll (items, (int) np + 1, 100);
+        for (size_t i = 0; i < np; i++)
+            if (items [i + 1].revents)
+                s_drain_output (&children [map [i]], quiet);
+        if (items [0].revents & ZMQ_POLLIN) {
+            zmsg_t *msg = zmsg_recv (sub);
+            zframe_t *body = msg ? zmsg_last (msg) : NULL;
+            if (body && kd_now_ms () - last_progress >= 1000) {
+                s_progress (zframe_data (body), zframe_size (body));
+                last_progress = kd_now_ms ();
+            }
+            zmsg_destroy (&msg);
+        }
+        if (s_signal) {
+            fprintf (stderr, "kudus local: signal %d, stopping the cluster\n", (int) s_signal);
+            rc = 128 + s_signal;
+            break;
+        }
+        s_reap (children, n_children);
+        size_t live_workers = 0;
+        for (size_t i = 0; i < n_children; i++) {
+            s_child_t *ch = &children [i];
+            if (ch->kind == S_KIND_WORKER && ch->pid > 0)
+                live_workers++;
+            if (ch->pid == 0 && ch->kind == S_KIND_SCHEDULER && sched_status < 0) {
+                sched_status = ch->status;
+                sched_exit_at = kd_now_ms ();
+            }
+            //  A shard or the monitor that dies while the scheduler runs
+            //  would stall the run; stop instead of hanging.
+            if (ch->pid == 0 && sched_status < 0 && (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR)
+            &&  !(WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0) && !failure) {
+                failure = ch->name;
+                fprintf (stderr, "kudus local: %s exited unexpectedly (status %d)\n", ch->name, ch->status);
+                rc = 1;
+            }
+        }
+        //  Workers exit 0 on STOP, just before the scheduler's final
+        //  evaluation; only a scheduler that outlives them for long is stuck.
+        if (sched_status < 0 && live_workers == 0 && !failure) {
+            if (!workers_gone_at)
+                workers_gone_at = kd_now_ms ();
+            if (kd_now_ms () - workers_gone_at > S_STUCK_MS) {
+                fprintf (stderr, "kudus local: every worker exited but the scheduler did not finish\n");
+                rc = 1;
+            }
+        }
+        if (sched_status >= 0) {
+            size_t left = 0;
+            for (size_t i = 0; i < n_children; i++)
+                left += children [i].pid > 0;
+            if (left == 0 || kd_now_ms () - sched_exit_at > S_GRACE_MS)
+                break;
+        }
+    }
+    s_teardown (children, n_children, quiet);
+    for (size_t i = 0; i < n_children; i++)
+        if (children [i].fd >= 0) {
+            s_drain_output (&children [i], quiet);
+            close (children [i].fd);
+        }
+    zsock_destroy (&sub);
+    if (rc == 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0)) {
+        fprintf (stderr, "kudus local: scheduler failed (status %d)\n", sched_status);
+        rc = 1;
+    }
+    if (rc == 0) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = fopen (summary, "r");
+        if (f && getdelim (&text, &len, 0, f) > 0) {
+            printf ("kudus: summary (%s):\n%s", own_summary ? "not saved" : summary, text);
+        }
+        else {
+            fprintf (stderr, "kudus local: no summary at %s\n", summary);
+            rc = 1;
+        }
+        if (f)
+            fclose (f);
+        free (text);
+    }
+    if (own_summary)
+        unlink (summary);
+    free (children);
+    kd_config_destroy (&c);
+    return rc;
+}

@@ -1,0 +1,43 @@
+/*  kudus: the command-line tool.  Dispatches to a subcommand.
+*/
+#include "kd_cli.h"
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+        "usage: kudus COMMAND [--setting VALUE ...]\n\n"
+        "commands:\n"
+        "  local           run a local cluster on loopback and train\n"
+        "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
+        "  version         print the version\n\n"
+        "'kudus COMMAND --help' lists a command's settings.\n");
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc < 2) {
+        s_usage (stderr);
+        return 2;
+    }
+    const char *cmd = argv [1];
+    if (!strcmp (cmd, "local"))
+        return kd_local_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "tail"))
+        return kd_tail_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "version") || !strcmp (cmd, "--version")) {
+        int major, minor, patch;
+        zmq_version (&major, &minor, &patch);
+        printf ("kudus %s (libzmq %d.%d.%d, protocol %d)\n", KUDUS_VERSION_STRING,
+                major, minor, patch, KD_PROTOCOL_VERSION);
+        return 0;
+    }
+    if (!strcmp (cmd, "help") || !strcmp (cmd, "--help") || !strcmp (cmd, "-h")) {
+        s_usage (stdout);
+        return 0;
+    }
+    fprintf (stderr, "kudus: unknown command '%s'\n\n", cmd);
+    s_usage (stderr);
+    return 2;
+}

@@ -1,0 +1,650 @@
+/*  kd_monitor: the monitor's service loop.
+
+    Workers send TELEMETRY to our ROUTER after every iteration, and the
+    scheduler sends STATUS about twice a second.  We keep per-worker and
+    global figures and publish them on the PUB socket as [topic][MessagePack
+    map] messages ("stats", "worker", "groups", "event"; see
+    docs/protocol.md).  We also evaluate test accuracy on the 10,000 test
+    images: every eval-interval seconds, and whenever the scheduler asks with
+    EVAL, we pull the whole model from the shards (the pull parks at the
+    shards until the version exists, so no polling) and answer EVAL_OK.
+    Evaluation happens here, off the workers' critical path.
+*/
+#include "kd_monitor.h"
+#include <cblas.h>
+#include <math.h>
+#include <msgpack.h>
+
+#define S_MAX_WORKERS   1024    //  worker ranks we track
+#define S_MAX_SHARDS    64      //  shards in the address book
+#define S_EVAL_BATCH    1000    //  rows per evaluation batch
+#define S_WORKER_AGE_MS 10000   //  stop listing a worker silent this long
+#define S_STALE_BINS    256     //  staleness histogram bins
+#define S_LOSS_ALPHA    0.05    //  EWMA weight of one reported loss
+
+typedef struct {
+    bool seen;                  //  has reported
+    uint64_t clock;             //  last clock
+    uint64_t samples;           //  total samples
+    uint64_t window_samples;    //  samples since the last publish
+    double samples_per_s;       //  rate over the last publish window
+    double loss;                //  last loss
+    double compute_ms, push_ms, wait_ms, pull_ms;  //  last timings
+    uint64_t staleness;         //  last staleness
+    uint64_t dropped;           //  drops so far
+    uint64_t group;             //  ALSP group
+    uint64_t last_ms;           //  ms of its last telemetry
+} s_worker_t;
+
+typedef struct {
+    zsock_t *sock;              //  DEALER to the shard
+    uint64_t lo, hi;            //  its key range
+    bool done;                  //  answered the current eval pull
+    uint64_t version;           //  version it returned
+    uint64_t ts_ms;             //  commit time of that version
+} s_shard_t;
+
+typedef struct {
+    kd_config_t *config;        //  settings
+    zsock_t *router;            //  telemetry intake
+    zsock_t *pub;               //  the live stream
+    kd_peer_t *peer;            //  link to the scheduler
+    kd_dataset_t *test;         //  test set
+    kd_model_t *model;          //  evaluation code
+    float *params;              //  assembled model
+    size_t n_params;            //  its length
+    char model_name [16];       //  "softmax" / "mlp"
+    char consistency [16];      //  from STATUS
+    s_shard_t shards [S_MAX_SHARDS];  //  address book
+    size_t n_shards;            //  entries in use
+    bool started;               //  START received
+    bool stop;                  //  STOP received
+    uint64_t t0_ms;             //  wall ms at training start
+    s_worker_t workers [S_MAX_WORKERS];  //  per-rank figures
+    uint64_t version;           //  latest version from STATUS
+    uint64_t phases, dropped, regroups, active, sched_samples;  //  from STATUS
+    double epoch;               //  from STATUS
+    uint64_t *groups;           //  last group per rank (UINT64_MAX none)
+    uint64_t total_samples;     //  telemetry samples
+    uint64_t window_samples;    //  since the last publish
+    uint64_t last_publish;      //  ms
+    double train_loss;          //  EWMA over telemetry
+    bool have_loss;             //  train_loss set
+    double wait_total, busy_total;  //  sums of worker time, ms
+    uint64_t stale_hist [S_STALE_BINS + 1];  //  reported staleness
+    bool evaluating;            //  pulls outstanding
+    uint64_t eval_want;         //  minimum version of the current pull
+    uint64_t eval_requested;    //  highest version the scheduler asked for
+    bool eval_answer;           //  an EVAL is waiting for an answer
+    uint64_t evaluated;         //  last version evaluated
+    bool have_accuracy;         //  accuracy set
+    double accuracy, test_loss; //  last evaluation
+    uint64_t next_eval;         //  ms
+    uint64_t eval_started;      //  ms the current pull began
+} self_t;
+
+//  --------------------------------------------------------------------------
+//  Stream publishing: [topic][MessagePack map]
+
+static void
+s_pack_key (msgpack_packer *pk, const char *key)
+{
+    size_t len = strlen (key);
+    msgpack_pack_str (pk, len);
+    msgpack_pack_str_body (pk, key, len);
+}
+
+static void
+s_pack_uint (msgpack_packer *pk, const char *key, uint64_t v)
+{
+    s_pack_key (pk, key);
+    msgpack_pack_uint64 (pk, v);
+}
+
+static void
+s_pack_float (msgpack_packer *pk, const char *key, double v)
+{
+    s_pack_key (pk, key);
+    msgpack_pack_double (pk, isfinite (v) ? v : 0.0);
+}
+
+static void
+s_pack_str (msgpack_packer *pk, const char *key, const char *v)
+{
+    s_pack_key (pk, key);
+    size_t len = strlen (v);
+    msgpack_pack_str (pk, len);
+    msgpack_pack_str_body (pk, v, len);
+}
+
+//  Send one stream message and reset the buffer.
+static void
+s_publish (self_t *self, const char *topic, msgpack_sbuffer *buf)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, topic);
+    zmsg_addmem (msg, buf->data, buf->size);
+    zmsg_send (&msg, self->pub);
+    msgpack_sbuffer_clear (buf);
+}
+
+//  Staleness percentile of reported values.
+static double
+s_stale_pct (self_t *self, double q)
+{
+    uint64_t total = 0, seen = 0;
+    for (size_t i = 0; i <= S_STALE_BINS; i++)
+        total += self->stale_hist [i];
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t) ceil (q * (double) total);
+    for (size_t i = 0; i <= S_STALE_BINS; i++) {
+        seen += self->stale_hist [i];
+        if (seen >= rank && seen > 0)
+            return (double) i;
+    }
+    return S_STALE_BINS;
+}
+
+//  Publish "stats" and one "worker" message per live worker.
+static void
+s_publish_stats (self_t *self)
+{
+    uint64_t now = kd_now_ms ();
+    double window_s = self->last_publish ? (double) (now - self->last_publish) / 1000.0 : 0;
+    self->last_publish = now;
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init (&buf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
+
+    uint64_t wall = kd_wall_ms ();
+    double busy = self->wait_total + self->busy_total;
+    msgpack_pack_map (&pk, self->have_accuracy ? 19 : 17);
+    s_pack_uint (&pk, "t_ms", wall);
+    s_pack_float (&pk, "elapsed_s", self->t0_ms && wall > self->t0_ms ? (double) (wall - self->t0_ms) / 1000.0 : 0);
+    s_pack_uint (&pk, "version", self->version);
+    s_pack_float (&pk, "epoch", self->epoch);
+    s_pack_uint (&pk, "samples", self->total_samples);
+    s_pack_float (&pk, "samples_per_s", window_s > 0 ? (double) self->window_samples / window_s : 0);
+    s_pack_float (&pk, "train_loss", self->have_loss ? self->train_loss : 0);
+    s_pack_uint (&pk, "workers", self->active);
+    s_pack_str (&pk, "consistency", self->consistency);
+    s_pack_str (&pk, "model", self->model_name);
+    s_pack_uint (&pk, "phases", self->phases);
+    s_pack_uint (&pk, "dropped", self->dropped);
+    s_pack_uint (&pk, "regroups", self->regroups);
+    s_pack_float (&pk, "wait_fraction", busy > 0 ? self->wait_total / busy : 0);
+    s_pack_float (&pk, "staleness_p50", s_stale_pct (self, 0.5));
+    s_pack_float (&pk, "staleness_p99", s_stale_pct (self, 0.99));
+    s_pack_uint (&pk, "shards", self->n_shards);
+    if (self->have_accuracy) {
+        s_pack_float (&pk, "test_accuracy", self->accuracy);
+        s_pack_uint (&pk, "test_version", self->evaluated);
+    }
+    s_publish (self, "stats", &buf);
+    self->window_samples = 0;
+
+    for (size_t r = 0; r < S_MAX_WORKERS; r++) {
+        s_worker_t *w = &self->workers [r];
+        if (!w->seen || now - w->last_ms > S_WORKER_AGE_MS)
+            continue;
+        w->samples_per_s = window_s > 0 ? (double) w->window_samples / window_s : 0;
+        w->window_samples = 0;
+        msgpack_pack_map (&pk, 13);
+        s_pack_uint (&pk, "rank", r);
+        s_pack_uint (&pk, "clock", w->clock);
+        s_pack_uint (&pk, "samples", w->samples);
+        s_pack_float (&pk, "samples_per_s", w->samples_per_s);
+        s_pack_float (&pk, "loss", w->loss);
+        s_pack_float (&pk, "compute_ms", w->compute_ms);
+        s_pack_float (&pk, "push_ms", w->push_ms);
+        s_pack_float (&pk, "wait_ms", w->wait_ms);
+        s_pack_float (&pk, "pull_ms", w->pull_ms);
+        s_pack_uint (&pk, "staleness", w->staleness);
+        s_pack_uint (&pk, "dropped", w->dropped);
+        s_pack_uint (&pk, "group", w->group);
+        s_pack_uint (&pk, "age_ms", now - w->last_ms);
+        s_publish (self, "worker", &buf);
+    }
+    msgpack_sbuffer_destroy (&buf);
+}
+
+//  Publish an "event".
+static void
+s_publish_event (self_t *self, const char *kind, const char *detail)
+{
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init (&buf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 3);
+    s_pack_str (&pk, "kind", kind);
+    s_pack_str (&pk, "detail", detail);
+    s_pack_uint (&pk, "t_ms", kd_wall_ms ());
+    s_publish (self, "event", &buf);
+    msgpack_sbuffer_destroy (&buf);
+}
+
+//  Publish "groups" (the ALSP assignment).
+static void
+s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, size_t n)
+{
+    uint32_t count = 0;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (groups [i] + 1 > count)
+            count = (uint32_t) (groups [i] + 1);
+        if (ranks [i] + 1 > len)
+            len = ranks [i] + 1;
+    }
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init (&buf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 4);
+    s_pack_uint (&pk, "version", self->version);
+    s_pack_uint (&pk, "count", count);
+    s_pack_uint (&pk, "regroups", self->regroups);
+    s_pack_key (&pk, "groups");
+    msgpack_pack_array (&pk, len);
+    for (size_t r = 0; r < len; r++) {
+        uint64_t g = UINT32_MAX;
+        for (size_t i = 0; i < n; i++)
+            if (ranks [i] == r)
+                g = groups [i];
+        msgpack_pack_uint64 (&pk, g);
+    }
+    s_publish (self, "groups", &buf);
+    msgpack_sbuffer_destroy (&buf);
+}
+
+//  --------------------------------------------------------------------------
+//  Evaluation
+
+//  Pull the model at >= want from every shard.
+static void
+s_eval_begin (self_t *self, uint64_t want)
+{
+    if (!self->started || !self->model || self->evaluating)
+        return;
+    self->evaluating = true;
+    self->eval_want = want;
+    self->eval_started = kd_now_ms ();
+    for (size_t i = 0; i < self->n_shards; i++) {
+        self->shards [i].done = false;
+        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (pull, KD_F_VERSION, want);
+        kd_msg_send (&pull, self->shards [i].sock);
+    }
+}
+
+//  All slices are in: evaluate, publish, tell the scheduler.
+static void
+s_eval_finish (self_t *self)
+{
+    uint64_t version = UINT64_MAX, ts = 0;
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i].version < version) {
+            version = self->shards [i].version;
+            ts = self->shards [i].ts_ms;
+        }
+    double accuracy = 0, loss = 0;
+    double t = kd_now_msf ();
+    kd_model_evaluate (self->model, self->params, kd_dataset_images (self->test),
+                       kd_dataset_labels (self->test), kd_dataset_count (self->test),
+                       &accuracy, &loss);
+    kd_debug ("eval version=%llu accuracy=%.4f ms=%.1f", (unsigned long long) version,
+              accuracy, kd_now_msf () - t);
+    self->evaluating = false;
+    self->evaluated = version;
+    self->accuracy = accuracy;
+    self->test_loss = loss;
+    self->have_accuracy = true;
+    kd_msg_t *ok = kd_msg_new (KD_MSG_EVAL_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, version);
+    kd_msg_set_float (ok, KD_F_ACCURACY, accuracy);
+    kd_msg_set_float (ok, KD_F_LOSS, loss);
+    kd_msg_set_uint (ok, KD_F_TS_MS, ts);
+    kd_peer_send (self->peer, &ok);
+    if (self->eval_answer && version >= self->eval_requested)
+        self->eval_answer = false;
+}
+
+//  A reply from a shard to an evaluation pull.
+static void
+s_on_shard (self_t *self, size_t i)
+{
+    s_shard_t *s = &self->shards [i];
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    int rc = kd_msg_recv (s->sock, &msg, NULL, &err);
+    if (rc == -2)
+        kd_warn ("malformed reply from shard rank=%zu reason=\"%s\"", i, err.reason);
+    if (rc != 0)
+        return;
+    size_t count = 0;
+    const float *values = kd_msg_data_floats (msg, &count);
+    if (kd_msg_type (msg) == KD_MSG_PULL_OK && self->evaluating && !s->done
+    &&  kd_msg_uint (msg, KD_F_LO) == s->lo && count == s->hi - s->lo
+    &&  kd_msg_uint (msg, KD_F_VERSION) >= self->eval_want) {
+        memcpy (self->params + s->lo, values, count * sizeof (float));
+        s->done = true;
+        s->version = kd_msg_uint (msg, KD_F_VERSION);
+        s->ts_ms = kd_msg_uint (msg, KD_F_TS_MS);
+        bool all = true;
+        for (size_t j = 0; j < self->n_shards; j++)
+            all = all && self->shards [j].done;
+        if (all)
+            s_eval_finish (self);
+    }
+    else
+    if (kd_msg_type (msg) == KD_MSG_ERROR)
+        kd_warn ("shard error rank=%zu code=%llu reason=\"%s\"", i,
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+    kd_msg_destroy (&msg);
+}
+
+//  Start an evaluation when one is due.
+static void
+s_eval_check (self_t *self)
+{
+    if (!self->started || self->evaluating)
+        return;
+    uint64_t now = kd_now_ms ();
+    if (self->eval_answer) {
+        s_eval_begin (self, self->eval_requested);
+        return;
+    }
+    //  Periodic: the next version after the last one evaluated.
+    if (now >= self->next_eval && self->version > self->evaluated) {
+        s_eval_begin (self, self->evaluated + 1);
+        self->next_eval = now + (uint64_t) (kd_config_double (self->config, "eval-interval") * 1000);
+    }
+}
+
+//  --------------------------------------------------------------------------
+//  Scheduler and worker messages
+
+static void
+s_on_welcome (self_t *self, kd_msg_t *msg)
+{
+    if (self->model)
+        return;
+    int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
+    uint32_t hidden = (uint32_t) kd_msg_uint (msg, KD_F_HIDDEN);
+    if (kind < 0 || kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
+        kd_error ("welcome rejected: model=%s", kd_msg_str (msg, KD_F_MODEL));
+        return;
+    }
+    self->n_params = kd_model_param_count (kind, hidden);
+    self->model = kd_model_new (kind, hidden, S_EVAL_BATCH);
+    self->params = (float *) calloc (self->n_params, sizeof (float));
+    assert (self->model && self->params);
+    snprintf (self->model_name, sizeof self->model_name, "%s", kd_model_kind_name (kind));
+    snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
+    kd_info ("registered model=%s params=%zu", self->model_name, self->n_params);
+}
+
+static void
+s_on_start (self_t *self, kd_msg_t *msg)
+{
+    size_t n = 0, nlo = 0, nhi = 0;
+    const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
+    const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nlo);
+    const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nhi);
+    if (self->started || !self->model)
+        return;
+    if (n == 0 || n > S_MAX_SHARDS || n != nlo || n != nhi || his [n - 1] != self->n_params) {
+        kd_error ("start rejected: bad address book shards=%zu", n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (los [i] >= his [i] || (i == 0 ? los [0] != 0 : los [i] != his [i - 1])) {
+            kd_error ("start rejected: shard ranges do not tile the model");
+            return;
+        }
+    int64_t max_msg = kd_config_int (self->config, "max-msg-bytes");
+    for (size_t i = 0; i < n; i++) {
+        self->shards [i].sock = zsock_new (ZMQ_DEALER);
+        kd_socket_harden (self->shards [i].sock, max_msg);
+        zsock_connect (self->shards [i].sock, "%s", endpoints [i]);
+        self->shards [i].lo = los [i];
+        self->shards [i].hi = his [i];
+    }
+    self->n_shards = n;
+    self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
+    self->started = true;
+    s_publish_event (self, "start", "training started");
+    kd_info ("start shards=%zu", n);
+}
+
+static void
+s_on_status (self_t *self, kd_msg_t *msg)
+{
+    self->version = kd_msg_uint (msg, KD_F_VERSION);
+    self->phases = kd_msg_uint (msg, KD_F_PHASES);
+    self->epoch = kd_msg_float (msg, KD_F_EPOCH);
+    self->active = kd_msg_uint (msg, KD_F_WORKERS);
+    self->dropped = kd_msg_uint (msg, KD_F_DROPPED);
+    uint64_t regroups = kd_msg_uint (msg, KD_F_REGROUPS);
+    self->sched_samples = kd_msg_uint (msg, KD_F_SAMPLES);
+    snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
+    size_t nr = 0, ng = 0;
+    const uint64_t *ranks = kd_msg_uints (msg, KD_F_RANKS, &nr);
+    const uint64_t *groups = kd_msg_uints (msg, KD_F_GROUPS, &ng);
+    bool changed = regroups != self->regroups;
+    if (nr == ng && nr > 0 && nr <= S_MAX_WORKERS) {
+        for (size_t i = 0; i < nr; i++)
+            if (ranks [i] < S_MAX_WORKERS && self->groups [ranks [i]] != groups [i]) {
+                self->groups [ranks [i]] = groups [i];
+                changed = true;
+            }
+        self->regroups = regroups;
+        if (changed)
+            s_publish_groups (self, ranks, groups, nr);
+    }
+    self->regroups = regroups;
+}
+
+static void
+s_on_scheduler (self_t *self)
+{
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    int rc = kd_msg_recv (kd_peer_socket (self->peer), &msg, NULL, &err);
+    if (rc == -2)
+        kd_warn ("malformed message from scheduler reason=\"%s\"", err.reason);
+    if (rc != 0)
+        return;
+    kd_peer_heard (self->peer);
+    switch (kd_msg_type (msg)) {
+        case KD_MSG_WELCOME: s_on_welcome (self, msg); break;
+        case KD_MSG_START:   s_on_start (self, msg); break;
+        case KD_MSG_STATUS:  s_on_status (self, msg); break;
+        case KD_MSG_EVAL:
+            if (kd_msg_uint (msg, KD_F_VERSION) >= self->eval_requested || !self->eval_answer) {
+                self->eval_requested = kd_msg_uint (msg, KD_F_VERSION);
+                self->eval_answer = true;
+            }
+            break;
+        case KD_MSG_STOP:
+            kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
+            s_publish_event (self, "done", kd_msg_str (msg, KD_F_REASON));
+            self->stop = true;
+            break;
+        case KD_MSG_HEARTBEAT: break;
+        case KD_MSG_ERROR:
+            kd_warn ("scheduler error code=%llu reason=\"%s\"",
+                     (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+            break;
+        default:
+            kd_warn ("unexpected %s from scheduler", kd_msg_type_name (kd_msg_type (msg)));
+    }
+    kd_msg_destroy (&msg);
+}
+
+//  TELEMETRY from a worker (or garbage from anyone).
+static void
+s_on_intake (self_t *self)
+{
+    kd_msg_t *msg = NULL;
+    zframe_t *id = NULL;
+    kd_msg_err_t err;
+    int rc = kd_msg_recv (self->router, &msg, &id, &err);
+    if (rc == -2) {
+        kd_warn ("malformed telemetry code=%d reason=\"%s\"", err.code, err.reason);
+        if (id) {
+            kd_msg_t *reply = kd_msg_new_error (id, err.code, err.reason);
+            kd_msg_send (&reply, self->router);
+        }
+        zframe_destroy (&id);
+        return;
+    }
+    if (rc != 0)
+        return;
+    kd_msg_type_t type = kd_msg_type (msg);
+    if (type == KD_MSG_TELEMETRY) {
+        uint64_t rank = kd_msg_uint (msg, KD_F_RANK);
+        uint64_t samples = kd_msg_uint (msg, KD_F_SAMPLES);
+        if (rank >= S_MAX_WORKERS || samples > 1000000) {
+            kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_MALFORMED,
+                                                "rank or samples out of range");
+            kd_msg_send (&reply, self->router);
+        }
+        else {
+            s_worker_t *w = &self->workers [rank];
+            w->seen = true;
+            w->clock = kd_msg_uint (msg, KD_F_CLOCK);
+            w->samples += samples;
+            w->window_samples += samples;
+            w->loss = kd_msg_float (msg, KD_F_LOSS);
+            w->compute_ms = kd_msg_float (msg, KD_F_COMPUTE_MS);
+            w->push_ms = kd_msg_float (msg, KD_F_PUSH_MS);
+            w->wait_ms = kd_msg_float (msg, KD_F_WAIT_MS);
+            w->pull_ms = kd_msg_float (msg, KD_F_PULL_MS);
+            w->staleness = kd_msg_uint (msg, KD_F_STALENESS);
+            w->dropped = kd_msg_uint (msg, KD_F_DROPPED);
+            w->group = kd_msg_uint (msg, KD_F_GROUP);
+            w->last_ms = kd_now_ms ();
+            self->total_samples += samples;
+            self->window_samples += samples;
+            if (isfinite (w->loss) && w->loss < 1e29) {
+                self->train_loss = self->have_loss
+                    ? (1 - S_LOSS_ALPHA) * self->train_loss + S_LOSS_ALPHA * w->loss : w->loss;
+                self->have_loss = true;
+            }
+            if (isfinite (w->wait_ms) && w->wait_ms >= 0)
+                self->wait_total += w->wait_ms;
+            double work = w->compute_ms + w->push_ms + w->pull_ms;
+            if (isfinite (work) && work >= 0)
+                self->busy_total += work;
+            self->stale_hist [w->staleness < S_STALE_BINS ? w->staleness : S_STALE_BINS]++;
+        }
+    }
+    else
+    if (type == KD_MSG_HEARTBEAT) {
+        kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
+        kd_msg_set_routing_id (hb, kd_msg_routing_id (msg));
+        kd_msg_send (&hb, self->router);
+    }
+    else {
+        char reason [96];
+        snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
+        kd_warn ("error code=%d reason=\"%s\"", KD_ERR_UNKNOWN_TYPE, reason);
+        kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_UNKNOWN_TYPE, reason);
+        kd_msg_send (&reply, self->router);
+    }
+    kd_msg_destroy (&msg);
+}
+
+int
+kd_monitor_run (kd_config_t *config)
+{
+    int rc = 1;
+    self_t *self = (self_t *) zmalloc (sizeof *self);
+    self->config = config;
+    char err [512];
+    int64_t max_msg = kd_config_int (config, "max-msg-bytes");
+    openblas_set_num_threads ((int) kd_config_int (config, "threads"));
+    snprintf (self->model_name, sizeof self->model_name, "?");
+    snprintf (self->consistency, sizeof self->consistency, "?");
+    self->groups = (uint64_t *) malloc (S_MAX_WORKERS * sizeof (uint64_t));
+    for (size_t r = 0; r < S_MAX_WORKERS; r++)
+        self->groups [r] = UINT32_MAX;
+
+    self->test = kd_dataset_load_dir (kd_config_str (config, "data-dir"), "t10k", 0, 0, err, sizeof err);
+    if (!self->test) {
+        kd_error ("cannot load test data: %s", err);
+        goto cleanup;
+    }
+    self->router = zsock_new (ZMQ_ROUTER);
+    self->pub = zsock_new (ZMQ_PUB);
+    kd_socket_harden (self->router, max_msg);
+    kd_socket_harden (self->pub, max_msg);
+    if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0
+    ||  zsock_bind (self->pub, "%s", kd_config_str (config, "pub-bind")) < 0) {
+        kd_error ("cannot bind endpoint=%s pub=%s: %s", kd_config_str (config, "bind"),
+                  kd_config_str (config, "pub-bind"), zmq_strerror (zmq_errno ()));
+        goto cleanup;
+    }
+    self->peer = kd_peer_new (kd_config_str (config, "scheduler"), "monitor",
+                              kd_config_str (config, "name"), max_msg,
+                              (int) kd_config_int (config, "heartbeat-ms"),
+                              (int) kd_config_int (config, "liveness"));
+    if (!self->peer) {
+        kd_error ("cannot connect to scheduler endpoint=%s", kd_config_str (config, "scheduler"));
+        goto cleanup;
+    }
+    kd_info ("listening intake=%s pub=%s test_rows=%zu", kd_config_str (config, "bind"),
+             kd_config_str (config, "pub-bind"), kd_dataset_count (self->test));
+    kd_peer_hello (self->peer);
+    int publish_ms = (int) kd_config_int (config, "publish-ms");
+    uint64_t next_publish = kd_now_ms () + (uint64_t) publish_ms;
+
+    while (!self->stop && !zsys_interrupted) {
+        zmq_pollitem_t items [2 + S_MAX_SHARDS];
+        items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
+        items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
+        for (size_t i = 0; i < self->n_shards; i++)
+            items [2 + i] = (zmq_pollitem_t) { zsock_resolve (self->shards [i].sock), 0, ZMQ_POLLIN, 0 };
+        uint64_t now = kd_now_ms ();
+        int wait = next_publish > now ? (int) (next_publish - now) : 0;
+        if (wait > 20)
+            wait = 20;
+        if (zmq_poll (items, 2 + (int) self->n_shards, wait) < 0)
+            break;
+        if (items [0].revents & ZMQ_POLLIN)
+            s_on_intake (self);
+        if (items [1].revents & ZMQ_POLLIN)
+            s_on_scheduler (self);
+        for (size_t i = 0; i < self->n_shards; i++)
+            if (items [2 + i].revents & ZMQ_POLLIN)
+                s_on_shard (self, i);
+        s_eval_check (self);
+        now = kd_now_ms ();
+        if (now >= next_publish) {
+            s_publish_stats (self);
+            next_publish = now + (uint64_t) publish_ms;
+        }
+        kd_peer_tick (self->peer);
+    }
+    //  A last picture for followers, then give it time to leave.
+    if (self->pub) {
+        s_publish_stats (self);
+        zsock_set_linger (self->pub, 500);
+    }
+    rc = 0;
+cleanup:
+    for (size_t i = 0; i < self->n_shards; i++)
+        zsock_destroy (&self->shards [i].sock);
+    kd_peer_destroy (&self->peer);
+    zsock_destroy (&self->router);
+    zsock_destroy (&self->pub);
+    kd_model_destroy (&self->model);
+    kd_dataset_destroy (&self->test);
+    free (self->params);
+    free (self->groups);
+    free (self);
+    return rc;
+}

@@ -1,0 +1,373 @@
+/*  Integration tests: the real service binaries on loopback.
+
+    - kudus local on a small budget trains to clearly better than chance;
+    - a raw ZeroMQ client sends garbage to each service, which answers ERROR
+      and still serves a valid request afterwards;
+    - SIGTERM makes each service exit cleanly.
+*/
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <msgpack.h>
+#include "kudus.h"
+#include "kd_testutil.h"
+
+static char *s_dir;
+static int s_port;
+
+static void
+setup (void)
+{
+    s_dir = kd_test_tmpdir ();
+    cr_assert (s_dir);
+    s_port = kd_test_base_port ();
+}
+
+static void
+teardown (void)
+{
+    free (s_dir);
+}
+
+TestSuite (services, .init = setup, .fini = teardown, .timeout = 200);
+
+//  Print a log file, to explain a failure.
+static void
+s_dump (const char *path)
+{
+    char *text = kd_test_slurp (path);
+    if (text) {
+        fprintf (stderr, "----- %s -----\n%s\n", path, text);
+        free (text);
+    }
+}
+
+Test (services, local_cluster_trains_better_than_chance)
+{
+    char summary [256], log [256], port [16];
+    snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
+    snprintf (log, sizeof log, "%s/local.log", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *argv [] = { "kudus", "local", "--workers", "2", "--shards", "2", "--epochs", "2",
+                            "--base-port", port, "--summary", summary, "--eval-interval", "0.5",
+                            NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    //  Follow the run's stream, as a user would in another terminal.
+    char pub [64], tail_json [256], tail_table [256];
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (tail_json, sizeof tail_json, "%s/tail.json", s_dir);
+    snprintf (tail_table, sizeof tail_table, "%s/tail.txt", s_dir);
+    const char *a_json [] = { "kudus", "tail", pub, "--json", "--count", "8", "--timeout", "60", NULL };
+    const char *a_table [] = { "kudus", "tail", pub, "--count", "8", "--timeout", "60", NULL };
+    pid_t p_json = kd_test_spawn (a_json, tail_json);
+    pid_t p_table = kd_test_spawn (a_table, tail_table);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 150000, &status);
+    int tail_status = -1;
+    cr_expect (kd_test_wait (p_json, 5000, &tail_status) && WIFEXITED (tail_status)
+               && WEXITSTATUS (tail_status) == 0, "kudus tail --json failed: %d", tail_status);
+    cr_expect (kd_test_wait (p_table, 5000, &tail_status) && WIFEXITED (tail_status)
+               && WEXITSTATUS (tail_status) == 0, "kudus tail failed: %d", tail_status);
+    kd_test_kill (p_json);
+    kd_test_kill (p_table);
+    char *text = kd_test_slurp (tail_json);
+    cr_expect (text && strstr (text, "{\"topic\":\"stats\"") && strstr (text, "\"samples_per_s\":"),
+               "tail --json output: %s", text ? text : "(none)");
+    cr_expect (text && strstr (text, "{\"topic\":\"worker\"") && strstr (text, "\"rank\":"),
+               "tail --json shows no worker rows");
+    free (text);
+    text = kd_test_slurp (tail_table);
+    cr_expect (text && strstr (text, "samples/s") && strstr (text, "compute"),
+               "tail table output: %s", text ? text : "(none)");
+    free (text);
+    if (!exited)
+        kd_test_kill (pid);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        s_dump (log);
+    cr_assert (exited, "kudus local did not finish in time");
+    cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed: %d", status);
+    char *json = kd_test_slurp (summary);
+    cr_assert (json, "no summary written");
+    double accuracy = kd_test_json_number (json, "test_accuracy");
+    cr_expect (accuracy > 0.6, "accuracy %f is not clearly better than chance", accuracy);
+    cr_expect (kd_test_json_number (json, "workers") == 2);
+    cr_expect (kd_test_json_number (json, "shards") == 2);
+    cr_expect (kd_test_json_number (json, "updates") > 10);
+    cr_expect (strstr (json, "\"time_to_accuracy\"") != NULL);
+    cr_expect (strstr (json, "\"consistency\": \"bsp\"") != NULL);
+    free (json);
+}
+
+//  A DEALER to an endpoint with a receive timeout.
+static zsock_t *
+s_client (const char *endpoint)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    cr_assert (sock);
+    zsock_set_rcvtimeo (sock, 3000);
+    zsock_set_linger (sock, 0);
+    cr_assert (zsock_connect (sock, "%s", endpoint) == 0);
+    return sock;
+}
+
+//  Send raw frames.
+static void
+s_send_raw (zsock_t *sock, const void *a, size_t alen, const void *b, size_t blen)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addmem (msg, a, alen);
+    if (b)
+        zmsg_addmem (msg, b, blen);
+    zmsg_send (&msg, sock);
+}
+
+//  Encode a header map {"v": version, "t": type} plus one extra pair.
+static size_t
+s_header (char *buf, size_t size, unsigned version, const char *type, const char *key, int value)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, key ? 3 : 2);
+    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "v", 1);
+    msgpack_pack_uint32 (&pk, version);
+    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "t", 1);
+    msgpack_pack_str (&pk, strlen (type)); msgpack_pack_str_body (&pk, type, strlen (type));
+    if (key) {
+        msgpack_pack_str (&pk, strlen (key)); msgpack_pack_str_body (&pk, key, strlen (key));
+        msgpack_pack_int (&pk, value);
+    }
+    size_t n = sb.size < size ? sb.size : size;
+    memcpy (buf, sb.data, n);
+    msgpack_sbuffer_destroy (&sb);
+    return n;
+}
+
+//  Send the malformed set; return how many should be answered with ERROR.
+static int
+s_send_garbage (zsock_t *sock)
+{
+    char buf [256];
+    int expected = 0;
+    uint8_t bomb [] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+    s_send_raw (sock, bomb, sizeof bomb, NULL, 0); expected++;
+    uint8_t mapbomb [] = { 0xdf, 0xff, 0xff, 0xff, 0xff };
+    s_send_raw (sock, mapbomb, sizeof mapbomb, NULL, 0); expected++;
+    s_send_raw (sock, "hello world", 11, NULL, 0); expected++;
+    size_t n = s_header (buf, sizeof buf, 1, "NO_SUCH_TYPE", NULL, 0);
+    s_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = s_header (buf, sizeof buf, 99, "HEARTBEAT", NULL, 0);
+    s_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = s_header (buf, sizeof buf, 1, "PULL", NULL, 0);     //  missing version
+    s_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = s_header (buf, sizeof buf, 1, "PULL", "version", -5);   //  wrong type
+    s_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+    s_send_raw (sock, buf, n - 3, NULL, 0); expected++;     //  truncated
+    n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+    s_send_raw (sock, buf, n, "abc", 3); expected++;        //  unexpected data frame
+    srand (7);
+    for (int i = 0; i < 200; i++) {
+        char junk [64];
+        size_t len = 1 + (size_t) rand () % sizeof junk;
+        for (size_t j = 0; j < len; j++)
+            junk [j] = (char) rand ();
+        s_send_raw (sock, junk, len, NULL, 0);
+        expected++;
+    }
+    return expected;
+}
+
+//  Read replies until `want` ERRORs or a timeout; returns ERRORs seen.
+static int
+s_count_errors (zsock_t *sock, int want)
+{
+    int errors = 0;
+    while (errors < want) {
+        kd_msg_t *msg = NULL;
+        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
+            break;
+        if (kd_msg_type (msg) == KD_MSG_ERROR)
+            errors++;
+        kd_msg_destroy (&msg);
+    }
+    return errors;
+}
+
+//  Wait for a reply of one type, skipping others; true if it came.
+static bool
+s_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
+{
+    for (int i = 0; i < 50; i++) {
+        kd_msg_t *msg = NULL;
+        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
+            return false;
+        if (kd_msg_type (msg) == type) {
+            if (out)
+                *out = msg;
+            else
+                kd_msg_destroy (&msg);
+            return true;
+        }
+        kd_msg_destroy (&msg);
+    }
+    return false;
+}
+
+static bool
+s_alive (pid_t pid)
+{
+    return waitpid (pid, NULL, WNOHANG) == 0;
+}
+
+Test (services, garbage_is_answered_and_valid_requests_still_work)
+{
+    char sched [64], shard [64], intake [64], pub [64], log [256];
+    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    snprintf (log, sizeof log, "%s/services.log", s_dir);
+    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--min-workers", "1",
+                               "--max-msg-bytes", "65536", NULL };
+    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched,
+                             "--max-msg-bytes", "65536", NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched,
+                               "--max-msg-bytes", "65536", NULL };
+    pid_t p_sched = kd_test_spawn (a_sched, log);
+    pid_t p_mon = kd_test_spawn (a_mon, log);
+    pid_t p_shard = kd_test_spawn (a_shard, log);
+    usleep (1500 * 1000);   //  let the shard register and the monitor load its data
+
+    const char *endpoints [] = { sched, shard, intake };
+    bool all_ok = true;
+    for (int e = 0; e < 3; e++) {
+        zsock_t *client = s_client (endpoints [e]);
+        int expected = s_send_garbage (client);
+        int errors = s_count_errors (client, expected);
+        all_ok = all_ok && errors == expected;
+        cr_expect (errors == expected, "%s answered %d of %d malformed messages with ERROR",
+                   endpoints [e], errors, expected);
+        //  An oversize frame makes ZeroMQ drop the connection; the client
+        //  reconnects by itself and is served again.
+        size_t big = 100000;
+        char *huge = calloc (1, big);
+        s_send_raw (client, huge, big, NULL, 0);
+        free (huge);
+        usleep (300 * 1000);
+        kd_msg_t *req;
+        kd_msg_type_t want;
+        if (e == 0) {
+            req = kd_msg_new (KD_MSG_HELLO);
+            kd_msg_set_str (req, KD_F_ROLE, "worker");
+            kd_msg_set_str (req, KD_F_NAME, "garbage-test-client");
+            want = KD_MSG_WELCOME;
+        }
+        else
+        if (e == 1) {
+            req = kd_msg_new (KD_MSG_PULL);
+            kd_msg_set_uint (req, KD_F_VERSION, 0);
+            want = KD_MSG_PULL_OK;
+        }
+        else {
+            req = kd_msg_new (KD_MSG_HEARTBEAT);
+            want = KD_MSG_HEARTBEAT;
+        }
+        kd_msg_send (&req, client);
+        kd_msg_t *reply = NULL;
+        bool ok = s_expect (client, want, &reply);
+        all_ok = all_ok && ok;
+        cr_expect (ok, "%s did not answer a valid request after garbage", endpoints [e]);
+        if (ok && e == 1) {
+            size_t count = 0;
+            kd_msg_data_floats (reply, &count);
+            cr_expect (count == kd_model_param_count (KD_MODEL_SOFTMAX, 0));
+        }
+        kd_msg_destroy (&reply);
+        zsock_destroy (&client);
+    }
+    bool alive [] = { s_alive (p_sched), s_alive (p_shard), s_alive (p_mon) };
+    cr_expect (alive [0], "scheduler died");
+    cr_expect (alive [1], "shard died");
+    cr_expect (alive [2], "monitor died");
+    all_ok = all_ok && alive [0] && alive [1] && alive [2];
+    pid_t pids [] = { p_shard, p_mon, p_sched };
+    for (int i = 0; i < 3; i++) {
+        kill (pids [i], SIGTERM);
+        int status = -1;
+        bool exited = kd_test_wait (pids [i], 10000, &status);
+        bool clean = exited && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+        all_ok = all_ok && clean;
+        cr_expect (clean,
+                   "service %d did not exit cleanly after SIGTERM (status %d)", i, status);
+        kd_test_kill (pids [i]);
+    }
+    if (!all_ok)
+        s_dump (log);
+}
+
+//  Start a service, give it time to get into its loop, SIGTERM it.
+static void
+s_sigterm_case (const char *const *argv, int settle_ms)
+{
+    char log [256];
+    snprintf (log, sizeof log, "%s/%s.log", s_dir, argv [0]);
+    pid_t pid = kd_test_spawn (argv, log);
+    usleep ((useconds_t) settle_ms * 1000);
+    cr_assert (s_alive (pid), "%s died before SIGTERM", argv [0]);
+    kill (pid, SIGTERM);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 10000, &status);
+    kd_test_kill (pid);
+    bool clean = exited && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+    if (!clean)
+        s_dump (log);
+    cr_expect (clean, "%s did not exit cleanly after SIGTERM (status %d)", argv [0], status);
+}
+
+Test (services, sigterm_exits_cleanly)
+{
+    char sched [64], shard [64], intake [64], pub [64];
+    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    //  Each waits for peers that never come, which is where a service that
+    //  ignores signals would hang.
+    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched, NULL };
+    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched, NULL };
+    const char *a_worker [] = { "kudus-worker", "--scheduler", sched, "--monitor", intake, NULL };
+    s_sigterm_case (a_sched, 500);
+    s_sigterm_case (a_shard, 500);
+    s_sigterm_case (a_mon, 1000);
+    s_sigterm_case (a_worker, 2000);
+}
+
+Test (services, bad_flags_and_missing_files_are_clear_errors)
+{
+    char log [256];
+    snprintf (log, sizeof log, "%s/flags.log", s_dir);
+    const char *bad_flag [] = { "kudus-shard", "--no-such-flag", "1", NULL };
+    const char *bad_value [] = { "kudus-scheduler", "--shards", "0", NULL };
+    const char *bad_enum [] = { "kudus", "local", "--consistency", "fastest", NULL };
+    const char *missing [] = { "kudus-worker", "--data-dir", "/nonexistent/kudus", NULL };
+    const char *const *cases [] = { bad_flag, bad_value, bad_enum, missing };
+    const char *needles [] = { "unknown flag '--no-such-flag'", "setting 'shards'",
+                               "setting 'consistency'", "/nonexistent/kudus" };
+    for (int i = 0; i < 4; i++) {
+        unlink (log);
+        pid_t pid = kd_test_spawn (cases [i], log);
+        int status = -1;
+        bool exited = kd_test_wait (pid, 10000, &status);
+        kd_test_kill (pid);
+        cr_expect (exited && WIFEXITED (status) && WEXITSTATUS (status) != 0,
+                   "%s should fail (status %d)", cases [i][0], status);
+        char *text = kd_test_slurp (log);
+        cr_expect (text && strstr (text, needles [i]), "message for case %d lacks '%s': %s",
+                   i, needles [i], text ? text : "(none)");
+        free (text);
+    }
+}

@@ -1,0 +1,128 @@
+/*  kd_testutil: helpers shared by the test suites.
+*/
+#define _GNU_SOURCE
+#include "kd_testutil.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef KUDUS_BIN_DIR
+#define KUDUS_BIN_DIR "."
+#endif
+
+char *
+kd_test_tmpdir (void)
+{
+    char tmpl [] = "/tmp/kudus-test-XXXXXX";
+    char *dir = mkdtemp (tmpl);
+    return dir ? strdup (dir) : NULL;
+}
+
+const char *
+kd_test_bin (const char *name)
+{
+    static char path [1024];
+    snprintf (path, sizeof path, "%s/%s", KUDUS_BIN_DIR, name);
+    return path;
+}
+
+pid_t
+kd_test_spawn (const char *const *argv, const char *log_path)
+{
+    char path [1024];
+    snprintf (path, sizeof path, "%s/%s", KUDUS_BIN_DIR, argv [0]);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
+        if (log_path) {
+            int fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2 (fd, STDOUT_FILENO);
+                dup2 (fd, STDERR_FILENO);
+                close (fd);
+            }
+        }
+        execv (path, (char *const *) argv);
+        fprintf (stderr, "cannot run %s: %s\n", path, strerror (errno));
+        _exit (127);
+    }
+    return pid;
+}
+
+bool
+kd_test_wait (pid_t pid, int timeout_ms, int *status)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        int st;
+        pid_t r = waitpid (pid, &st, WNOHANG);
+        if (r == pid) {
+            if (status)
+                *status = st;
+            return true;
+        }
+        if (r < 0)
+            return false;
+        usleep (10000);
+    }
+    return false;
+}
+
+void
+kd_test_kill (pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    if (waitpid (pid, NULL, WNOHANG) == 0) {
+        kill (pid, SIGKILL);
+        waitpid (pid, NULL, 0);
+    }
+}
+
+int
+kd_test_base_port (void)
+{
+    unsigned seed = (unsigned) getpid () ^ (unsigned) time (NULL);
+    return 20000 + (int) (seed % 200) * 200;
+}
+
+char *
+kd_test_slurp (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (getdelim (&text, &len, 0, f) < 0) {
+        free (text);
+        text = NULL;
+    }
+    fclose (f);
+    return text;
+}
+
+double
+kd_test_json_number (const char *json, const char *key)
+{
+    if (!json)
+        return NAN;
+    char pattern [128];
+    snprintf (pattern, sizeof pattern, "\"%s\":", key);
+    const char *p = strstr (json, pattern);
+    if (!p)
+        return NAN;
+    p += strlen (pattern);
+    while (*p == ' ')
+        p++;
+    char *end;
+    double v = strtod (p, &end);
+    return end == p ? NAN : v;
+}

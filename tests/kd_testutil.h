@@ -1,0 +1,49 @@
+/*  kd_testutil: helpers shared by the test suites: temporary directories,
+    child processes for integration tests, and sockets with timeouts.
+*/
+#ifndef KD_TESTUTIL_H_INCLUDED
+#define KD_TESTUTIL_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+//  Create a fresh temporary directory; the caller frees the path.
+char *
+    kd_test_tmpdir (void);
+
+//  Start a binary from the build directory with its output appended to
+//  log_path (NULL: inherit).  argv [0] is the binary's name, e.g.
+//  "kudus-shard".  The child dies with the test (PR_SET_PDEATHSIG).
+pid_t
+    kd_test_spawn (const char *const *argv, const char *log_path);
+
+//  Wait up to timeout_ms for a child to exit.  Returns true and sets
+//  *status if it did.
+bool
+    kd_test_wait (pid_t pid, int timeout_ms, int *status);
+
+//  SIGKILL and reap a child if it still runs.
+void
+    kd_test_kill (pid_t pid);
+
+//  A base port for this test process, so that parallel runs do not collide:
+//  a multiple of 200 in [20000, 60000).
+int
+    kd_test_base_port (void);
+
+//  Read a whole file into a new NUL-terminated string (caller frees); NULL
+//  if it cannot be read.
+char *
+    kd_test_slurp (const char *path);
+
+//  Numeric value of "key": in a JSON text; NAN if absent or null.
+double
+    kd_test_json_number (const char *json, const char *key);
+
+//  Path of a binary in the build directory (static buffer).
+const char *
+    kd_test_bin (const char *name);
+
+#endif
