@@ -116,6 +116,10 @@ static const kd_setting_t s_table [] = {
     //  Monitor
     { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
       "seconds between test-set evaluations (0 = every new version)" },
+    { "snapshot-ms", KD_CT_INT, "0", 0, 60000, NULL, S_MON | S_LOC,
+      "copy the model this often for the accuracy curve, evaluated at the end (0 = off)" },
+    { "curve", KD_CT_STRING, "", 0, 1024, NULL, S_MON | S_LOC,
+      "write the accuracy-against-time curve of the snapshots here (CSV)" },
     { "publish-ms", KD_CT_INT, "500", 50, 1000, NULL, S_MON,
       "how often the stream publishes stats" },
     { "data-dir", KD_CT_STRING, KUDUS_DEFAULT_DATA_DIR, 0, 1024, NULL,
@@ -140,6 +144,12 @@ static const kd_setting_t s_table [] = {
       "where the service binaries are (default: beside kudus)" },
     { "quiet", KD_CT_BOOL, "false", 0, 0, NULL, S_LOC,
       "do not echo the services' logs" },
+
+    //  kudus experiment
+    { "out", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
+      "experiment: directory for the CSV, plot and table" },
+    { "seeds", KD_CT_INT, "3", 1, 9, NULL, S_BEN,
+      "experiment: runs per model, with seeds seed, seed+1, ..." },
 
     //  kudus tail
     { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_TAIL,

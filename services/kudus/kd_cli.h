@@ -9,6 +9,10 @@
 int
     kd_local_main (int argc, char **argv);
 
+//  kudus experiment SCENARIO --out DIR: all five models on one scenario.
+int
+    kd_experiment_main (int argc, char **argv);
+
 //  kudus tail ENDPOINT: follow the monitor's stream.
 int
     kd_tail_main (int argc, char **argv);

@@ -19,7 +19,8 @@
 
 #define S_MAX_CHILDREN  300     //  monitor + scheduler + shards + workers
 #define S_MAX_ARGS      96      //  argv entries per child
-#define S_GRACE_MS      5000    //  after the scheduler exits, before SIGTERM
+#define S_GRACE_MS      30000   //  after the scheduler exits, before SIGTERM
+                                //  (the monitor may be evaluating its curve)
 #define S_KILL_MS       3000    //  after SIGTERM, before SIGKILL
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
 
@@ -317,6 +318,8 @@ kd_local_main (int argc, char **argv)
     s_arg (&a, "--name"); s_arg (&a, "monitor");
     s_pass (&a, c, "data-dir");
     s_pass (&a, c, "eval-interval");
+    s_pass (&a, c, "snapshot-ms");
+    s_pass (&a, c, "curve");
     for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a) == 0) n_children++; else rc = 1;

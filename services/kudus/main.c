@@ -10,6 +10,8 @@ s_usage (FILE *out)
         "commands:\n"
         "  local           run a local cluster on loopback and train\n"
         "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
+        "  experiment SCENARIO --out DIR\n"
+        "                  run all five consistency models on a scenario\n"
         "  version         print the version\n\n"
         "'kudus COMMAND --help' lists a command's settings.\n");
 }
@@ -24,6 +26,8 @@ main (int argc, char **argv)
     const char *cmd = argv [1];
     if (!strcmp (cmd, "local"))
         return kd_local_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "experiment"))
+        return kd_experiment_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "tail"))
         return kd_tail_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "version") || !strcmp (cmd, "--version")) {

@@ -34,7 +34,17 @@ typedef struct {
     uint64_t dropped;           //  drops so far
     uint64_t group;             //  ALSP group
     uint64_t last_ms;           //  ms of its last telemetry
+    double sum_compute, sum_push, sum_wait, sum_pull;  //  over the window
+    uint64_t n_window;          //  iterations in the window
 } s_worker_t;
+
+typedef struct {
+    uint64_t version;           //  model version of the snapshot
+    uint64_t ts_ms;             //  wall ms of the commit that made it
+    float *params;              //  the model
+} s_snapshot_t;
+
+typedef enum { S_ROUND_EVAL, S_ROUND_SNAPSHOT } s_round_t;
 
 typedef struct {
     zsock_t *sock;              //  DEALER to the shard
@@ -81,6 +91,10 @@ typedef struct {
     double accuracy, test_loss; //  last evaluation
     uint64_t next_eval;         //  ms
     uint64_t eval_started;      //  ms the current pull began
+    s_round_t round;            //  what the outstanding pull is for
+    s_snapshot_t *snapshots;    //  the curve's models
+    size_t n_snapshots, max_snapshots;  //  used, allocated
+    uint64_t next_snapshot;     //  ms
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -191,7 +205,16 @@ s_publish_stats (self_t *self)
             continue;
         w->samples_per_s = window_s > 0 ? (double) w->window_samples / window_s : 0;
         w->window_samples = 0;
-        msgpack_pack_map (&pk, 13);
+        //  Means over the window; the last values if it had no iteration.
+        if (w->n_window > 0) {
+            w->compute_ms = w->sum_compute / (double) w->n_window;
+            w->push_ms = w->sum_push / (double) w->n_window;
+            w->wait_ms = w->sum_wait / (double) w->n_window;
+            w->pull_ms = w->sum_pull / (double) w->n_window;
+        }
+        w->sum_compute = w->sum_push = w->sum_wait = w->sum_pull = 0;
+        w->n_window = 0;
+        msgpack_pack_map (&pk, 14);
         s_pack_uint (&pk, "rank", r);
         s_pack_uint (&pk, "clock", w->clock);
         s_pack_uint (&pk, "samples", w->samples);
@@ -201,6 +224,7 @@ s_publish_stats (self_t *self)
         s_pack_float (&pk, "push_ms", w->push_ms);
         s_pack_float (&pk, "wait_ms", w->wait_ms);
         s_pack_float (&pk, "pull_ms", w->pull_ms);
+        s_pack_float (&pk, "iter_ms", w->compute_ms + w->push_ms + w->pull_ms);
         s_pack_uint (&pk, "staleness", w->staleness);
         s_pack_uint (&pk, "dropped", w->dropped);
         s_pack_uint (&pk, "group", w->group);
@@ -262,13 +286,15 @@ s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, s
 //  --------------------------------------------------------------------------
 //  Evaluation
 
-//  Pull the model at >= want from every shard.
+//  Pull the model at >= want from every shard, for an evaluation or a
+//  snapshot.  One round is outstanding at a time.
 static void
-s_eval_begin (self_t *self, uint64_t want)
+s_eval_begin (self_t *self, uint64_t want, s_round_t round)
 {
     if (!self->started || !self->model || self->evaluating)
         return;
     self->evaluating = true;
+    self->round = round;
     self->eval_want = want;
     self->eval_started = kd_now_ms ();
     for (size_t i = 0; i < self->n_shards; i++) {
@@ -277,6 +303,60 @@ s_eval_begin (self_t *self, uint64_t want)
         kd_msg_set_uint (pull, KD_F_VERSION, want);
         kd_msg_send (&pull, self->shards [i].sock);
     }
+}
+
+//  Keep a copy of the assembled model for the curve.
+static void
+s_snapshot_take (self_t *self, uint64_t version, uint64_t ts)
+{
+    self->evaluating = false;
+    if (self->n_snapshots > 0 && self->snapshots [self->n_snapshots - 1].version >= version)
+        return;
+    if (self->n_snapshots == self->max_snapshots) {
+        self->max_snapshots = self->max_snapshots ? self->max_snapshots * 2 : 256;
+        self->snapshots = (s_snapshot_t *) realloc (self->snapshots,
+                                                    self->max_snapshots * sizeof (s_snapshot_t));
+        assert (self->snapshots);
+    }
+    s_snapshot_t *snap = &self->snapshots [self->n_snapshots++];
+    snap->version = version;
+    snap->ts_ms = ts;
+    snap->params = (float *) malloc (self->n_params * sizeof (float));
+    assert (snap->params);
+    memcpy (snap->params, self->params, self->n_params * sizeof (float));
+}
+
+//  Evaluate every snapshot and write the curve: seconds since the start,
+//  version, accuracy, loss.  Done at the end, so that it costs training
+//  nothing.
+static void
+s_write_curve (self_t *self)
+{
+    const char *path = kd_config_str (self->config, "curve");
+    if (!*path || !self->model)
+        return;
+    char *tmp = zsys_sprintf ("%s.tmp", path);
+    FILE *f = fopen (tmp, "w");
+    if (!f) {
+        kd_error ("cannot write curve path=%s: %s", path, strerror (errno));
+        zstr_free (&tmp);
+        return;
+    }
+    fprintf (f, "seconds,version,accuracy,loss\n");
+    for (size_t i = 0; i < self->n_snapshots; i++) {
+        s_snapshot_t *snap = &self->snapshots [i];
+        double accuracy = 0, loss = 0;
+        kd_model_evaluate (self->model, snap->params, kd_dataset_images (self->test),
+                           kd_dataset_labels (self->test), kd_dataset_count (self->test),
+                           &accuracy, &loss);
+        double seconds = snap->ts_ms > self->t0_ms ? (double) (snap->ts_ms - self->t0_ms) / 1000.0 : 0;
+        fprintf (f, "%.3f,%llu,%.4f,%.5f\n", seconds, (unsigned long long) snap->version, accuracy, loss);
+    }
+    if (fclose (f) == 0 && rename (tmp, path) == 0)
+        kd_info ("curve written path=%s points=%zu", path, self->n_snapshots);
+    else
+        kd_error ("cannot write curve path=%s: %s", path, strerror (errno));
+    zstr_free (&tmp);
 }
 
 //  All slices are in: evaluate, publish, tell the scheduler.
@@ -289,6 +369,10 @@ s_eval_finish (self_t *self)
             version = self->shards [i].version;
             ts = self->shards [i].ts_ms;
         }
+    if (self->round == S_ROUND_SNAPSHOT) {
+        s_snapshot_take (self, version, ts);
+        return;
+    }
     double accuracy = 0, loss = 0;
     double t = kd_now_msf ();
     kd_model_evaluate (self->model, self->params, kd_dataset_images (self->test),
@@ -353,12 +437,20 @@ s_eval_check (self_t *self)
         return;
     uint64_t now = kd_now_ms ();
     if (self->eval_answer) {
-        s_eval_begin (self, self->eval_requested);
+        s_eval_begin (self, self->eval_requested, S_ROUND_EVAL);
+        return;
+    }
+    //  Snapshots take the current version at once: a parked pull would
+    //  hold up the final evaluation once training stops.
+    int64_t snapshot_ms = kd_config_int (self->config, "snapshot-ms");
+    if (snapshot_ms > 0 && now >= self->next_snapshot) {
+        s_eval_begin (self, 0, S_ROUND_SNAPSHOT);
+        self->next_snapshot = now + (uint64_t) snapshot_ms;
         return;
     }
     //  Periodic: the next version after the last one evaluated.
     if (now >= self->next_eval && self->version > self->evaluated) {
-        s_eval_begin (self, self->evaluated + 1);
+        s_eval_begin (self, self->evaluated + 1, S_ROUND_EVAL);
         self->next_eval = now + (uint64_t) (kd_config_double (self->config, "eval-interval") * 1000);
     }
 }
@@ -527,6 +619,13 @@ s_on_intake (self_t *self)
             w->dropped = kd_msg_uint (msg, KD_F_DROPPED);
             w->group = kd_msg_uint (msg, KD_F_GROUP);
             w->last_ms = kd_now_ms ();
+            if (isfinite (w->compute_ms + w->push_ms + w->wait_ms + w->pull_ms)) {
+                w->sum_compute += w->compute_ms;
+                w->sum_push += w->push_ms;
+                w->sum_wait += w->wait_ms;
+                w->sum_pull += w->pull_ms;
+                w->n_window++;
+            }
             self->total_samples += samples;
             self->window_samples += samples;
             if (isfinite (w->loss) && w->loss < 1e29) {
@@ -629,6 +728,7 @@ kd_monitor_run (kd_config_t *config)
         }
         kd_peer_tick (self->peer);
     }
+    s_write_curve (self);
     //  A last picture for followers, then give it time to leave.
     if (self->pub) {
         s_publish_stats (self);
@@ -645,6 +745,9 @@ cleanup:
     kd_dataset_destroy (&self->test);
     free (self->params);
     free (self->groups);
+    for (size_t i = 0; i < self->n_snapshots; i++)
+        free (self->snapshots [i].params);
+    free (self->snapshots);
     free (self);
     return rc;
 }

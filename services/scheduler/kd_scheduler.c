@@ -13,6 +13,7 @@
 */
 #include "kd_scheduler.h"
 #include <math.h>
+#include <msgpack.h>
 
 #define S_MAX_WORKERS   1024            //  worker ranks
 #define S_MAX_SHARDS    64              //  shard ranks
@@ -44,6 +45,7 @@ typedef struct {
 typedef struct {
     kd_config_t *config;        //  settings
     zsock_t *router;            //  every peer talks to us here
+    zsock_t *telemetry;         //  SUB to the monitor's "worker" topic (ALSP)
     s_state_t state;            //  lifecycle
     kd_controller_t *ctl;       //  consistency decisions
     zhashx_t *by_name;          //  name -> s_member_t (owns)
@@ -629,13 +631,8 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
         return;
     }
     double t = kd_now_msf ();
-    if (m->release_ms > 0) {
-        double busy = t - m->release_ms;
-        self->busy_total += busy;
-        //  The worker's own iteration time, without the barrier wait, is
-        //  its speed for ALSP's grouping.
-        kd_controller_telemetry (self->ctl, (uint32_t) m->rank, busy, now);
-    }
+    if (m->release_ms > 0)
+        self->busy_total += t - m->release_ms;
     m->arrive_ms = t;
     self->samples += samples;
     size_t active = kd_controller_active (self->ctl);
@@ -740,6 +737,43 @@ s_on_message (self_t *self)
         }
     }
     kd_msg_destroy (&msg);
+}
+
+//  A "worker" message from the monitor's stream: the worker's iteration
+//  time without the barrier wait, averaged over the publish window, is its
+//  speed for ALSP's grouping.
+static void
+s_on_telemetry (self_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->telemetry);
+    zframe_t *body = msg && zmsg_size (msg) == 2 ? zmsg_last (msg) : NULL;
+    if (body && kd_msgpack_validate (zframe_data (body), zframe_size (body), 4) == 0) {
+        msgpack_unpacked up;
+        msgpack_unpacked_init (&up);
+        if (msgpack_unpack_next (&up, (const char *) zframe_data (body), zframe_size (body), NULL)
+            == MSGPACK_UNPACK_SUCCESS && up.data.type == MSGPACK_OBJECT_MAP) {
+            int64_t rank = -1;
+            double iter_ms = -1;
+            for (uint32_t i = 0; i < up.data.via.map.size; i++) {
+                msgpack_object *k = &up.data.via.map.ptr [i].key, *v = &up.data.via.map.ptr [i].val;
+                if (k->type != MSGPACK_OBJECT_STR)
+                    continue;
+                if (k->via.str.size == 4 && !memcmp (k->via.str.ptr, "rank", 4)
+                &&  v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 < S_MAX_WORKERS)
+                    rank = (int64_t) v->via.u64;
+                if (k->via.str.size == 7 && !memcmp (k->via.str.ptr, "iter_ms", 7)
+                &&  (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32))
+                    iter_ms = v->via.f64;
+            }
+            if (rank >= 0 && iter_ms > 0 && isfinite (iter_ms) && self->state == S_TRAINING
+            &&  kd_controller_is_active (self->ctl, (uint32_t) rank)) {
+                kd_controller_telemetry (self->ctl, (uint32_t) rank, iter_ms, kd_now_ms ());
+                s_drain (self);
+            }
+        }
+        msgpack_unpacked_destroy (&up);
+    }
+    zmsg_destroy (&msg);
 }
 
 //  --------------------------------------------------------------------------
@@ -883,11 +917,23 @@ kd_scheduler_run (kd_config_t *config)
              zsock_endpoint (self->router), self->n_shards, self->min_workers,
              kd_model_kind_name (self->kind), kd_config_str (config, "consistency"));
 
+    //  ALSP groups workers by the speeds the monitor publishes.
+    if (!strcmp (kd_config_str (config, "consistency"), "alsp")) {
+        self->telemetry = zsock_new (ZMQ_SUB);
+        kd_socket_harden (self->telemetry, kd_config_int (config, "max-msg-bytes"));
+        zsock_set_subscribe (self->telemetry, "worker");
+        if (zsock_connect (self->telemetry, "%s", kd_config_str (config, "monitor-pub")) != 0) {
+            kd_error ("cannot connect to monitor stream endpoint=%s", kd_config_str (config, "monitor-pub"));
+            goto cleanup;
+        }
+    }
     uint64_t now = kd_now_ms ();
     int status_ms = (int) kd_config_int (config, "status-ms");
     self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
     self->next_status = now + (uint64_t) status_ms;
     zpoller_t *poller = zpoller_new (self->router, NULL);
+    if (self->telemetry)
+        zpoller_add (poller, self->telemetry);
     while (self->state != S_DONE && !zsys_interrupted) {
         //  A short tick bounds LSP windows and run-time limits.
         void *which = zpoller_wait (poller, 20);
@@ -899,6 +945,9 @@ kd_scheduler_run (kd_config_t *config)
                     break;
             }
         }
+        else
+        if (which && which == self->telemetry)
+            s_on_telemetry (self);
         else
         if (zpoller_terminated (poller))
             break;
@@ -929,6 +978,7 @@ kd_scheduler_run (kd_config_t *config)
     zsock_set_linger (self->router, 1000);
     rc = 0;
 cleanup:
+    zsock_destroy (&self->telemetry);
     zsock_destroy (&self->router);
     zhashx_destroy (&self->by_id);
     zhashx_destroy (&self->by_name);
