@@ -902,7 +902,10 @@ s_outside (const s_group_t *group, double value)
 }
 
 //  ALSP: schedule a regroup when some worker has been outside its band long
-//  enough and the dwell time has passed; it is flushed by a global sync.
+//  enough, the dwell time has passed, and every member has reported at
+//  least once (grouping around a worker of unknown speed is a guess that
+//  can leave a band too wide to ever trigger again).  A global sync
+//  flushes it.
 static void
 s_check_regroup (kd_controller_t *self, uint64_t now)
 {
@@ -910,14 +913,18 @@ s_check_regroup (kd_controller_t *self, uint64_t now)
     ||  self->n_active == 0
     ||  now < self->t_regroup + self->opts.regroup_dwell_ms)
         return;
+    bool wanted = false;
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
-        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
-        &&  worker->outside >= S_OUTSIDE_RUN) {
-            self->regroup_due = true;
-            self->syncing = true;
+        if (worker->state != S_COMPUTING && worker->state != S_WAITING)
+            continue;
+        if (worker->ewma == 0)
             return;
-        }
+        wanted |= worker->outside >= S_OUTSIDE_RUN;
+    }
+    if (wanted) {
+        self->regroup_due = true;
+        self->syncing = true;
     }
 }
 
@@ -941,10 +948,12 @@ s_begin (kd_controller_t *self, uint64_t now)
 
 //  End of an event: release what its time or its changes allow, name
 //  leftover drops, admit joiners, publish groups.  Every event runs the
-//  release rules, so a window fires on the first event after it passes.
+//  time rules, so a window or a dwell fires on the first event after it
+//  passes.
 static void
 s_finish (kd_controller_t *self, uint64_t now)
 {
+    s_check_regroup (self, now);
     if (s_phased (self))
         s_evaluate (self, now);
     else
@@ -1063,7 +1072,6 @@ kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
         s_group_t *group = &self->groups [worker->group];
         bool out = s_outside (group, iter_ms) && s_outside (group, worker->ewma);
         worker->outside = out ? worker->outside + 1 : 0;
-        s_check_regroup (self, now_ms);
     }
     s_finish (self, now_ms);
     return 0;
@@ -1075,7 +1083,6 @@ kd_controller_tick (kd_controller_t *self, uint64_t now_ms)
 {
     assert (self);
     s_begin (self, now_ms);
-    s_check_regroup (self, now_ms);
     s_finish (self, now_ms);
 }
 

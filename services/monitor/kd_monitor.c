@@ -647,6 +647,10 @@ s_on_intake (self_t *self)
         kd_msg_set_routing_id (hb, kd_msg_routing_id (msg));
         kd_msg_send (&hb, self->router);
     }
+    else
+    if (type == KD_MSG_ERROR)
+        kd_warn ("peer error code=%llu reason=\"%s\"",
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
     else {
         char reason [96];
         snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));

@@ -348,7 +348,7 @@ s_on_request (self_t *self)
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
-    if (!self->registered && type != KD_MSG_HEARTBEAT)
+    if (!self->registered && type != KD_MSG_HEARTBEAT && type != KD_MSG_ERROR)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");
     else
     if (type == KD_MSG_PUSH)
@@ -362,6 +362,11 @@ s_on_request (self_t *self)
         kd_msg_set_routing_id (hb, kd_msg_routing_id (msg));
         kd_msg_send (&hb, self->router);
     }
+    else
+    if (type == KD_MSG_ERROR)
+        //  Never answer an ERROR with an ERROR: two peers could ping-pong.
+        kd_warn ("peer error code=%llu reason=\"%s\"",
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
     else {
         char reason [96];
         snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
