@@ -115,7 +115,10 @@ kd_experiment_main (int argc, char **argv)
     //  an emulated compute time, so that speed differences mean something
     //  on a small machine.
     static const char *shape [][2] = {
-        { "workers", "8" }, { "delay-ms", "10" }, { "epochs", "3" }, { "snapshot-ms", "50" }
+        { "workers", "8" }, { "delay-ms", "10" }, { "epochs", "3" }, { "snapshot-ms", "50" },
+        //  Plain SGD: momentum compounds staleness differently under each
+        //  model, which would confound the comparison.
+        { "lr", "0.2" }, { "momentum", "0" }
     };
     for (size_t i = 0; i < sizeof shape / sizeof shape [0]; i++)
         if (!kd_config_is_set (c, shape [i][0]))
@@ -190,16 +193,27 @@ kd_experiment_main (int argc, char **argv)
             snprintf (epochs, sizeof epochs, "%g", kd_config_double (c, "epochs"));
             snprintf (delay, sizeof delay, "%g", kd_config_double (c, "delay-ms"));
             snprintf (snap, sizeof snap, "%lld", (long long) kd_config_int (c, "snapshot-ms"));
-            snprintf (lr, sizeof lr, "%g", kd_config_double (c, "lr"));
+            //  ASP and SSP take one step per gradient where the others take
+            //  one step per average of N: the linear-scaling rule gives
+            //  them lr / N, the same step per sample.
+            double run_lr = kd_config_double (c, "lr");
+            if (!strcmp (s_models [m], "asp") || !strcmp (s_models [m], "ssp"))
+                run_lr /= (double) kd_config_int (c, "workers");
+            snprintf (lr, sizeof lr, "%g", run_lr);
+            char momentum [32];
+            snprintf (momentum, sizeof momentum, "%g", kd_config_double (c, "momentum"));
             snprintf (staleness, sizeof staleness, "%lld", (long long) kd_config_int (c, "staleness"));
             snprintf (batch, sizeof batch, "%lld", (long long) kd_config_int (c, "batch"));
             char *args [64] = {
                 self_exe, "local", "--consistency", (char *) s_models [m], "--seed", seed,
                 "--base-port", port, "--workers", workers, "--epochs", epochs, "--delay-ms", delay,
                 "--snapshot-ms", snap, "--curve", curve, "--summary", summary, "--lr", lr,
-                "--staleness", staleness, "--batch", batch, "--eval-interval", "2", "--quiet"
+                "--staleness", staleness, "--batch", batch, "--eval-interval", "2", "--quiet",
+                "--momentum", momentum
             };
-            int na = 28;
+            int na = 0;
+            while (args [na])
+                na++;
             for (int i = 0; i < n_extra; i++)
                 args [na++] = (char *) extra [i];
             args [na] = NULL;
@@ -246,9 +260,12 @@ kd_experiment_main (int argc, char **argv)
     FILE *md = fopen (md_path, "w");
     if (md) {
         fprintf (md, "# Scenario `%s`\n\n%lld workers, softmax, %g epochs, delay %g ms per iteration, "
+                 "batch %lld, lr %g (ASP and SSP: lr / N), momentum %g, staleness bound %lld; "
                  "%d seed(s) from %lld; medians over seeds.\n\n",
                  scenario, (long long) kd_config_int (c, "workers"), kd_config_double (c, "epochs"),
-                 kd_config_double (c, "delay-ms"), seeds, (long long) kd_config_int (c, "seed"));
+                 kd_config_double (c, "delay-ms"), (long long) kd_config_int (c, "batch"),
+                 kd_config_double (c, "lr"), kd_config_double (c, "momentum"),
+                 (long long) kd_config_int (c, "staleness"), seeds, (long long) kd_config_int (c, "seed"));
         fprintf (md, "| model | time to 0.80 (s) | vs BSP | final accuracy | updates/s | wait fraction "
                      "| staleness p50 | staleness p99 | drops | regroups | wall (s) |\n");
         fprintf (md, "|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -298,6 +298,10 @@ kd_local_main (int argc, char **argv)
     snprintf (intake_ep, sizeof intake_ep, "tcp://127.0.0.1:%d", port + 1);
     snprintf (pub_ep, sizeof pub_ep, "tcp://127.0.0.1:%d", port + 2);
 
+    //  Our own handler, not CZMQ's: we must know which signal came, and
+    //  CZMQ would otherwise install its handler at the first socket.
+    zsys_init ();
+    zsys_handler_set (NULL);
     struct sigaction sa = { .sa_handler = s_on_signal };
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);

@@ -6,7 +6,9 @@
     - SIGTERM makes each service exit cleanly.
 */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <msgpack.h>
@@ -370,4 +372,94 @@ Test (services, bad_flags_and_missing_files_are_clear_errors)
                    i, needles [i], text ? text : "(none)");
         free (text);
     }
+}
+
+//  Processes whose command line mentions a string (our unique port).
+static int
+s_count_procs (const char *needle)
+{
+    int count = 0;
+    DIR *dir = opendir ("/proc");
+    struct dirent *e;
+    while (dir && (e = readdir (dir))) {
+        if (e->d_name [0] < '0' || e->d_name [0] > '9')
+            continue;
+        char path [300], buf [4096];
+        snprintf (path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        size_t n = fread (buf, 1, sizeof buf - 1, f);
+        fclose (f);
+        for (size_t i = 0; i < n; i++)
+            if (buf [i] == 0)
+                buf [i] = ' ';
+        buf [n] = 0;
+        if (strstr (buf, needle) && strstr (buf, "kudus-"))
+            count++;
+    }
+    if (dir)
+        closedir (dir);
+    return count;
+}
+
+Test (services, sigterm_to_local_leaves_no_orphans)
+{
+    char port [16], log [256], needle [32];
+    snprintf (port, sizeof port, "%d", s_port);
+    snprintf (needle, sizeof needle, "127.0.0.1:%d", s_port);
+    snprintf (log, sizeof log, "%s/local.log", s_dir);
+    const char *argv [] = { "kudus", "local", "--workers", "3", "--epochs", "500", "--base-port", port,
+                            "--quiet", NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    //  Wait until the cluster runs: all six services are up.
+    int seen = 0;
+    for (int i = 0; i < 100 && seen < 7; i++) {
+        usleep (100 * 1000);
+        seen = s_count_procs (needle);
+    }
+    cr_expect (seen >= 7, "only %d services started", seen);
+    usleep (1000 * 1000);
+    kill (pid, SIGTERM);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 20000, &status);
+    kd_test_kill (pid);
+    cr_expect (exited, "kudus local did not stop after SIGTERM");
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 128 + SIGTERM,
+               "kudus local exit status %d", status);
+    usleep (200 * 1000);
+    cr_expect_eq (s_count_procs (needle), 0, "services left running after kudus local stopped");
+}
+
+Test (services, experiment_writes_csv_plot_and_table)
+{
+    char out [256], port [16], log [256], path [320];
+    snprintf (out, sizeof out, "%s/exp", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    snprintf (log, sizeof log, "%s/experiment.log", s_dir);
+    const char *argv [] = { "kudus", "experiment", "static-straggler", "--out", out, "--seeds", "1",
+                            "--workers", "3", "--epochs", "0.3", "--delay-ms", "1", "--base-port", port,
+                            NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 150000, &status);
+    kd_test_kill (pid);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        s_dump (log);
+    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "experiment failed");
+    snprintf (path, sizeof path, "%s/results.md", out);
+    char *md = kd_test_slurp (path);
+    cr_assert (md, "no results.md");
+    const char *models [] = { "| bsp |", "| asp |", "| ssp |", "| lsp |", "| alsp |" };
+    for (int i = 0; i < 5; i++)
+        cr_expect (strstr (md, models [i]), "results.md lacks %s", models [i]);
+    free (md);
+    snprintf (path, sizeof path, "%s/accuracy.csv", out);
+    char *csv = kd_test_slurp (path);
+    cr_assert (csv, "no accuracy.csv");
+    cr_expect (strstr (csv, "static-straggler,alsp,1,"), "curve has no alsp points");
+    free (csv);
+    snprintf (path, sizeof path, "%s/accuracy.png", out);
+    struct stat st;
+    cr_expect (stat (path, &st) == 0 && st.st_size > 1000, "no plot");
 }
