@@ -16,6 +16,7 @@ struct _kd_peer_t {
     int liveness;               //  missed intervals before re-HELLO
     uint64_t last_sent;         //  ms, monotonic
     uint64_t last_heard;        //  ms, monotonic
+    uint64_t last_hello;        //  ms, monotonic
 };
 
 //  Connect to the scheduler.
@@ -113,6 +114,7 @@ kd_peer_hello (kd_peer_t *self)
     //  A fresh HELLO restarts the liveness clock, so that a scheduler that
     //  is still starting up is given time to answer.
     self->last_heard = kd_now_ms ();
+    self->last_hello = self->last_heard;
     return kd_peer_send (self, &hello);
 }
 
@@ -128,6 +130,18 @@ void
 kd_peer_heard (kd_peer_t *self)
 {
     self->last_heard = kd_now_ms ();
+}
+
+//  The scheduler does not know us (it restarted, or declared us dead):
+//  register again, at most once per heartbeat interval.
+void
+kd_peer_unknown (kd_peer_t *self)
+{
+    uint64_t now = kd_now_ms ();
+    if (now - self->last_hello >= (uint64_t) self->heartbeat_ms) {
+        kd_warn ("scheduler does not know us, registering again name=%s", self->name);
+        kd_peer_hello (self);
+    }
 }
 
 //  Heartbeat when idle; re-register when the scheduler went silent.

@@ -19,6 +19,7 @@ extern "C" {
 
 #define KD_INPUT_DIM  784
 #define KD_CLASSES    10
+#define KD_MODEL_MAX_HIDDEN 4096    //  largest mlp hidden layer accepted
 
 typedef enum {
     KD_MODEL_SOFTMAX,

@@ -52,6 +52,11 @@ int
 void
     kd_peer_heard (kd_peer_t *self);
 
+//  Call when the scheduler answered ERROR 409 (it does not know us): sends
+//  HELLO again, at most once per heartbeat interval.
+void
+    kd_peer_unknown (kd_peer_t *self);
+
 //  Heartbeat and liveness duties; call at least every heartbeat interval.
 //  Returns 1 if it re-sent HELLO because the scheduler went silent, else 0.
 int

@@ -23,6 +23,7 @@
                                 //  (the monitor may be evaluating its curve)
 #define S_KILL_MS       3000    //  after SIGTERM, before SIGKILL
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
+#define S_STALL_MS      120000  //  model version unchanged while training
 
 typedef enum { S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER } s_kind_t;
 
@@ -197,7 +198,7 @@ s_teardown (s_child_t *children, size_t n, bool quiet)
 
 //  Print a progress line from a "stats" message.
 static void
-s_progress (const void *data, size_t size)
+s_progress (const void *data, size_t size, uint64_t *version, uint64_t *changed_at)
 {
     if (kd_msgpack_validate ((const uint8_t *) data, size, 8) != 0)
         return;
@@ -205,6 +206,11 @@ s_progress (const void *data, size_t size)
     msgpack_unpacked_init (&up);
     if (msgpack_unpack_next (&up, (const char *) data, size, NULL) == MSGPACK_UNPACK_SUCCESS) {
         const msgpack_object *o = &up.data;
+        uint64_t v = (uint64_t) kd_mp_number (o, "version", 0);
+        if (v != *version) {
+            *version = v;
+            *changed_at = kd_now_ms ();
+        }
         double acc = kd_mp_number (o, "test_accuracy", -1);
         char accs [32] = "   -  ";
         if (acc >= 0)
@@ -267,6 +273,12 @@ kd_local_main (int argc, char **argv)
             kd_config_destroy (&c);
             return 2;
         }
+    if (2 + shards + workers > S_MAX_CHILDREN) {
+        fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d services\n",
+                 S_MAX_CHILDREN - 2);
+        kd_config_destroy (&c);
+        return 2;
+    }
     if (port + 100 + shards > 65535) {
         fprintf (stderr, "kudus local: setting 'base-port': %d leaves no room for %d shards\n", port, shards);
         kd_config_destroy (&c);
@@ -387,6 +399,7 @@ kd_local_main (int argc, char **argv)
     zsock_set_maxmsgsize (sub, 16 << 20);
     zsock_connect (sub, "%s", pub_ep);
     uint64_t last_progress = 0, sched_exit_at = 0, workers_gone_at = 0;
+    uint64_t version = 0, changed_at = kd_now_ms ();
     int sched_status = -1;
     const char *failure = NULL;
     while (rc == 0) {
@@ -410,7 +423,7 @@ kd_local_main (int argc, char **argv)
             zmsg_t *msg = zmsg_recv (sub);
             zframe_t *body = msg ? zmsg_last (msg) : NULL;
             if (body && kd_now_ms () - last_progress >= 1000) {
-                s_progress (zframe_data (body), zframe_size (body));
+                s_progress (zframe_data (body), zframe_size (body), &version, &changed_at);
                 last_progress = kd_now_ms ();
             }
             zmsg_destroy (&msg);
@@ -448,6 +461,11 @@ kd_local_main (int argc, char **argv)
                 fprintf (stderr, "kudus local: every worker exited but the scheduler did not finish\n");
                 rc = 1;
             }
+        }
+        //  A cluster that stopped making progress fails instead of hanging.
+        if (sched_status < 0 && version > 0 && kd_now_ms () - changed_at > S_STALL_MS) {
+            fprintf (stderr, "kudus local: no new model version for %d s; stopping\n", S_STALL_MS / 1000);
+            rc = 1;
         }
         if (sched_status >= 0) {
             size_t left = 0;

@@ -21,6 +21,7 @@
 #define S_WORKER_AGE_MS 10000   //  stop listing a worker silent this long
 #define S_STALE_BINS    256     //  staleness histogram bins
 #define S_LOSS_ALPHA    0.05    //  EWMA weight of one reported loss
+#define S_SNAPSHOT_BYTES (1ull << 30)  //  memory for curve snapshots at most
 
 typedef struct {
     bool seen;                  //  has reported
@@ -257,6 +258,8 @@ s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, s
     uint32_t count = 0;
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
+        if (ranks [i] >= S_MAX_WORKERS || groups [i] >= S_MAX_WORKERS)
+            continue;       //  the caller checked; never trust a bound twice removed
         if (groups [i] + 1 > count)
             count = (uint32_t) (groups [i] + 1);
         if (ranks [i] + 1 > len)
@@ -312,6 +315,11 @@ s_snapshot_take (self_t *self, uint64_t version, uint64_t ts)
     self->evaluating = false;
     if (self->n_snapshots > 0 && self->snapshots [self->n_snapshots - 1].version >= version)
         return;
+    //  Bound the memory the curve may take.
+    if ((self->n_snapshots + 1) * self->n_params * sizeof (float) > S_SNAPSHOT_BYTES) {
+        kd_warn ("snapshot memory full, curve stops at version=%llu", (unsigned long long) version);
+        return;
+    }
     if (self->n_snapshots == self->max_snapshots) {
         self->max_snapshots = self->max_snapshots ? self->max_snapshots * 2 : 256;
         self->snapshots = (s_snapshot_t *) realloc (self->snapshots,
@@ -343,7 +351,7 @@ s_write_curve (self_t *self)
         return;
     }
     fprintf (f, "seconds,version,accuracy,loss\n");
-    for (size_t i = 0; i < self->n_snapshots; i++) {
+    for (size_t i = 0; i < self->n_snapshots && !zsys_interrupted; i++) {
         s_snapshot_t *snap = &self->snapshots [i];
         double accuracy = 0, loss = 0;
         kd_model_evaluate (self->model, snap->params, kd_dataset_images (self->test),
@@ -433,9 +441,16 @@ s_on_shard (self_t *self, size_t i)
 static void
 s_eval_check (self_t *self)
 {
+    uint64_t now = kd_now_ms ();
+    //  A shard that restarted or refused loses our pull: give the round up
+    //  rather than wait for ever, and let the next check start a new one.
+    if (self->evaluating
+    &&  now - self->eval_started > (uint64_t) kd_config_int (self->config, "request-timeout-ms")) {
+        kd_warn ("evaluation pull timed out want=%llu", (unsigned long long) self->eval_want);
+        self->evaluating = false;
+    }
     if (!self->started || self->evaluating)
         return;
-    uint64_t now = kd_now_ms ();
     if (self->eval_answer) {
         s_eval_begin (self, self->eval_requested, S_ROUND_EVAL);
         return;
@@ -464,8 +479,10 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     if (self->model)
         return;
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
-    uint32_t hidden = (uint32_t) kd_msg_uint (msg, KD_F_HIDDEN);
-    if (kind < 0 || kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
+    uint64_t hidden64 = kd_msg_uint (msg, KD_F_HIDDEN);
+    uint32_t hidden = (uint32_t) hidden64;
+    if (kind < 0 || hidden64 > KD_MODEL_MAX_HIDDEN
+    ||  kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
         kd_error ("welcome rejected: model=%s", kd_msg_str (msg, KD_F_MODEL));
         return;
     }
@@ -526,9 +543,12 @@ s_on_status (self_t *self, kd_msg_t *msg)
     const uint64_t *ranks = kd_msg_uints (msg, KD_F_RANKS, &nr);
     const uint64_t *groups = kd_msg_uints (msg, KD_F_GROUPS, &ng);
     bool changed = regroups != self->regroups;
-    if (nr == ng && nr > 0 && nr <= S_MAX_WORKERS) {
+    bool sane = nr == ng && nr > 0 && nr <= S_MAX_WORKERS;
+    for (size_t i = 0; sane && i < nr; i++)
+        sane = ranks [i] < S_MAX_WORKERS && groups [i] < S_MAX_WORKERS;
+    if (sane) {
         for (size_t i = 0; i < nr; i++)
-            if (ranks [i] < S_MAX_WORKERS && self->groups [ranks [i]] != groups [i]) {
+            if (self->groups [ranks [i]] != groups [i]) {
                 self->groups [ranks [i]] = groups [i];
                 changed = true;
             }
@@ -567,6 +587,9 @@ s_on_scheduler (self_t *self)
             break;
         case KD_MSG_HEARTBEAT: break;
         case KD_MSG_ERROR:
+            if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
+            &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+                kd_peer_unknown (self->peer);
             kd_warn ("scheduler error code=%llu reason=\"%s\"",
                      (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
             break;

@@ -62,6 +62,7 @@ typedef struct {
     uint64_t train_rows;        //  rows in the training set (min reported)
     uint64_t t0_ms;             //  wall ms at START
     double t0_mono;             //  monotonic ms at START
+    double t_end;               //  monotonic ms when training ended
     uint64_t samples;           //  samples of accepted arrivals
     uint64_t updates;           //  commits with entries
     uint64_t phases;            //  decisions that released workers
@@ -254,7 +255,14 @@ s_do_commit (self_t *self, const kd_decision_t *d)
             kd_msg_set_uints (msg, KD_F_DROP_RANKS, dranks, nd);
             kd_msg_set_uints (msg, KD_F_DROP_CLOCKS, dclocks, nd);
         }
-        s_send_to (self, self->shards [s], &msg);
+        //  Even to a shard that looks dead: ZeroMQ keeps the order, and one
+        //  that was only slow must not miss a version.
+        if (self->shards [s] && self->shards [s]->routing_id) {
+            kd_msg_set_routing_id (msg, self->shards [s]->routing_id);
+            kd_msg_send (&msg, self->router);
+        }
+        else
+            kd_msg_destroy (&msg);
     }
     free (ranks);
     free (clocks);
@@ -377,6 +385,7 @@ s_finish (self_t *self, const char *reason)
     if (self->state != S_TRAINING && self->state != S_WAITING)
         return;
     snprintf (self->reason, sizeof self->reason, "%s", reason);
+    self->t_end = kd_now_msf ();
     kd_info ("finish reason=%s version=%llu samples=%llu", reason,
              (unsigned long long) kd_controller_version (self->ctl),
              (unsigned long long) self->samples);
@@ -422,7 +431,8 @@ s_staleness_pct (self_t *self, double q)
 static void
 s_write_summary (self_t *self)
 {
-    double wall = self->t0_mono > 0 ? (kd_now_msf () - self->t0_mono) / 1000.0 : 0;
+    double end = self->t_end > 0 ? self->t_end : kd_now_msf ();
+    double wall = self->t0_mono > 0 ? (end - self->t0_mono) / 1000.0 : 0;
     char ttl [512] = "";
     size_t len = 0;
     for (size_t i = 0; i < S_N_MILESTONES; i++) {
@@ -494,6 +504,8 @@ s_free_worker_rank (self_t *self)
     return -1;
 }
 
+static void s_worker_gone (self_t *self, s_member_t *m, const char *why);
+
 //  HELLO: register a member, or recognise one that registers again.
 static void
 s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
@@ -559,7 +571,25 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         if (role == S_ROLE_SHARD)
             self->shards [rank] = m;
     }
-    //  A new routing id replaces the old one (a restarted process).
+    //  A known worker under a new routing id is a restarted process (say, a
+    //  container that crashed and came back before its heartbeats ran out).
+    //  Its old barrier place is lost with the old process, which will never
+    //  arrive, so it leaves now and joins afresh below with a new RELEASE.
+    if (rejoin && role == S_ROLE_WORKER && m->alive && m->routing_id
+    &&  !zframe_eq (m->routing_id, id))
+        s_worker_gone (self, m, "restarted");
+    //  A new routing id replaces the old one (a restarted process).  A
+    //  worker that restarted lost its place in the barrier: it leaves and
+    //  joins again, so it gets a fresh RELEASE.
+    char new_hex [64];
+    s_id_hex (id, new_hex, sizeof new_hex);
+    bool restarted = m->routing_id && strcmp (m->id_hex, new_hex) != 0;
+    if (restarted && role == S_ROLE_WORKER && m->alive
+    &&  kd_controller_is_active (self->ctl, (uint32_t) m->rank)) {
+        kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
+        s_drain (self);
+        m->alive = false;
+    }
     if (m->routing_id)
         zhashx_delete (self->by_id, m->id_hex);
     zframe_destroy (&m->routing_id);

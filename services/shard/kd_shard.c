@@ -38,7 +38,6 @@ typedef struct {
     uint64_t version;           //  model version
     uint64_t version_ts;        //  wall ms of the commit that made it
     zhashx_t *staged;           //  "rank/clock" -> zframe_t gradient
-    uint64_t *done_clock;       //  per rank: 1 + last clock committed/dropped
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
     uint64_t pushes, commits, pulls, errors;  //  counters for the log
     bool stop;                  //  STOP received
@@ -118,8 +117,9 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     uint64_t lo = kd_msg_uint (msg, KD_F_LO), hi = kd_msg_uint (msg, KD_F_HI);
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
     uint64_t n_params = kd_msg_uint (msg, KD_F_N_PARAMS);
-    if (kind < 0 || hi <= lo || hi > n_params
-    ||  n_params != kd_model_param_count (kind, (uint32_t) kd_msg_uint (msg, KD_F_HIDDEN))) {
+    uint64_t hidden = kd_msg_uint (msg, KD_F_HIDDEN);
+    if (kind < 0 || hi <= lo || hi > n_params || hidden > KD_MODEL_MAX_HIDDEN
+    ||  n_params != kd_model_param_count (kind, (uint32_t) hidden)) {
         kd_error ("welcome rejected: bad range lo=%llu hi=%llu model=%s",
                   (unsigned long long) lo, (unsigned long long) hi, kd_msg_str (msg, KD_F_MODEL));
         return;
@@ -132,6 +132,9 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         self->rank = kd_msg_uint (msg, KD_F_RANK);
         return;
     }
+    //  A new range makes every staged gradient and parked pull meaningless.
+    zhashx_purge (self->staged);
+    zlistx_purge (self->parked);
     self->rank = kd_msg_uint (msg, KD_F_RANK);
     self->lo = lo;
     self->hi = hi;
@@ -180,7 +183,8 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     //  all: a shard never applies part of a decision.
     for (size_t i = 0; i < n; i++) {
         s_stage_key (key, sizeof key, ranks [i], clocks [i]);
-        if (!zhashx_lookup (self->staged, key)) {
+        zframe_t *g = (zframe_t *) zhashx_lookup (self->staged, key);
+        if (!g || zframe_size (g) != self->n * sizeof (float)) {
             kd_error ("commit names unstaged gradient rank=%llu clock=%llu version=%llu",
                       (unsigned long long) ranks [i], (unsigned long long) clocks [i],
                       (unsigned long long) version);
@@ -217,14 +221,10 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     for (size_t i = 0; i < n; i++) {
         s_stage_key (key, sizeof key, ranks [i], clocks [i]);
         zhashx_delete (self->staged, key);
-        if (ranks [i] < S_MAX_RANKS && self->done_clock [ranks [i]] < clocks [i] + 1)
-            self->done_clock [ranks [i]] = clocks [i] + 1;
     }
     for (size_t i = 0; i < nd && i < ndc; i++) {
         s_stage_key (key, sizeof key, dranks [i], dclocks [i]);
         zhashx_delete (self->staged, key);
-        if (dranks [i] < S_MAX_RANKS && self->done_clock [dranks [i]] < dclocks [i] + 1)
-            self->done_clock [dranks [i]] = dclocks [i] + 1;
     }
     kd_msg_t *ok = kd_msg_new (KD_MSG_COMMIT_OK);
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
@@ -258,6 +258,9 @@ s_on_scheduler (self_t *self)
             self->stop = true;
             break;
         case KD_MSG_ERROR:
+            if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
+            &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+                kd_peer_unknown (self->peer);
             kd_warn ("scheduler error code=%llu reason=\"%s\"",
                      (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
             break;
@@ -289,24 +292,17 @@ s_on_push (self_t *self, kd_msg_t *msg)
     }
     char key [48];
     s_stage_key (key, sizeof key, rank, clock);
-    //  A retry of a push that is staged, or was already committed, is
-    //  acknowledged without staging it again.
-    if (clock >= self->done_clock [rank] && !zhashx_lookup (self->staged, key)) {
-        if (zhashx_size (self->staged) >= S_MAX_STAGED) {
-            s_error (self, id, KD_ERR_UNAVAILABLE, "too many staged gradients");
-            return;
-        }
-        zframe_t *data = kd_msg_take_data (msg);
-        //  BLAS wants aligned floats; ZeroMQ's buffers are malloc'd, but a
-        //  frame small enough to live inline may not be.
-        if (((uintptr_t) zframe_data (data)) % sizeof (float) != 0) {
-            zframe_t *copy = zframe_dup (data);
-            zframe_destroy (&data);
-            data = copy;
-        }
-        zhashx_insert (self->staged, key, data);
-        self->pushes++;
+    //  A push for a staged (rank, clock) replaces it: a retry carries the
+    //  same values, and a worker that rejoined under its old rank recomputed
+    //  that clock on a newer model.  A worker sends ARRIVE only after every
+    //  shard acknowledged, so no retry can come after its commit.
+    if (!zhashx_lookup (self->staged, key) && zhashx_size (self->staged) >= S_MAX_STAGED) {
+        s_error (self, id, KD_ERR_UNAVAILABLE, "too many staged gradients");
+        return;
     }
+    zframe_t *data = kd_msg_take_data (msg);
+    zhashx_update (self->staged, key, data);
+    self->pushes++;
     kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
     kd_msg_set_routing_id (ok, id);
     kd_msg_set_uint (ok, KD_F_CLOCK, clock);
@@ -326,6 +322,13 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "too many parked pulls");
         return;
     }
+    //  One parked pull per peer: a retry replaces the one before.
+    for (s_parked_t *q = (s_parked_t *) zlistx_first (self->parked); q;
+         q = (s_parked_t *) zlistx_next (self->parked))
+        if (zframe_eq (q->routing_id, kd_msg_routing_id (msg))) {
+            q->version = want;
+            return;
+        }
     s_parked_t *p = (s_parked_t *) zmalloc (sizeof *p);
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
@@ -418,7 +421,6 @@ kd_shard_run (kd_config_t *config)
     zhashx_set_destructor (self->staged, s_frame_destroy);
     self->parked = zlistx_new ();
     zlistx_set_destructor (self->parked, s_parked_destroy);
-    self->done_clock = (uint64_t *) calloc (S_MAX_RANKS, sizeof (uint64_t));
     kd_peer_set_endpoint (self->peer, self->endpoint);
     kd_info ("listening endpoint=%s advertise=%s", kd_config_str (config, "bind"), self->endpoint);
     kd_peer_hello (self->peer);
@@ -450,6 +452,5 @@ cleanup:
     zsock_destroy (&self->router);
     free (self->params);
     free (self->velocity);
-    free (self->done_clock);
     return rc;
 }

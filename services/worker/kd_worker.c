@@ -14,6 +14,8 @@
 
 #define S_MAX_SHARDS    64      //  shards in the address book at most
 #define S_RETRY_MAX_MS  5000    //  ceiling of the retry backoff
+#define S_RETRY_BUSY_MS 200     //  retry after a shard said "not now"
+#define S_MAX_BATCH     65536   //  largest batch a WELCOME may ask for
 
 typedef struct {
     zsock_t *sock;              //  DEALER to this shard
@@ -162,9 +164,10 @@ static void
 s_on_welcome (self_t *self, kd_msg_t *msg)
 {
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
-    uint32_t hidden = (uint32_t) kd_msg_uint (msg, KD_F_HIDDEN);
+    uint64_t hidden64 = kd_msg_uint (msg, KD_F_HIDDEN);
+    uint32_t hidden = (uint32_t) hidden64;
     size_t batch = (size_t) kd_msg_uint (msg, KD_F_BATCH);
-    if (kind < 0 || batch == 0 || batch > 65536
+    if (kind < 0 || batch == 0 || batch > S_MAX_BATCH || hidden64 > KD_MODEL_MAX_HIDDEN
     ||  kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
         kd_error ("welcome rejected: model=%s hidden=%u batch=%zu",
                   kd_msg_str (msg, KD_F_MODEL), hidden, batch);
@@ -275,6 +278,11 @@ s_on_scheduler (self_t *self, kd_msg_type_t waiting_for)
         self->stop = true;
     }
     else
+    if (type == KD_MSG_ERROR) {
+        if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
+        &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+            kd_peer_unknown (self->peer);
+    }
     if (type == KD_MSG_ERROR)
         kd_warn ("scheduler error code=%llu reason=\"%s\"",
                  (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
@@ -376,7 +384,7 @@ s_shard_round (self_t *self, s_request_fn *request, kd_msg_type_t reply_type,
                          (unsigned long long) kd_msg_uint (reply, KD_F_CODE),
                          kd_msg_str (reply, KD_F_REASON));
                 if (!self->shards [i].done)
-                    resend_at [i] = kd_now_ms () + 200;
+                    resend_at [i] = kd_now_ms () + S_RETRY_BUSY_MS;
             }
             else
             if (kd_msg_type (reply) == reply_type && !self->shards [i].done
