@@ -115,7 +115,7 @@ kd_experiment_main (int argc, char **argv)
     //  an emulated compute time, so that speed differences mean something
     //  on a small machine.
     static const char *shape [][2] = {
-        { "workers", "8" }, { "delay-ms", "10" }, { "epochs", "3" }, { "snapshot-ms", "50" },
+        { "workers", "8" }, { "delay-ms", "10" }, { "epochs", "3" }, { "snapshot-ms", "25" },
         //  Plain SGD: momentum compounds staleness differently under each
         //  model, which would confound the comparison.
         { "lr", "0.2" }, { "momentum", "0" }

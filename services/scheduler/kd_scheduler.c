@@ -504,8 +504,6 @@ s_free_worker_rank (self_t *self)
     return -1;
 }
 
-static void s_worker_gone (self_t *self, s_member_t *m, const char *why);
-
 //  HELLO: register a member, or recognise one that registers again.
 static void
 s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
@@ -571,13 +569,6 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         if (role == S_ROLE_SHARD)
             self->shards [rank] = m;
     }
-    //  A known worker under a new routing id is a restarted process (say, a
-    //  container that crashed and came back before its heartbeats ran out).
-    //  Its old barrier place is lost with the old process, which will never
-    //  arrive, so it leaves now and joins afresh below with a new RELEASE.
-    if (rejoin && role == S_ROLE_WORKER && m->alive && m->routing_id
-    &&  !zframe_eq (m->routing_id, id))
-        s_worker_gone (self, m, "restarted");
     //  A new routing id replaces the old one (a restarted process).  A
     //  worker that restarted lost its place in the barrier: it leaves and
     //  joins again, so it gets a fresh RELEASE.

@@ -92,11 +92,11 @@ s_mix (uint64_t z)
 double
 kd_worker_hetero_factor (uint64_t seed, uint64_t rank, uint64_t period)
 {
-    //  Each period half of the workers (chosen by the seed) draw a new
-    //  speed from these factors; the rest keep theirs.
+    //  Each period, from the first, half of the workers (chosen by the
+    //  seed) draw a new speed from these factors; the rest keep theirs.
     static const double factors [] = { 1.0, 1.0, 2.0, 3.0, 4.0 };
     double factor = 1.0;
-    for (uint64_t k = 1; k <= period; k++) {
+    for (uint64_t k = 0; k <= period; k++) {
         uint64_t h = s_mix (seed * 0x100000001B3ULL ^ s_mix (k * 1000003ULL + rank));
         if (h & 1)
             factor = factors [(h >> 8) % (sizeof factors / sizeof factors [0])];
