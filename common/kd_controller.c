@@ -107,6 +107,7 @@ struct _kd_controller_t {
     bool groups_dirty;          //  ALSP: publish GROUPS at the end of event
     bool started;               //  an event has been seen
     uint64_t t_regroup;         //  time of last regroup (or of the start)
+    bool formed;                //  groups were formed from telemetry once
     s_speed_t *speeds;          //  regroup scratch, max_workers slots
     uint32_t *seg_len;          //  regroup scratch: segment lengths
     uint32_t *seg_first;        //  regroup scratch: segment first index
@@ -751,6 +752,7 @@ s_regroup (kd_controller_t *self, uint64_t now)
     self->n_groups = n_groups;
     self->regroup_due = false;
     self->t_regroup = now;
+    self->formed = true;
     //  Publish before the releases, which carry the new groups.
     if (changed) {
         self->regroups++;
@@ -860,6 +862,7 @@ s_groups_reset (kd_controller_t *self)
     self->groups [0] = (s_group_t) { .base = self->version };
     self->syncing = false;
     self->regroup_due = false;
+    self->formed = false;       //  an emptied cluster groups afresh
 }
 
 //  Admit pending workers when no phase is in progress for them: always
@@ -902,7 +905,9 @@ s_outside (const s_group_t *group, double value)
 }
 
 //  ALSP: schedule a regroup when some worker has been outside its band long
-//  enough, the dwell time has passed, and every member has reported at
+//  enough, the dwell time has passed since the last regroup (the first
+//  grouping waits for no dwell: until then ALSP is only LSP over everyone,
+//  and the speeds are already known), and every member has reported at
 //  least once (grouping around a worker of unknown speed is a guess that
 //  can leave a band too wide to ever trigger again).  A global sync
 //  flushes it.
@@ -911,7 +916,7 @@ s_check_regroup (kd_controller_t *self, uint64_t now)
 {
     if (self->opts.model != KD_CONS_ALSP || self->regroup_due
     ||  self->n_active == 0
-    ||  now < self->t_regroup + self->opts.regroup_dwell_ms)
+    ||  (self->formed && now < self->t_regroup + self->opts.regroup_dwell_ms))
         return;
     bool wanted = false;
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {

@@ -839,7 +839,10 @@ s_alsp_loose (kd_controller_opts_t *opts)
     opts->global_sync_every = 100;
 }
 
-//  Eight workers, 0-3 at 10 ms and 4-7 at 30 ms, grouped at t = 10000.
+//  Eight workers, 0-3 at 10 ms and 4-7 at 30 ms.  The first grouping needs
+//  no dwell: it is scheduled at t = 100 (long before the 10 s dwell), as
+//  soon as everyone has reported and rank 0 has been outside the unknown
+//  band 3 times in a row, and it runs when that sync completes at t = 200.
 //  Returns with everyone released into two groups on version 1.
 static void
 s_alsp_two_groups (kd_controller_t *ctl)
@@ -854,20 +857,26 @@ s_alsp_two_groups (kd_controller_t *ctl)
     for (uint32_t rank = 0; rank < 8; rank++)
         cr_expect_eq (groups->groups [rank], 0);
     cr_expect_eq (groups->groups [8], UINT32_MAX);
-    for (int i = 0; i < 3; i++)
+    //  Two samples each: everyone is outside, but not 3 in a row yet.
+    for (int i = 0; i < 2; i++)
         for (uint32_t rank = 0; rank < 8; rank++)
             cr_assert_eq (kd_controller_telemetry (ctl, rank,
                                                    rank < 4 ? 10 : 30, 100), 0);
-    cr_expect_not (kd_controller_syncing (ctl), "dwell not passed");
-    kd_controller_tick (ctl, 9999);
-    cr_expect_not (kd_controller_syncing (ctl));
-    kd_controller_tick (ctl, 10000);
+    kd_controller_tick (ctl, 100);
+    cr_expect_not (kd_controller_syncing (ctl), "2 in a row is not enough");
+    //  Rank 0's third sample schedules the first grouping at once.
+    cr_assert_eq (kd_controller_telemetry (ctl, 0, 10, 100), 0);
+    cr_expect (kd_controller_syncing (ctl), "first grouping waits for no dwell");
+    for (uint32_t rank = 1; rank < 8; rank++)
+        cr_assert_eq (kd_controller_telemetry (ctl, rank,
+                                               rank < 4 ? 10 : 30, 100), 0);
     cr_expect (kd_controller_syncing (ctl), "regroup flushed by a global sync");
     cr_expect_eq (s_take (ctl), 0);
+    cr_expect_eq (kd_controller_regroups (ctl), 0, "not before the sync ends");
     for (uint32_t rank = 0; rank < 7; rank++)
-        s_arrive (ctl, rank, 0, 0, 10000);
+        s_arrive (ctl, rank, 0, 0, 200);
     cr_expect_eq (s_take (ctl), 0, "the sync waits for everyone");
-    s_arrive (ctl, 7, 0, 0, 10000);
+    s_arrive (ctl, 7, 0, 0, 200);
     s_take (ctl);
     rec_t *commit = &s_log.recs [0];
     cr_assert_eq (commit->type, KD_DEC_COMMIT);
@@ -902,11 +911,11 @@ Test (kd_controller, alsp_group_commit_weights)
     kd_controller_t *ctl = s_new (KD_CONS_ALSP, NULL, s_alsp_loose);
     s_alsp_two_groups (ctl);
     //  Fast group, K_g = ceil (0.75 * 4) = 3: weights (4 / 8) / 3.
-    s_arrive (ctl, 0, 1, 1, 10010);
-    s_arrive (ctl, 1, 1, 1, 10010);
-    s_arrive (ctl, 4, 1, 1, 10010);
+    s_arrive (ctl, 0, 1, 1, 210);
+    s_arrive (ctl, 1, 1, 1, 210);
+    s_arrive (ctl, 4, 1, 1, 210);
     cr_expect_eq (s_take (ctl), 0);
-    s_arrive (ctl, 2, 1, 1, 10010);
+    s_arrive (ctl, 2, 1, 1, 210);
     cr_assert_eq (s_take (ctl), 4);
     rec_t *commit = s_first (KD_DEC_COMMIT);
     cr_assert_eq (commit->n_entries, 3);
@@ -921,8 +930,8 @@ Test (kd_controller, alsp_group_commit_weights)
     }
     //  The slow group's phase is still in version 1, so its gradients carry
     //  the fast group's commit as staleness.
-    s_arrive (ctl, 5, 1, 1, 10020);
-    s_arrive (ctl, 6, 1, 1, 10020);
+    s_arrive (ctl, 5, 1, 1, 220);
+    s_arrive (ctl, 6, 1, 1, 220);
     cr_assert_eq (s_take (ctl), 4);
     commit = s_first (KD_DEC_COMMIT);
     cr_assert_eq (commit->n_entries, 3);
@@ -948,20 +957,20 @@ Test (kd_controller, alsp_global_sync_every_slowest_phases)
     s_alsp_two_groups (ctl);
     //  Slow group phase 1 is a group commit.
     for (uint32_t rank = 4; rank < 7; rank++)
-        s_arrive (ctl, rank, 1, 1, 10100);
+        s_arrive (ctl, rank, 1, 1, 300);
     cr_assert_eq (s_take (ctl), 4);
     cr_expect_float_eq (s_weight_sum (s_first (KD_DEC_COMMIT)), 0.5, EPS);
     //  Phase 2 turns into a global sync: nobody goes until all arrive.
     for (uint32_t rank = 4; rank < 7; rank++)
-        s_arrive (ctl, rank, 2, 2, 10200);
+        s_arrive (ctl, rank, 2, 2, 400);
     cr_expect_eq (s_take (ctl), 0);
     cr_expect (kd_controller_syncing (ctl));
-    s_arrive (ctl, 7, 1, 1, 10200);
+    s_arrive (ctl, 7, 1, 1, 400);
     cr_expect_eq (s_take (ctl), 0, "rank 7 counts toward the barrier");
     for (uint32_t rank = 0; rank < 3; rank++)
-        s_arrive (ctl, rank, 1, 1, 10200);
+        s_arrive (ctl, rank, 1, 1, 400);
     cr_expect_eq (s_take (ctl), 0, "fast group quota is suspended");
-    s_arrive (ctl, 3, 1, 1, 10200);
+    s_arrive (ctl, 3, 1, 1, 400);
     cr_assert_eq (s_take (ctl), 9);
     rec_t *commit = s_first (KD_DEC_COMMIT);
     cr_expect_eq (commit->version, 3);
@@ -990,17 +999,17 @@ Test (kd_controller, alsp_sync_bounds_staleness_between_groups)
     s_alsp_two_groups (ctl);
     //  The fast group commits once: the slow group is one version behind.
     for (uint32_t rank = 0; rank < 3; rank++)
-        s_arrive (ctl, rank, 1, 1, 10010);
+        s_arrive (ctl, rank, 1, 1, 210);
     cr_assert_eq (s_take (ctl), 4);
     cr_expect_eq (kd_controller_version (ctl), 2);
     //  A second fast commit would leave it two behind (> s): global sync.
     for (uint32_t rank = 0; rank < 3; rank++)
-        s_arrive (ctl, rank, 2, 2, 10020);
+        s_arrive (ctl, rank, 2, 2, 220);
     cr_expect_eq (s_take (ctl), 0);
     cr_expect (kd_controller_syncing (ctl));
-    s_arrive (ctl, 3, 1, 1, 10030);
+    s_arrive (ctl, 3, 1, 1, 230);
     for (uint32_t rank = 4; rank < 8; rank++)
-        s_arrive (ctl, rank, 1, 1, 10040);
+        s_arrive (ctl, rank, 1, 1, 240);
     s_take (ctl);
     rec_t *commit = s_first (KD_DEC_COMMIT);
     cr_assert_eq (commit->n_entries, 8);
@@ -1014,7 +1023,8 @@ Test (kd_controller, alsp_hysteresis_ignores_a_single_outlier)
 {
     kd_controller_t *ctl = s_new (KD_CONS_ALSP, NULL, s_alsp_loose);
     s_alsp_two_groups (ctl);
-    //  Long after the dwell, one spike of rank 0 does not regroup.
+    //  Groups formed at t = 200; long after the dwell since then, one spike
+    //  of rank 0 does not regroup.
     cr_assert_eq (kd_controller_telemetry (ctl, 0, 100, 30000), 0);
     for (int i = 0; i < 5; i++)
         cr_assert_eq (kd_controller_telemetry (ctl, 0, 10, 30001 + i), 0);
@@ -1028,6 +1038,13 @@ Test (kd_controller, alsp_hysteresis_ignores_a_single_outlier)
     kd_controller_tick (ctl, 50000);
     cr_expect_not (kd_controller_syncing (ctl));
     cr_expect_eq (s_take (ctl), 0);
+    cr_expect_eq (kd_controller_regroups (ctl), 1);
+    //  Control: three in a row do schedule a regroup.
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq (kd_controller_telemetry (ctl, 0, 100, 50001 + i), 0);
+    cr_expect_not (kd_controller_syncing (ctl));
+    cr_assert_eq (kd_controller_telemetry (ctl, 0, 100, 50003), 0);
+    cr_expect (kd_controller_syncing (ctl), "3 in a row regroup");
     kd_controller_destroy (&ctl);
 }
 
@@ -1035,16 +1052,20 @@ Test (kd_controller, alsp_regroups_after_three_in_a_row_and_dwell)
 {
     kd_controller_t *ctl = s_new (KD_CONS_ALSP, NULL, s_alsp_loose);
     s_alsp_two_groups (ctl);
-    //  Rank 0 slows down right after the regroup at t = 10000.
+    //  Rank 0 slows down right after the first grouping at t = 200.
     for (int i = 0; i < 3; i++)
-        cr_assert_eq (kd_controller_telemetry (ctl, 0, 30, 10001 + i), 0);
+        cr_assert_eq (kd_controller_telemetry (ctl, 0, 30, 201 + i), 0);
     cr_expect_not (kd_controller_syncing (ctl), "dwell holds the regroup");
-    kd_controller_tick (ctl, 19999);
+    //  The dwell runs from the first grouping, not from the start (t = 0).
+    kd_controller_tick (ctl, 10000);
+    cr_expect_not (kd_controller_syncing (ctl), "dwell counts from t = 200");
+    kd_controller_tick (ctl, 10199);
     cr_expect_not (kd_controller_syncing (ctl));
-    kd_controller_tick (ctl, 20000);
-    cr_expect (kd_controller_syncing (ctl));
+    cr_expect_eq (kd_controller_regroups (ctl), 1);
+    kd_controller_tick (ctl, 10200);
+    cr_expect (kd_controller_syncing (ctl), "dwell since the first grouping passed");
     for (uint32_t rank = 0; rank < 8; rank++)
-        s_arrive (ctl, rank, 1, 1, 20100);
+        s_arrive (ctl, rank, 1, 1, 10300);
     s_take (ctl);
     rec_t *groups = s_first (KD_DEC_GROUPS);
     cr_expect_eq (groups->group_count, 2);
@@ -1057,7 +1078,51 @@ Test (kd_controller, alsp_regroups_after_three_in_a_row_and_dwell)
     kd_controller_destroy (&ctl);
 }
 
-//  Group n workers with the given speeds at t = 1000 (dwell 1000).
+Test (kd_controller, alsp_first_grouping_skips_the_dwell)
+{
+    //  Default 10 s dwell; everything below happens before t = 100.
+    kd_controller_opts_t opts;
+    kd_controller_t *ctl = s_new (KD_CONS_ALSP, &opts, s_alsp_loose);
+    cr_assert_eq (opts.regroup_dwell_ms, 10000);
+    s_join_all (ctl, 4, 0);
+    //  Rank 0 is outside the unknown band 3 times in a row, but ranks 1-3
+    //  have not reported: no grouping around unknown speeds.
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq (kd_controller_telemetry (ctl, 0, 10, 10 + i), 0);
+    cr_expect_not (kd_controller_syncing (ctl), "rank 1-3 unknown");
+    cr_assert_eq (kd_controller_telemetry (ctl, 1, 10, 20), 0);
+    cr_assert_eq (kd_controller_telemetry (ctl, 2, 30, 20), 0);
+    kd_controller_tick (ctl, 30);
+    cr_expect_not (kd_controller_syncing (ctl), "rank 3 unknown");
+    //  The last member's first report schedules it, long before the dwell.
+    cr_assert_eq (kd_controller_telemetry (ctl, 3, 30, 40), 0);
+    cr_expect (kd_controller_syncing (ctl), "first grouping at t = 40");
+    cr_expect_eq (s_take (ctl), 0);
+    for (uint32_t rank = 0; rank < 4; rank++)
+        s_arrive (ctl, rank, 0, 0, 50);
+    s_take (ctl);
+    cr_assert_eq (s_log.recs [0].type, KD_DEC_COMMIT);
+    cr_expect_eq (s_log.recs [0].n_entries, 4);
+    rec_t *groups = s_first (KD_DEC_GROUPS);
+    cr_expect_eq (groups->group_count, 2);
+    for (uint32_t rank = 0; rank < 4; rank++) {
+        cr_expect_eq (groups->groups [rank], rank < 2 ? 0 : 1);
+        s_expect_release (rank, 1, 1);
+    }
+    cr_expect_eq (kd_controller_regroups (ctl), 1);
+    cr_expect_not (kd_controller_syncing (ctl));
+    //  The next regroup waits for the dwell since t = 50.
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq (kd_controller_telemetry (ctl, 0, 30, 60 + i), 0);
+    kd_controller_tick (ctl, 10049);
+    cr_expect_not (kd_controller_syncing (ctl), "dwell since the first grouping");
+    kd_controller_tick (ctl, 10050);
+    cr_expect (kd_controller_syncing (ctl));
+    kd_controller_destroy (&ctl);
+}
+
+//  Group n workers with the given speeds: the first grouping is scheduled
+//  by the telemetry at t = 1, with no dwell, and runs at t = 2.
 static void
 s_alsp_group_speeds (kd_controller_t *ctl, const double *speeds, uint32_t n)
 {
@@ -1066,10 +1131,9 @@ s_alsp_group_speeds (kd_controller_t *ctl, const double *speeds, uint32_t n)
     for (int i = 0; i < 3; i++)
         for (uint32_t rank = 0; rank < n; rank++)
             cr_assert_eq (kd_controller_telemetry (ctl, rank, speeds [rank], 1), 0);
-    kd_controller_tick (ctl, 1000);
     cr_assert (kd_controller_syncing (ctl));
     for (uint32_t rank = 0; rank < n; rank++)
-        s_arrive (ctl, rank, 0, 0, 1000);
+        s_arrive (ctl, rank, 0, 0, 2);
     s_take (ctl);
 }
 
@@ -1111,11 +1175,11 @@ Test (kd_controller, alsp_join_and_leave)
     kd_controller_t *ctl = s_new (KD_CONS_ALSP, NULL, s_alsp_loose);
     s_alsp_two_groups (ctl);
     //  A joiner goes to the slowest group, at that group's boundary.
-    s_arrive (ctl, 4, 1, 1, 10100);
-    cr_assert_eq (kd_controller_join (ctl, 8, 10100), 0);
+    s_arrive (ctl, 4, 1, 1, 300);
+    cr_assert_eq (kd_controller_join (ctl, 8, 300), 0);
     cr_expect_eq (s_take (ctl), 0);
-    s_arrive (ctl, 5, 1, 1, 10100);
-    s_arrive (ctl, 6, 1, 1, 10100);
+    s_arrive (ctl, 5, 1, 1, 300);
+    s_arrive (ctl, 6, 1, 1, 300);
     s_take (ctl);
     s_expect_release (8, 2, 1);
     cr_expect_eq (s_log.recs [s_release_of (8)].group, 1);
@@ -1124,13 +1188,13 @@ Test (kd_controller, alsp_join_and_leave)
     cr_expect_eq (groups->groups [8], 1);
     //  Departures complete a group's quota: K_g = ceil (0.75 * 2) = 2 once
     //  ranks 2 and 3 have left the fast group.
-    s_arrive (ctl, 0, 1, 1, 10200);
-    s_arrive (ctl, 1, 1, 1, 10200);
+    s_arrive (ctl, 0, 1, 1, 400);
+    s_arrive (ctl, 1, 1, 1, 400);
     cr_expect_eq (s_take (ctl), 0);
-    cr_assert_eq (kd_controller_leave (ctl, 2, 10200), 0);
+    cr_assert_eq (kd_controller_leave (ctl, 2, 400), 0);
     cr_assert_eq (s_take (ctl), 1, "K_g = 3 of 3: only the new table");
     cr_expect_eq (s_first (KD_DEC_GROUPS)->groups [2], UINT32_MAX);
-    cr_assert_eq (kd_controller_leave (ctl, 3, 10200), 0);
+    cr_assert_eq (kd_controller_leave (ctl, 3, 400), 0);
     cr_assert_eq (s_take (ctl), 4, "commit, two releases, table");
     cr_expect_eq (s_first (KD_DEC_COMMIT)->n_entries, 2);
     cr_expect_float_eq (s_weight_sum (s_first (KD_DEC_COMMIT)), 2.0 / 7, EPS);
@@ -1139,13 +1203,14 @@ Test (kd_controller, alsp_join_and_leave)
     //  A departure completes a global sync.
     ctl = s_new (KD_CONS_ALSP, NULL, s_alsp_loose);
     s_alsp_two_groups (ctl);
+    //  Once the dwell since the first grouping (t = 200) has passed.
     for (int i = 0; i < 3; i++)
-        cr_assert_eq (kd_controller_telemetry (ctl, 0, 30, 20001 + i), 0);
+        cr_assert_eq (kd_controller_telemetry (ctl, 0, 30, 10201 + i), 0);
     cr_assert (kd_controller_syncing (ctl));
     for (uint32_t rank = 0; rank < 7; rank++)
-        s_arrive (ctl, rank, 1, 1, 20100);
+        s_arrive (ctl, rank, 1, 1, 10300);
     cr_expect_eq (s_take (ctl), 0);
-    cr_assert_eq (kd_controller_leave (ctl, 7, 20200), 0);
+    cr_assert_eq (kd_controller_leave (ctl, 7, 10400), 0);
     s_take (ctl);
     cr_expect_eq (s_first (KD_DEC_COMMIT)->n_entries, 7);
     cr_expect_eq (s_count (KD_DEC_RELEASE), 7);

@@ -156,7 +156,13 @@ kd_experiment_main (int argc, char **argv)
     }
     char runs [1200];
     snprintf (runs, sizeof runs, "%s/runs", out);
-    mkdir (out, 0755);
+    //  Like mkdir -p: every missing parent, then runs/.
+    for (char *p = runs + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir (runs, 0755);
+            *p = '/';
+        }
     mkdir (runs, 0755);
     struct stat st;
     if (stat (runs, &st) != 0 || !S_ISDIR (st.st_mode)) {

@@ -301,8 +301,9 @@ s_do_release (self_t *self, const kd_decision_t *d)
 static void
 s_do_groups (self_t *self, const kd_decision_t *d)
 {
-    if (self->groups)
-        self->regroups++;
+    //  Membership changes also publish groups; only the controller knows
+    //  which publications were regroups.
+    self->regroups = kd_controller_regroups (self->ctl);
     free (self->groups);
     self->groups = (uint32_t *) malloc (d->n_groups * sizeof (uint32_t) + 1);
     assert (self->groups);
