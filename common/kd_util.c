@@ -2,6 +2,7 @@
 */
 #include "kd_util.h"
 #include <arpa/inet.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
@@ -99,6 +100,26 @@ kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes)
     //  High-water marks large enough for 1024 peers' control traffic.
     zsock_set_sndhwm (sock, 100000);
     zsock_set_rcvhwm (sock, 100000);
+}
+
+//  Quantile of a histogram of small integers (staleness).
+double
+kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q)
+{
+    uint64_t total = 0, seen = 0;
+    for (size_t i = 0; i < n_bins; i++)
+        total += bins [i];
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t) ceil (q * (double) total);
+    if (rank == 0)
+        rank = 1;
+    for (size_t i = 0; i < n_bins; i++) {
+        seen += bins [i];
+        if (seen >= rank)
+            return (double) i;
+    }
+    return (double) (n_bins - 1);
 }
 
 //  Shift the port of an endpoint.

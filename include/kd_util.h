@@ -36,6 +36,11 @@ int
 void
     kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes);
 
+//  The q-quantile (0 < q <= 1) of a histogram whose bin i counts the value
+//  i; 0 when it is empty.
+double
+    kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q);
+
 //  Shift the port of a tcp endpoint by delta ("tcp://h:7000" + 5 ->
 //  "tcp://h:7005").  Returns 0 or -1 if the endpoint has no port.
 int

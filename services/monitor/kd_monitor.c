@@ -147,18 +147,7 @@ s_publish (self_t *self, const char *topic, msgpack_sbuffer *buf)
 static double
 s_stale_pct (self_t *self, double q)
 {
-    uint64_t total = 0, seen = 0;
-    for (size_t i = 0; i <= S_STALE_BINS; i++)
-        total += self->stale_hist [i];
-    if (total == 0)
-        return 0;
-    uint64_t rank = (uint64_t) ceil (q * (double) total);
-    for (size_t i = 0; i <= S_STALE_BINS; i++) {
-        seen += self->stale_hist [i];
-        if (seen >= rank && seen > 0)
-            return (double) i;
-    }
-    return S_STALE_BINS;
+    return kd_hist_quantile (self->stale_hist, S_STALE_BINS + 1, q);
 }
 
 //  Publish "stats" and one "worker" message per live worker.
@@ -552,9 +541,15 @@ s_on_status (self_t *self, kd_msg_t *msg)
                 self->groups [ranks [i]] = groups [i];
                 changed = true;
             }
+        bool regrouped = regroups != self->regroups;
         self->regroups = regroups;
         if (changed)
             s_publish_groups (self, ranks, groups, nr);
+        if (regrouped) {
+            char detail [64];
+            snprintf (detail, sizeof detail, "regroup %llu", (unsigned long long) regroups);
+            s_publish_event (self, "regroup", detail);
+        }
     }
     self->regroups = regroups;
 }

@@ -412,20 +412,7 @@ s_finish (self_t *self, const char *reason)
 static double
 s_staleness_pct (self_t *self, double q)
 {
-    uint64_t total = 0, seen = 0;
-    for (size_t i = 0; i <= S_STALE_BINS; i++)
-        total += self->stale_hist [i];
-    if (total == 0)
-        return 0;
-    uint64_t rank = (uint64_t) ceil (q * (double) total);
-    if (rank == 0)
-        rank = 1;
-    for (size_t i = 0; i <= S_STALE_BINS; i++) {
-        seen += self->stale_hist [i];
-        if (seen >= rank)
-            return (double) i;
-    }
-    return S_STALE_BINS;
+    return kd_hist_quantile (self->stale_hist, S_STALE_BINS + 1, q);
 }
 
 //  Write the JSON summary, to the file if one is configured, and log it.

@@ -1,0 +1,53 @@
+/*  kd_util: histogram quantiles, endpoint helpers, clocks.
+*/
+#include <criterion/criterion.h>
+#include "kd_util.h"
+
+TestSuite (kd_util);
+
+Test (kd_util, hist_quantile)
+{
+    uint64_t empty [4] = { 0 };
+    cr_expect_float_eq (kd_hist_quantile (empty, 4, 0.5), 0, 1e-12);
+    uint64_t bins [5] = { 50, 30, 0, 19, 1 };   //  100 values
+    cr_expect_float_eq (kd_hist_quantile (bins, 5, 0.5), 0, 1e-12);
+    cr_expect_float_eq (kd_hist_quantile (bins, 5, 0.51), 1, 1e-12);
+    cr_expect_float_eq (kd_hist_quantile (bins, 5, 0.81), 3, 1e-12);
+    cr_expect_float_eq (kd_hist_quantile (bins, 5, 0.99), 3, 1e-12);
+    cr_expect_float_eq (kd_hist_quantile (bins, 5, 1.0), 4, 1e-12);
+}
+
+Test (kd_util, endpoint_shift)
+{
+    char out [64];
+    cr_assert_eq (kd_endpoint_shift ("tcp://127.0.0.1:7000", 5, out, sizeof out), 0);
+    cr_expect_str_eq (out, "tcp://127.0.0.1:7005");
+    cr_expect_eq (kd_endpoint_shift ("tcp://host:*", 5, out, sizeof out), -1);
+    cr_expect_eq (kd_endpoint_shift ("tcp://host:65535", 1, out, sizeof out), -1);
+    cr_expect_eq (kd_endpoint_shift ("inproc://x", 1, out, sizeof out), -1);
+}
+
+Test (kd_util, advertise_endpoint)
+{
+    zsock_t *sock = zsock_new (ZMQ_ROUTER);
+    cr_assert (sock);
+    int port = zsock_bind (sock, "tcp://127.0.0.1:*");
+    cr_assert (port > 0);
+    char out [256], want [64];
+    cr_assert_eq (kd_advertise_endpoint (sock, "", out, sizeof out), 0);
+    snprintf (want, sizeof want, "tcp://127.0.0.1:%d", port);
+    cr_expect_str_eq (out, want);
+    cr_assert_eq (kd_advertise_endpoint (sock, "tcp://shard-3:7100", out, sizeof out), 0);
+    cr_expect_str_eq (out, "tcp://shard-3:7100");
+    zsock_destroy (&sock);
+}
+
+Test (kd_util, clocks_move_forward)
+{
+    uint64_t a = kd_now_ms ();
+    double f = kd_now_msf ();
+    zclock_sleep (5);
+    cr_expect (kd_now_ms () >= a + 4);
+    cr_expect (kd_now_msf () > f);
+    cr_expect (kd_wall_ms () > 1700000000000ULL);
+}
