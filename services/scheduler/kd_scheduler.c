@@ -40,6 +40,12 @@ typedef struct {
     double arrive_ms;           //  workers: time of the last ARRIVE
     double release_ms;          //  workers: time of the last RELEASE
     uint64_t staleness;         //  workers: tau of its last applied gradient
+    bool waiting;               //  workers: arrived, not yet released
+    bool has_arrived;           //  workers: arrive_clock is valid
+    uint64_t arrive_clock;      //  workers: clock of the last accepted ARRIVE
+    bool released;              //  workers: last_release is valid
+    kd_decision_t last_release; //  workers: the last RELEASE (its scalar
+                                //  fields only; the pointers go stale)
 } s_member_t;
 
 typedef struct {
@@ -240,7 +246,6 @@ s_do_commit (self_t *self, const kd_decision_t *d)
         dranks [i] = d->drops [i].rank;
         dclocks [i] = d->drops [i].clock;
     }
-    self->dropped += nd;
     if (n > 0)
         self->updates++;
     uint64_t ts = kd_wall_ms ();
@@ -271,6 +276,8 @@ s_do_commit (self_t *self, const kd_decision_t *d)
     free (dclocks);
 }
 
+static void s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d);
+
 //  RELEASE one worker.
 static void
 s_do_release (self_t *self, const kd_decision_t *d)
@@ -284,6 +291,16 @@ s_do_release (self_t *self, const kd_decision_t *d)
         m->arrive_ms = 0;
     }
     m->release_ms = now;
+    m->waiting = false;
+    m->released = true;
+    m->last_release = *d;
+    s_send_release (self, m, d);
+}
+
+//  Send a worker its RELEASE (again, if its first copy was lost).
+static void
+s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d)
+{
     uint64_t lo, hi;
     s_partition_of (self, m->rank, &lo, &hi);
     kd_msg_t *msg = kd_msg_new (KD_MSG_RELEASE);
@@ -319,8 +336,10 @@ s_drain (self_t *self)
     const kd_decision_t *d;
     bool released = false;
     while ((d = kd_controller_next (self->ctl))) {
-        if (d->type == KD_DEC_COMMIT)
+        if (d->type == KD_DEC_COMMIT) {
+            self->dropped += d->n_drops;
             s_do_commit (self, d);
+        }
         else
         if (d->type == KD_DEC_RELEASE) {
             s_do_release (self, d);
@@ -610,11 +629,23 @@ s_worker_gone (self_t *self, s_member_t *m, const char *why)
     if (!m->alive)
         return;
     m->alive = false;
+    bool computing = m->released && !m->waiting;
+    m->waiting = m->released = m->has_arrived = false;
     kd_info ("%s worker name=%s rank=%llu", why, m->name, (unsigned long long) m->rank);
     if (kd_controller_is_active (self->ctl, (uint32_t) m->rank)
     ||  self->state == S_TRAINING) {
         kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
         s_drain (self);
+    }
+    //  A worker that died between PUSH and ARRIVE left its gradient staged
+    //  on the shards, and the controller never heard of it: drop it so the
+    //  shards do not keep it for ever.  Dropping a key that was never
+    //  staged is harmless.
+    if (computing && self->state == S_TRAINING) {
+        kd_entry_t drop = { .rank = (uint32_t) m->rank, .clock = m->last_release.clock };
+        kd_decision_t d = { .type = KD_DEC_COMMIT, .version = kd_controller_version (self->ctl),
+                            .drops = &drop, .n_drops = 1 };
+        s_do_commit (self, &d);
     }
 }
 
@@ -631,6 +662,15 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
         return;
     }
     uint64_t now = kd_now_ms ();
+    //  A worker that heard nothing for a while sends its ARRIVE again: if
+    //  it is still waiting, that changes nothing; if its RELEASE was lost,
+    //  it gets the same RELEASE again.
+    if (m->waiting && clock == m->arrive_clock)
+        return;
+    if (!m->waiting && m->released && m->has_arrived && clock == m->arrive_clock) {
+        s_send_release (self, m, &m->last_release);
+        return;
+    }
     if (kd_controller_arrive (self->ctl, (uint32_t) m->rank, clock, kd_msg_uint (msg, KD_F_BASE),
                               samples, now)) {
         char reason [96];
@@ -643,6 +683,9 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
     if (m->release_ms > 0)
         self->busy_total += t - m->release_ms;
     m->arrive_ms = t;
+    m->waiting = true;
+    m->has_arrived = true;
+    m->arrive_clock = clock;
     self->samples += samples;
     size_t active = kd_controller_active (self->ctl);
     if (active > self->max_live_workers)

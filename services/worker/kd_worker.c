@@ -539,16 +539,20 @@ s_train (self_t *self)
         if (s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply))
             break;
         double t_wait = kd_now_msf ();
-        kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
-        kd_msg_set_uint (arrive, KD_F_CLOCK, self->clock);
-        kd_msg_set_uint (arrive, KD_F_BASE, self->version);
-        kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
-        kd_msg_set_float (arrive, KD_F_LOSS, isfinite (loss) ? loss : 1e30);
-        kd_peer_send (self->peer, &arrive);
         uint64_t computed_clock = self->clock;
         kd_msg_t *release = NULL;
-        while (!release && !self->stop && !zsys_interrupted)
-            release = s_wait_scheduler (self, KD_MSG_RELEASE, 1000);
+        //  ARRIVE, and again after every silent deadline: the scheduler
+        //  ignores a repeat while we wait, and resends a RELEASE it already
+        //  sent, so a lost message costs one deadline, not the run.
+        while (!release && !self->stop && !zsys_interrupted) {
+            kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
+            kd_msg_set_uint (arrive, KD_F_CLOCK, computed_clock);
+            kd_msg_set_uint (arrive, KD_F_BASE, self->version);
+            kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
+            kd_msg_set_float (arrive, KD_F_LOSS, isfinite (loss) ? loss : 1e30);
+            kd_peer_send (self->peer, &arrive);
+            release = s_wait_scheduler (self, KD_MSG_RELEASE, self->timeout_ms);
+        }
         if (!release)
             break;
         s_take_release (self, release);

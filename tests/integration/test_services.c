@@ -377,9 +377,10 @@ Test (services, bad_flags_and_missing_files_are_clear_errors)
     }
 }
 
-//  Processes whose command line mentions a string (our unique port).
+//  Processes whose command line holds both strings; the first one's pid
+//  goes to *first when it is not NULL.
 static int
-s_count_procs (const char *needle)
+s_scan_procs (const char *a, const char *b, pid_t *first)
 {
     int count = 0;
     DIR *dir = opendir ("/proc");
@@ -398,12 +399,22 @@ s_count_procs (const char *needle)
             if (buf [i] == 0)
                 buf [i] = ' ';
         buf [n] = 0;
-        if (strstr (buf, needle) && strstr (buf, "kudus-"))
+        if (strstr (buf, a) && strstr (buf, b)) {
+            if (first && count == 0)
+                *first = (pid_t) atoi (e->d_name);
             count++;
+        }
     }
     if (dir)
         closedir (dir);
     return count;
+}
+
+//  Kudus services whose command line mentions our unique port.
+static int
+s_count_procs (const char *needle)
+{
+    return s_scan_procs (needle, "kudus-", NULL);
 }
 
 Test (services, sigterm_to_local_leaves_no_orphans)
@@ -465,4 +476,86 @@ Test (services, experiment_writes_csv_plot_and_table)
     snprintf (path, sizeof path, "%s/accuracy.png", out);
     struct stat st;
     cr_expect (stat (path, &st) == 0 && st.st_size > 1000, "no plot");
+}
+
+//  Pid of the process whose command line holds both strings; 0 if none.
+static pid_t
+s_find_proc (const char *a, const char *b)
+{
+    pid_t pid = 0;
+    s_scan_procs (a, b, &pid);
+    return pid;
+}
+
+//  Latest model version on the stream, waiting up to timeout_ms; -1 if none.
+static int64_t
+s_stream_version (zsock_t *sub, int timeout_ms)
+{
+    int64_t version = -1;
+    uint64_t deadline = kd_now_ms () + (uint64_t) timeout_ms;
+    while (kd_now_ms () < deadline && version < 0) {
+        zmsg_t *msg = zmsg_recv (sub);
+        if (!msg)
+            continue;
+        zframe_t *body = zmsg_last (msg);
+        msgpack_unpacked up;
+        msgpack_unpacked_init (&up);
+        if (body && msgpack_unpack_next (&up, (const char *) zframe_data (body), zframe_size (body), NULL)
+            == MSGPACK_UNPACK_SUCCESS && up.data.type == MSGPACK_OBJECT_MAP)
+            for (uint32_t i = 0; i < up.data.via.map.size; i++) {
+                msgpack_object *k = &up.data.via.map.ptr [i].key;
+                if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 7
+                &&  !memcmp (k->via.str.ptr, "version", 7))
+                    version = (int64_t) up.data.via.map.ptr [i].val.via.u64;
+            }
+        msgpack_unpacked_destroy (&up);
+        zmsg_destroy (&msg);
+    }
+    return version;
+}
+
+Test (services, killed_worker_does_not_stall_the_barrier)
+{
+    char port [16], log [256], pub [64], sched_needle [64];
+    snprintf (port, sizeof port, "%d", s_port);
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (sched_needle, sizeof sched_needle, "tcp://127.0.0.1:%d ", s_port);
+    snprintf (log, sizeof log, "%s/local.log", s_dir);
+    const char *argv [] = { "kudus", "local", "--workers", "3", "--epochs", "500", "--base-port", port,
+                            "--delay-ms", "5", "--quiet", NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    zsock_t *sub = zsock_new (ZMQ_SUB);
+    zsock_set_subscribe (sub, "stats");
+    zsock_set_rcvtimeo (sub, 500);
+    zsock_connect (sub, "%s", pub);
+    int64_t before = -1;
+    for (int i = 0; i < 60 && before < 20; i++)
+        before = s_stream_version (sub, 1000);
+    cr_assert (before >= 20, "training did not start (version %lld)", (long long) before);
+    pid_t victim = s_find_proc ("--name worker-1 ", sched_needle);
+    cr_assert (victim > 0, "worker-1 not found");
+    uint64_t killed_at = kd_now_ms ();
+    kill (victim, SIGKILL);
+    //  BSP waits for worker-1 until its heartbeats run out (3 x 1 s), then
+    //  the phase releases without it and versions advance again.
+    int64_t stalled = s_stream_version (sub, 2000), after = stalled;
+    uint64_t resumed_ms = 0;
+    while (kd_now_ms () - killed_at < 20000) {
+        after = s_stream_version (sub, 1000);
+        if (after > stalled + 20) {
+            resumed_ms = kd_now_ms () - killed_at;
+            break;
+        }
+    }
+    fprintf (stderr, "killed worker: versions %lld before, %lld after, phases advanced again within %llu ms\n",
+             (long long) before, (long long) after, (unsigned long long) resumed_ms);
+    cr_expect (resumed_ms > 0, "phases did not advance after a worker was killed (version %lld -> %lld)",
+               (long long) stalled, (long long) after);
+    zsock_destroy (&sub);
+    kill (pid, SIGTERM);
+    int status = -1;
+    cr_expect (kd_test_wait (pid, 20000, &status), "kudus local did not stop");
+    kd_test_kill (pid);
+    if (resumed_ms == 0)
+        s_dump (log);
 }
