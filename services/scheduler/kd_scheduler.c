@@ -538,6 +538,20 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
         return;
     }
+    if (role == S_ROLE_WORKER) {
+        //  Partitions index one training set, so every worker must hold the
+        //  same one: the first report sets its size.
+        uint64_t rows = kd_msg_uint (msg, KD_F_SAMPLES);
+        if (self->train_rows == 0 && rows > 0)
+            self->train_rows = rows;
+        if (rows != self->train_rows) {
+            char reason [128];
+            snprintf (reason, sizeof reason, "training set has %llu rows, the cluster's has %llu",
+                      (unsigned long long) rows, (unsigned long long) self->train_rows);
+            s_error (self, id, KD_ERR_STATE, reason);
+            return;
+        }
+    }
     s_member_t *m = (s_member_t *) zhashx_lookup (self->by_name, name);
     if (m && m->role != role) {
         s_error (self, id, KD_ERR_STATE, "name already registered with another role");
@@ -603,11 +617,6 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
         m->version = kd_msg_uint (msg, KD_F_VERSION);
-    }
-    if (role == S_ROLE_WORKER && kd_msg_has (msg, KD_F_SAMPLES)) {
-        uint64_t rows = kd_msg_uint (msg, KD_F_SAMPLES);
-        if (rows > 0 && (self->train_rows == 0 || rows < self->train_rows))
-            self->train_rows = rows;
     }
     kd_info ("%s %s name=%s rank=%llu", rejoin ? "rejoin" : "join", s_role_name (role), name,
              (unsigned long long) m->rank);

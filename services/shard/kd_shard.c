@@ -13,6 +13,7 @@
 
 #define S_MAX_STAGED    8192    //  staged gradients at most; more is refused
 #define S_MAX_PARKED    4096    //  parked pulls at most
+#define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
 #define S_MAX_RANKS     65536   //  worker ranks we keep a commit mark for
 
 typedef struct {
@@ -314,6 +315,12 @@ static void
 s_on_pull (self_t *self, kd_msg_t *msg)
 {
     uint64_t want = kd_msg_uint (msg, KD_F_VERSION);
+    //  A version far beyond ours can only be a confused or hostile peer;
+    //  parking it would hold a slot for ever.
+    if (want > self->version + S_MAX_LOOKAHEAD) {
+        s_error (self, kd_msg_routing_id (msg), KD_ERR_STATE, "pull asks for a version too far ahead");
+        return;
+    }
     if (want <= self->version) {
         s_send_params (self, kd_msg_routing_id (msg));
         return;
