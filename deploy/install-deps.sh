@@ -7,6 +7,7 @@ packages=(
     build-essential cmake pkg-config
     libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev
     libcriterion-dev
+    clang libclang-rt-14-dev
     dataset-fashion-mnist
     gnuplot-nox
 )
