@@ -201,11 +201,12 @@ s_count_errors (zsock_t *sock, int want)
     return errors;
 }
 
-//  Wait for a reply of one type, skipping others; true if it came.
+//  Wait for a reply of one type, skipping up to max_skip others (the ERRORs
+//  that answer garbage sent before); true if it came.
 static bool
-s_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
+s_expect_within (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out, int max_skip)
 {
-    for (int i = 0; i < 50; i++) {
+    for (int i = 0; i < max_skip; i++) {
         kd_msg_t *msg = NULL;
         if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
             return false;
@@ -219,6 +220,12 @@ s_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
         kd_msg_destroy (&msg);
     }
     return false;
+}
+
+static bool
+s_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
+{
+    return s_expect_within (sock, type, out, 50);
 }
 
 static bool
@@ -558,4 +565,125 @@ Test (services, killed_worker_does_not_stall_the_barrier)
     kd_test_kill (pid);
     if (resumed_ms == 0)
         s_dump (log);
+}
+
+//  Peak and current resident set of a process, in KiB (VmHWM, VmRSS).
+static void
+s_rss (pid_t pid, long *peak, long *now)
+{
+    char path [64], line [256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    *peak = *now = -1;
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f)) {
+        if (!strncmp (line, "VmHWM:", 6))
+            *peak = atol (line + 6);
+        if (!strncmp (line, "VmRSS:", 6))
+            *now = atol (line + 6);
+    }
+    if (f)
+        fclose (f);
+}
+
+//  One malformed message of a seeded random kind.
+static void
+s_send_one_garbage (zsock_t *sock, unsigned *seed)
+{
+    char buf [512];
+    int kind = rand_r (seed) % 6;
+    size_t n;
+    if (kind == 0) {
+        n = 1 + (size_t) rand_r (seed) % sizeof buf;
+        for (size_t i = 0; i < n; i++)
+            buf [i] = (char) rand_r (seed);
+        s_send_raw (sock, buf, n, NULL, 0);
+    }
+    else
+    if (kind == 1) {
+        n = s_header (buf, sizeof buf, 1, "PUSH", "rank", rand_r (seed));
+        s_send_raw (sock, buf, n, "abcdefg", 7);        //  missing fields, odd frame
+    }
+    else
+    if (kind == 2) {
+        n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+        s_send_raw (sock, buf, (size_t) rand_r (seed) % n, NULL, 0);   //  truncated
+    }
+    else
+    if (kind == 3) {
+        uint8_t bomb [] = { 0xdd, 0xff, 0xff, 0xff, (uint8_t) rand_r (seed) };
+        s_send_raw (sock, bomb, sizeof bomb, NULL, 0);
+    }
+    else
+    if (kind == 4) {
+        n = s_header (buf, sizeof buf, (unsigned) rand_r (seed) % 50 + 2, "PULL", "version", 0);
+        s_send_raw (sock, buf, n, NULL, 0);             //  wrong version
+    }
+    else {
+        zmsg_t *msg = zmsg_new ();                      //  many empty frames
+        for (int i = 0; i < 20; i++)
+            zmsg_addmem (msg, NULL, 0);
+        zmsg_send (&msg, sock);
+    }
+}
+
+Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
+{
+    char sched [64], shard [64], intake [64], pub [64], log [256];
+    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    snprintf (log, sizeof log, "%s/flood.log", s_dir);
+    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--min-workers", "1",
+                               "--log-level", "error", NULL };
+    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched,
+                             "--log-level", "error", NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched, "--log-level", "error",
+                               NULL };
+    pid_t pids [3] = { kd_test_spawn (a_sched, log), kd_test_spawn (a_shard, log), kd_test_spawn (a_mon, log) };
+    usleep (1500 * 1000);
+    const char *endpoints [] = { sched, shard, intake };
+    const char *names [] = { "scheduler", "shard", "monitor" };
+    const int flood = 5000, every = 100;
+    unsigned seed = 12345;
+    for (int e = 0; e < 3; e++) {
+        long peak0, now0, peak1, now1;
+        s_rss (pids [e], &peak0, &now0);
+        zsock_t *client = s_client (endpoints [e]);
+        int asked = 0, answered = 0;
+        for (int i = 1; i <= flood; i++) {
+            s_send_one_garbage (client, &seed);
+            if (i % every == 0) {
+                kd_msg_t *req = kd_msg_new (e == 1 ? KD_MSG_PULL : KD_MSG_HEARTBEAT);
+                if (e == 1)
+                    kd_msg_set_uint (req, KD_F_VERSION, 0);
+                if (e == 0) {
+                    kd_msg_destroy (&req);
+                    req = kd_msg_new (KD_MSG_HELLO);
+                    kd_msg_set_str (req, KD_F_ROLE, "monitor");
+                    kd_msg_set_str (req, KD_F_NAME, "flood-client");
+                }
+                kd_msg_send (&req, client);
+                asked++;
+                kd_msg_type_t want = e == 0 ? KD_MSG_WELCOME : e == 1 ? KD_MSG_PULL_OK : KD_MSG_HEARTBEAT;
+                if (s_expect_within (client, want, NULL, 4 * every))
+                    answered++;
+            }
+        }
+        zsock_destroy (&client);
+        s_rss (pids [e], &peak1, &now1);
+        fprintf (stderr, "garbage flood: %s got %d malformed messages, answered %d/%d valid requests, "
+                 "crashes 0, peak RSS %ld KiB (before %ld KiB)\n",
+                 names [e], flood, answered, asked, peak1, peak0);
+        cr_expect_eq (answered, asked, "%s answered %d of %d valid requests", names [e], answered, asked);
+        cr_expect (s_alive (pids [e]), "%s died in the flood", names [e]);
+        cr_expect (peak1 - peak0 < 65536, "%s grew by %ld KiB", names [e], peak1 - peak0);
+    }
+    for (int i = 0; i < 3; i++) {
+        kill (pids [i], SIGTERM);
+        int status = -1;
+        cr_expect (kd_test_wait (pids [i], 10000, &status) && WIFEXITED (status) && WEXITSTATUS (status) == 0,
+                   "%s did not exit cleanly after the flood", names [i]);
+        kd_test_kill (pids [i]);
+    }
 }
