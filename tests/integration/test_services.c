@@ -234,26 +234,48 @@ s_alive (pid_t pid)
     return waitpid (pid, NULL, WNOHANG) == 0;
 }
 
+//  Endpoints of the services in one test, from its base port.
+typedef struct {
+    char sched [64], intake [64], pub [64], shard [64];
+} s_endpoints_t;
+
+static void
+s_endpoints (s_endpoints_t *e)
+{
+    snprintf (e->sched, sizeof e->sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (e->intake, sizeof e->intake, "tcp://127.0.0.1:%d", s_port + 1);
+    snprintf (e->pub, sizeof e->pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (e->shard, sizeof e->shard, "tcp://127.0.0.1:%d", s_port + 100);
+}
+
+//  Start a scheduler (1 shard, 1 worker), a shard and a monitor, each with
+//  one extra setting; pids come back as scheduler, shard, monitor.
+static void
+s_start_services (const s_endpoints_t *e, const char *flag, const char *value,
+                  const char *log, pid_t pids [3])
+{
+    const char *a_sched [] = { "kudus-scheduler", "--bind", e->sched, "--shards", "1", "--min-workers", "1",
+                               flag, value, NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", e->shard, "--scheduler", e->sched, flag, value, NULL };
+    const char *a_mon [] = { "kudus-monitor", "--bind", e->intake, "--pub-bind", e->pub,
+                             "--scheduler", e->sched, flag, value, NULL };
+    pids [0] = kd_test_spawn (a_sched, log);
+    pids [1] = kd_test_spawn (a_shard, log);
+    pids [2] = kd_test_spawn (a_mon, log);
+    //  Let the shard register and the monitor load its data.
+    usleep (1500 * 1000);
+}
+
 Test (services, garbage_is_answered_and_valid_requests_still_work)
 {
-    char sched [64], shard [64], intake [64], pub [64], log [256];
-    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
-    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
-    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
-    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    char log [256];
+    s_endpoints_t ep;
+    s_endpoints (&ep);
     snprintf (log, sizeof log, "%s/services.log", s_dir);
-    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--min-workers", "1",
-                               "--max-msg-bytes", "65536", NULL };
-    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched,
-                             "--max-msg-bytes", "65536", NULL };
-    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched,
-                               "--max-msg-bytes", "65536", NULL };
-    pid_t p_sched = kd_test_spawn (a_sched, log);
-    pid_t p_mon = kd_test_spawn (a_mon, log);
-    pid_t p_shard = kd_test_spawn (a_shard, log);
-    usleep (1500 * 1000);   //  let the shard register and the monitor load its data
-
-    const char *endpoints [] = { sched, shard, intake };
+    pid_t started [3];
+    s_start_services (&ep, "--max-msg-bytes", "65536", log, started);
+    pid_t p_sched = started [0], p_shard = started [1], p_mon = started [2];
+    const char *endpoints [] = { ep.sched, ep.shard, ep.intake };
     bool all_ok = true;
     for (int e = 0; e < 3; e++) {
         zsock_t *client = s_client (endpoints [e]);
@@ -341,11 +363,9 @@ s_sigterm_case (const char *const *argv, int settle_ms)
 
 Test (services, sigterm_exits_cleanly)
 {
-    char sched [64], shard [64], intake [64], pub [64];
-    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
-    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
-    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
-    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    s_endpoints_t ep;
+    s_endpoints (&ep);
+    const char *sched = ep.sched, *shard = ep.shard, *intake = ep.intake, *pub = ep.pub;
     //  Each waits for peers that never come, which is where a service that
     //  ignores signals would hang.
     const char *a_sched [] = { "kudus-scheduler", "--bind", sched, NULL };
@@ -628,21 +648,13 @@ s_send_one_garbage (zsock_t *sock, unsigned *seed)
 
 Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
 {
-    char sched [64], shard [64], intake [64], pub [64], log [256];
-    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
-    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
-    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
-    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    char log [256];
+    s_endpoints_t ep;
+    s_endpoints (&ep);
     snprintf (log, sizeof log, "%s/flood.log", s_dir);
-    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--min-workers", "1",
-                               "--log-level", "error", NULL };
-    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched,
-                             "--log-level", "error", NULL };
-    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched, "--log-level", "error",
-                               NULL };
-    pid_t pids [3] = { kd_test_spawn (a_sched, log), kd_test_spawn (a_shard, log), kd_test_spawn (a_mon, log) };
-    usleep (1500 * 1000);
-    const char *endpoints [] = { sched, shard, intake };
+    pid_t pids [3];
+    s_start_services (&ep, "--log-level", "error", log, pids);
+    const char *endpoints [] = { ep.sched, ep.shard, ep.intake };
     const char *names [] = { "scheduler", "shard", "monitor" };
     const int flood = 5000, every = 100;
     unsigned seed = 12345;
