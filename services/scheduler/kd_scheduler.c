@@ -553,6 +553,12 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         }
     }
     s_member_t *m = (s_member_t *) zhashx_lookup (self->by_name, name);
+    //  One monitor at a time: a second one would silently take over the
+    //  evaluations and the stream.
+    if (role == S_ROLE_MONITOR && self->monitor && self->monitor->alive && self->monitor != m) {
+        s_error (self, id, KD_ERR_STATE, "a monitor is already registered");
+        return;
+    }
     if (m && m->role != role) {
         s_error (self, id, KD_ERR_STATE, "name already registered with another role");
         return;

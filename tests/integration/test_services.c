@@ -322,6 +322,19 @@ Test (services, garbage_is_answered_and_valid_requests_still_work)
         kd_msg_destroy (&reply);
         zsock_destroy (&client);
     }
+    //  A second monitor may not take over the stream and the evaluations.
+    zsock_t *impostor = s_client (ep.sched);
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "monitor");
+    kd_msg_set_str (hello, KD_F_NAME, "impostor");
+    kd_msg_send (&hello, impostor);
+    kd_msg_t *refusal = NULL;
+    bool refused = s_expect (impostor, KD_MSG_ERROR, &refusal);
+    cr_expect (refused && kd_msg_uint (refusal, KD_F_CODE) == KD_ERR_STATE,
+               "a second monitor was not refused");
+    all_ok = all_ok && refused;
+    kd_msg_destroy (&refusal);
+    zsock_destroy (&impostor);
     bool alive [] = { s_alive (p_sched), s_alive (p_shard), s_alive (p_mon) };
     cr_expect (alive [0], "scheduler died");
     cr_expect (alive [1], "shard died");
@@ -672,7 +685,7 @@ Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
                 if (e == 0) {
                     kd_msg_destroy (&req);
                     req = kd_msg_new (KD_MSG_HELLO);
-                    kd_msg_set_str (req, KD_F_ROLE, "monitor");
+                    kd_msg_set_str (req, KD_F_ROLE, "worker");
                     kd_msg_set_str (req, KD_F_NAME, "flood-client");
                 }
                 kd_msg_send (&req, client);
