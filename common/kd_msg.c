@@ -229,7 +229,10 @@ static char *
 s_strndup (const char *src, size_t n)
 {
     char *copy = (char *) zmalloc (n + 1);
-    memcpy (copy, src, n);
+    //  msgpack-c gives an empty string a NULL pointer, which memcpy may
+    //  not be handed even for zero bytes.
+    if (n > 0)
+        memcpy (copy, src, n);
     copy [n] = 0;
     return copy;
 }
@@ -1023,7 +1026,8 @@ s_key_compare (const void *a, const void *b)
     const msgpack_object_str *kb = *(const msgpack_object_str *const *) b;
     if (ka->size != kb->size)
         return ka->size < kb->size ? -1 : 1;
-    return memcmp (ka->ptr, kb->ptr, ka->size);
+    //  Empty keys have NULL pointers (found by fuzz_kd_msg).
+    return ka->size ? memcmp (ka->ptr, kb->ptr, ka->size) : 0;
 }
 
 //  Check that every key is a string and no key repeats.  Sorting costs

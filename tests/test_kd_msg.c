@@ -9,6 +9,7 @@
     suite under ASan to see the latter).
 */
 #include <criterion/criterion.h>
+#include "kd_util.h"
 #include <czmq.h>
 #include <msgpack.h>
 #include <stdbool.h>
@@ -81,14 +82,7 @@ static const float s_floats [] = { 0.5f, -1.0f, 3.25f, 1e-7f, 42.0f };
 #define ARRAY_LEN 3
 
 //  Small deterministic generator, so a failure reproduces.
-static uint64_t
-s_next (uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+#define s_next kd_splitmix64
 
 //  The field mask a schema sets in a complete message.
 static uint64_t
@@ -1330,6 +1324,33 @@ Test (kd_msg, duplicate_keys)
     zmsg = s_raw_msg (&r, NULL, NULL);
     cr_expect_str_eq (s_expect_fail (&zmsg, false, KD_ERR_MALFORMED, &err),
                       "duplicate key 'future'");
+    //  Regression (fuzz_kd_msg): empty keys, whose pointers msgpack-c
+    //  leaves NULL, are compared without reading them.
+    s_raw_head (&r, 4, 1, "HEARTBEAT");
+    s_raw_str (&r, "");
+    msgpack_pack_uint64 (&r.pk, 1);
+    s_raw_str (&r, "");
+    msgpack_pack_uint64 (&r.pk, 2);
+    zmsg = s_raw_msg (&r, NULL, NULL);
+    cr_expect_str_eq (s_expect_fail (&zmsg, false, KD_ERR_MALFORMED, &err),
+                      "duplicate key ''");
+}
+
+Test (kd_msg, empty_string_values_decode)
+{
+    //  Regression (fuzz_kd_msg): an empty string value has a NULL pointer.
+    s_raw_t r;
+    s_raw_head (&r, 4, 1, "HELLO");
+    s_raw_str (&r, "role");
+    s_raw_str (&r, "");
+    s_raw_str (&r, "name");
+    s_raw_str (&r, "");
+    zmsg_t *zmsg = s_raw_msg (&r, NULL, NULL);
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    cr_assert_eq (kd_msg_decode (&zmsg, false, &msg, NULL, &err), 0, "%s", err.reason);
+    cr_expect_str_eq (kd_msg_str (msg, KD_F_ROLE), "");
+    kd_msg_destroy (&msg);
 }
 
 Test (kd_msg, keys_must_be_strings_unknown_keys_are_ignored)
