@@ -403,6 +403,23 @@ kd_config_load (kd_config_t *self, int argc, char **argv, char *err, size_t err_
     return 0;
 }
 
+//  Config from the environment and argv, for a main.
+kd_config_t *
+kd_config_from_args (unsigned service, const char *program, const char *label,
+                     int argc, char **argv, int *exit_code)
+{
+    kd_config_t *self = kd_config_new (service, program);
+    char err [512];
+    int rc = kd_config_load (self, argc, argv, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf (stderr, "%s: %s\n", label, err);
+        kd_config_destroy (&self);
+        *exit_code = rc < 0 ? 2 : 0;
+    }
+    return self;
+}
+
 //  Set one value from text.
 int
 kd_config_set (kd_config_t *self, const char *name, const char *value,

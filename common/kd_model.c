@@ -12,6 +12,7 @@
     on how many workers share the machine.
 */
 #include "kd_model.h"
+#include "kd_util.h"
 #include <assert.h>
 #include <cblas.h>
 #include <limits.h>
@@ -94,21 +95,12 @@ kd_model_param_count (kd_model_kind_t kind, uint32_t hidden)
     return s_layout (kind, hidden).end;
 }
 
-//  splitmix64's output function: a bijective mixer with good avalanche.
-static uint64_t
-s_mix64 (uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 //  Uniform in [-1, 1) from (seed, key).  The seed is mixed first, so that
 //  seeds s and s + gamma do not give the same sequence shifted by one key.
 static float
 s_uniform (uint64_t seed, uint64_t key)
 {
-    uint64_t z = s_mix64 (s_mix64 (seed) + (key + 1) * 0x9E3779B97F4A7C15ULL);
+    uint64_t z = kd_mix64 (kd_mix64 (seed) + (key + 1) * 0x9E3779B97F4A7C15ULL);
     //  24 high bits: exactly representable in a float.
     float u = (float) (z >> 40) * (1.0f / 16777216.0f);
     return 2.0f * u - 1.0f;

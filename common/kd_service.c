@@ -8,15 +8,10 @@ int
 kd_service_main (int argc, char **argv, unsigned service, const char *program,
                  const char *log_name, kd_service_fn *run)
 {
-    kd_config_t *config = kd_config_new (service, program);
-    char err [256];
-    int rc = kd_config_load (config, argc, argv, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf (stderr, "%s: %s\n", program, err);
-        kd_config_destroy (&config);
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = 0;
+    kd_config_t *config = kd_config_from_args (service, program, program, argc, argv, &rc);
+    if (!config)
+        return rc;
     kd_log_init (log_name, kd_log_level_parse (kd_config_str (config, "log-level")));
     //  libzmq 4.3.3 fixed the known CVEs in the CURVE path; refuse older.
     int major, minor, patch;

@@ -102,6 +102,37 @@ kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes)
     zsock_set_rcvhwm (sock, 100000);
 }
 
+uint64_t
+kd_mix64 (uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t
+kd_splitmix64 (uint64_t *state)
+{
+    *state += 0x9E3779B97F4A7C15ULL;
+    return kd_mix64 (*state);
+}
+
+char *
+kd_read_file (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (getdelim (&text, &len, 0, f) < 0) {
+        free (text);
+        text = NULL;
+    }
+    fclose (f);
+    return text;
+}
+
 //  Quantile of a histogram of small integers (staleness).
 double
 kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q)

@@ -69,6 +69,13 @@ int
     kd_config_load (kd_config_t *self, int argc, char **argv,
                     char *err, size_t err_size);
 
+//  kd_config_new plus kd_config_load for a program's main: on a bad setting
+//  prints "label: message" to stderr and returns NULL with *exit_code 2; on
+//  --help returns NULL with *exit_code 0.  Caller owns return value.
+kd_config_t *
+    kd_config_from_args (unsigned service, const char *program, const char *label,
+                         int argc, char **argv, int *exit_code);
+
 //  Set one value from text, as a flag would.  Returns 0 or -1 with err.
 int
     kd_config_set (kd_config_t *self, const char *name, const char *value,

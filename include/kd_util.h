@@ -36,6 +36,20 @@ int
 void
     kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes);
 
+//  splitmix64's output function: a bijective 64-bit mixer with good
+//  avalanche, for stateless seeded choices.
+uint64_t
+    kd_mix64 (uint64_t z);
+
+//  splitmix64: the next value of a seeded sequence; advances *state.
+uint64_t
+    kd_splitmix64 (uint64_t *state);
+
+//  A whole file as a new NUL-terminated string (caller frees), or NULL if
+//  it cannot be read.
+char *
+    kd_read_file (const char *path);
+
 //  The q-quantile (0 < q <= 1) of a histogram whose bin i counts the value
 //  i; 0 when it is empty.
 double

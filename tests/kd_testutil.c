@@ -2,6 +2,7 @@
 */
 #define _GNU_SOURCE
 #include "kd_testutil.h"
+#include "kd_util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -96,17 +97,7 @@ kd_test_base_port (void)
 char *
 kd_test_slurp (const char *path)
 {
-    FILE *f = fopen (path, "r");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    size_t len = 0;
-    if (getdelim (&text, &len, 0, f) < 0) {
-        free (text);
-        text = NULL;
-    }
-    fclose (f);
-    return text;
+    return kd_read_file (path);
 }
 
 double

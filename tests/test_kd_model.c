@@ -7,6 +7,7 @@
     tolerance is mixed absolute/relative.
 */
 #include <criterion/criterion.h>
+#include "kd_util.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,14 +21,7 @@ TestSuite (kd_model);
 #define MLP_HIDDEN 128
 
 //  Small deterministic generator, so a failure reproduces.
-static uint64_t
-s_next (uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+#define s_next kd_splitmix64
 
 //  Uniform float in [0, 1).
 static float

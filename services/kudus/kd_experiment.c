@@ -64,22 +64,6 @@ s_json_number (const char *json, const char *key)
     return end == p + strlen (pattern) ? NAN : v;
 }
 
-static char *
-s_slurp (const char *path)
-{
-    FILE *f = fopen (path, "r");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    size_t len = 0;
-    if (getdelim (&text, &len, 0, f) < 0) {
-        free (text);
-        text = NULL;
-    }
-    fclose (f);
-    return text;
-}
-
 //  Run one `kudus local`.  Returns its exit status.
 static int
 s_run_local (char **argv, const char *log_path)
@@ -102,15 +86,12 @@ s_run_local (char **argv, const char *log_path)
 int
 kd_experiment_main (int argc, char **argv)
 {
-    kd_config_t *c = kd_config_new (KD_SVC_LOCAL | KD_SVC_BENCH, "kudus experiment SCENARIO --out DIR");
+    int rc = 0;
+    kd_config_t *c = kd_config_from_args (KD_SVC_LOCAL | KD_SVC_BENCH, "kudus experiment SCENARIO --out DIR",
+                                          "kudus experiment", argc, argv, &rc);
+    if (!c)
+        return rc;
     char err [512];
-    int rc = kd_config_load (c, argc, argv, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf (stderr, "kudus experiment: %s\n", err);
-        kd_config_destroy (&c);
-        return rc < 0 ? 2 : 0;
-    }
     //  The scenarios' shape, unless the user says otherwise: 8 workers with
     //  an emulated compute time, so that speed differences mean something
     //  on a small machine.
@@ -226,7 +207,7 @@ kd_experiment_main (int argc, char **argv)
             printf ("experiment: %s %s seed %s ... ", scenario, s_models [m], seed);
             fflush (stdout);
             int status = s_run_local (args, log);
-            char *json = s_slurp (summary);
+            char *json = kd_read_file (summary);
             s_result_t *r = &results [m][s];
             r->final_accuracy = s_json_number (json, "test_accuracy");
             r->updates_per_s = s_json_number (json, "updates_per_second");

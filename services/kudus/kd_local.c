@@ -253,15 +253,11 @@ s_straggler_factor (const char *list, int rank, char *err, size_t err_size)
 int
 kd_local_main (int argc, char **argv)
 {
-    kd_config_t *c = kd_config_new (KD_SVC_LOCAL, "kudus local");
+    int rc = 0;
+    kd_config_t *c = kd_config_from_args (KD_SVC_LOCAL, "kudus local", "kudus local", argc, argv, &rc);
+    if (!c)
+        return rc;
     char err [512];
-    int rc = kd_config_load (c, argc, argv, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf (stderr, "kudus local: %s\n", err);
-        kd_config_destroy (&c);
-        return rc < 0 ? 2 : 0;
-    }
     int workers = (int) kd_config_int (c, "workers");
     int shards = (int) kd_config_int (c, "shards");
     int port = (int) kd_config_int (c, "base-port");
@@ -487,18 +483,13 @@ kd_local_main (int argc, char **argv)
         rc = 1;
     }
     if (rc == 0) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = fopen (summary, "r");
-        if (f && getdelim (&text, &len, 0, f) > 0) {
+        char *text = kd_read_file (summary);
+        if (text && *text)
             printf ("kudus: summary (%s):\n%s", own_summary ? "not saved" : summary, text);
-        }
         else {
             fprintf (stderr, "kudus local: no summary at %s\n", summary);
             rc = 1;
         }
-        if (f)
-            fclose (f);
         free (text);
     }
     if (own_summary)

@@ -49,15 +49,11 @@ s_draw (const msgpack_object *stats, s_row_t *rows, const char *groups, bool tty
 int
 kd_tail_main (int argc, char **argv)
 {
-    kd_config_t *config = kd_config_new (KD_SVC_TAIL, "kudus tail [ENDPOINT]");
-    char err [256];
-    int rc = kd_config_load (config, argc, argv, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0)
-            fprintf (stderr, "kudus tail: %s\n", err);
-        kd_config_destroy (&config);
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = 0;
+    kd_config_t *config = kd_config_from_args (KD_SVC_TAIL, "kudus tail [ENDPOINT]", "kudus tail",
+                                               argc, argv, &rc);
+    if (!config)
+        return rc;
     const char *endpoint = kd_config_positional_count (config) > 0
                          ? kd_config_positional (config, 0) : "tcp://127.0.0.1:7002";
     bool json = kd_config_bool (config, "json");

@@ -79,14 +79,11 @@ s_rand (uint64_t *state)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-//  splitmix64 finalizer, for stateless seeded choices.
+//  One splitmix64 step from z, for stateless seeded choices.
 static uint64_t
 s_mix (uint64_t z)
 {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+    return kd_splitmix64 (&z);
 }
 
 double
