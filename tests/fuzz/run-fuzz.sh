@@ -13,13 +13,16 @@ flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A sources=(
     [kd_msg]="$src/common/kd_msg.c"
     [kd_dataset]="$src/common/kd_dataset.c"
+    [kd_checkpoint]="$src/common/kd_checkpoint.c $src/common/kd_log.c"
 )
 declare -A libs=(
     [kd_msg]="libczmq libzmq msgpack"
     [kd_dataset]="zlib"
+    [kd_checkpoint]="zlib"
 )
 status=0
-for name in kd_msg kd_dataset; do
+harnesses=(kd_msg kd_dataset kd_checkpoint)
+for name in "${harnesses[@]}"; do
     bin="$out/fuzz_$name"
     # shellcheck disable=SC2086
     clang "${flags[@]}" ${sources[$name]} "$src/tests/fuzz/fuzz_$name.c" \
@@ -34,5 +37,5 @@ for name in kd_msg kd_dataset; do
         status=1
     fi
 done
-[ $status -eq 0 ] && echo "fuzz: 2 harnesses, no crash"
+[ $status -eq 0 ] && echo "fuzz: ${#harnesses[@]} harnesses, no crash"
 exit $status

@@ -1,0 +1,82 @@
+/*  kd_checkpoint: durable snapshots of one shard's key range.
+
+    A checkpoint holds a shard's parameters, its momentum buffer, its
+    version and enough of the model's identity to refuse a checkpoint that
+    belongs to another model or range.  Writing is atomic: the bytes go to a
+    temporary file in the same directory, which is fsynced, renamed over its
+    final name and followed by an fsync of the directory, so a crash leaves
+    either the old set of files or the new one, never half a checkpoint
+    under a final name.  A CRC-32 over the whole file catches the rest (a
+    torn write on a filesystem that lies about fsync, bit rot).
+
+    File layout (little-endian):
+        header   128 bytes: magic "KDCKPT01", then the fields of
+                 kd_checkpoint_meta_t, zero padding
+        params   count float32
+        velocity count float32
+        crc      uint32, CRC-32 of everything before it
+    Files are named ckpt-<version, 20 digits>.kdc, so the newest sorts last.
+*/
+#ifndef KD_CHECKPOINT_H_INCLUDED
+#define KD_CHECKPOINT_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KD_CHECKPOINT_HEADER   128
+#define KD_CHECKPOINT_MAX_KEYS (1ULL << 32)    //  floats per range at most
+
+//  What a checkpoint says about itself.
+typedef struct {
+    uint64_t version;           //  model version of the range
+    uint64_t samples;           //  samples trained into that version
+    uint64_t rank;              //  shard rank
+    uint64_t lo, hi;            //  key range [lo, hi)
+    uint64_t n_params;          //  whole model's parameter count
+    uint32_t kind;              //  kd_model_kind_t
+    uint32_t hidden;            //  mlp hidden units
+    uint64_t ts_ms;             //  wall clock ms when written
+} kd_checkpoint_meta_t;
+
+//  Write a checkpoint of hi - lo params and velocity into dir, then delete
+//  all but the newest `keep` checkpoints.  Returns 0, or -1 with a reason
+//  in err.
+int
+    kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
+                         const float *params, const float *velocity,
+                         int keep, char *err, size_t err_size);
+
+//  Read and verify one checkpoint file.  On success returns 0 and sets
+//  meta and two new arrays (caller frees).  Returns -1 if the file cannot
+//  be read, -2 if it is malformed, truncated or fails its CRC.
+int
+    kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
+                        float **params, float **velocity,
+                        char *err, size_t err_size);
+
+//  Load the newest valid checkpoint in dir, skipping (and logging) corrupt
+//  or truncated ones and deleting leftover temporary files.  Returns 0 and
+//  fills meta, params, velocity and path (if not NULL); 1 if dir holds no
+//  valid checkpoint; -1 if dir cannot be read.
+int
+    kd_checkpoint_load_latest (const char *dir, kd_checkpoint_meta_t *meta,
+                               float **params, float **velocity,
+                               char *path, size_t path_size,
+                               char *err, size_t err_size);
+
+//  Parse a --checkpoint-every value: "30s" (seconds) or "200" / "200v"
+//  (versions).  Returns 0 and sets one of the two (the other 0), or -1.
+int
+    kd_checkpoint_parse_every (const char *text, double *seconds,
+                               uint64_t *versions);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,223 @@
+#define _GNU_SOURCE
+/*  Criterion suite for kd_checkpoint: round trip, atomicity leftovers,
+    corruption, truncation, pruning and the interval parser.
+*/
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "kd_checkpoint.h"
+#include "kd_testutil.h"
+
+#define N 1000
+
+static kd_checkpoint_meta_t
+s_meta (uint64_t version)
+{
+    return (kd_checkpoint_meta_t) {
+        .version = version, .samples = version * 32, .rank = 1, .lo = 500,
+        .hi = 500 + N, .n_params = 7850, .kind = 0, .hidden = 0, .ts_ms = 1234
+    };
+}
+
+static void
+s_fill (float *p, float *v, uint64_t version)
+{
+    for (int i = 0; i < N; i++) {
+        p [i] = (float) version + (float) i * 0.5f;
+        v [i] = -(float) i;
+    }
+}
+
+static void
+s_write (const char *dir, uint64_t version, int keep)
+{
+    float p [N], v [N];
+    s_fill (p, v, version);
+    kd_checkpoint_meta_t meta = s_meta (version);
+    char err [256];
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, p, v, keep, err, sizeof err), 0, "%s", err);
+}
+
+static int
+s_count (const char *dir, const char *suffix)
+{
+    DIR *d = opendir (dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir (d)))
+        if (strlen (e->d_name) > strlen (suffix)
+        &&  !strcmp (e->d_name + strlen (e->d_name) - strlen (suffix), suffix))
+            n++;
+    closedir (d);
+    return n;
+}
+
+static char *
+s_path (const char *dir, uint64_t version)
+{
+    char *path = NULL;
+    cr_assert (asprintf (&path, "%s/ckpt-%020llu.kdc", dir, (unsigned long long) version) > 0);
+    return path;
+}
+
+Test (kd_checkpoint, round_trip)
+{
+    char *dir = kd_test_tmpdir ();
+    s_write (dir, 7, 3);
+    kd_checkpoint_meta_t meta;
+    float *p, *v;
+    char path [4096], err [256];
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &meta, &p, &v, path, sizeof path, err, sizeof err), 0);
+    cr_assert_eq (meta.version, 7);
+    cr_assert_eq (meta.samples, 7 * 32);
+    cr_assert_eq (meta.lo, 500);
+    cr_assert_eq (meta.hi, 500 + N);
+    cr_assert_eq (meta.rank, 1);
+    cr_assert_eq (meta.n_params, 7850);
+    float ep [N], ev [N];
+    s_fill (ep, ev, 7);
+    cr_assert_arr_eq (p, ep, sizeof ep);
+    cr_assert_arr_eq (v, ev, sizeof ev);
+    cr_assert (strstr (path, "ckpt-00000000000000000007.kdc"));
+    free (p);
+    free (v);
+    free (dir);
+}
+
+Test (kd_checkpoint, secret_mode_and_no_temporaries_left)
+{
+    char *dir = kd_test_tmpdir ();
+    s_write (dir, 3, 3);
+    char *path = s_path (dir, 3);
+    struct stat st;
+    cr_assert_eq (stat (path, &st), 0);
+    cr_assert_eq (st.st_mode & 0777, 0600);
+    cr_assert_eq (s_count (dir, ".tmp"), 0);
+    free (path);
+    free (dir);
+}
+
+Test (kd_checkpoint, keeps_the_newest)
+{
+    char *dir = kd_test_tmpdir ();
+    for (uint64_t v = 1; v <= 6; v++)
+        s_write (dir, v, 2);
+    cr_assert_eq (s_count (dir, ".kdc"), 2);
+    kd_checkpoint_meta_t meta;
+    float *p, *v;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &meta, &p, &v, NULL, 0, err, sizeof err), 0);
+    cr_assert_eq (meta.version, 6);
+    free (p);
+    free (v);
+    free (dir);
+}
+
+Test (kd_checkpoint, newest_corrupt_falls_back)
+{
+    char *dir = kd_test_tmpdir ();
+    s_write (dir, 10, 3);
+    s_write (dir, 11, 3);
+    //  Flip one byte in the middle of the newest file's parameters.
+    char *path = s_path (dir, 11);
+    int fd = open (path, O_RDWR);
+    cr_assert (fd >= 0);
+    unsigned char b;
+    cr_assert_eq (pread (fd, &b, 1, 2000), 1);
+    b ^= 0x40;
+    cr_assert_eq (pwrite (fd, &b, 1, 2000), 1);
+    close (fd);
+    float *p, *v;
+    kd_checkpoint_meta_t meta;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), -2);
+    cr_assert (strstr (err, "CRC"), "%s", err);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &meta, &p, &v, NULL, 0, err, sizeof err), 0);
+    cr_assert_eq (meta.version, 10);
+    free (p);
+    free (v);
+    free (path);
+    free (dir);
+}
+
+Test (kd_checkpoint, truncated_and_half_written_are_skipped)
+{
+    char *dir = kd_test_tmpdir ();
+    s_write (dir, 20, 3);
+    s_write (dir, 21, 3);
+    //  A torn file under a final name, and a temporary a killed writer left.
+    char *path = s_path (dir, 21);
+    cr_assert_eq (truncate (path, 128 + 1000), 0);
+    char tmp [4096];
+    snprintf (tmp, sizeof tmp, "%s/.ckpt-00000000000000000022-99.tmp", dir);
+    FILE *f = fopen (tmp, "w");
+    fputs ("KDCKPT01 half", f);
+    fclose (f);
+    float *p, *v;
+    kd_checkpoint_meta_t meta;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), -2);
+    cr_assert (strstr (err, "truncated"), "%s", err);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &meta, &p, &v, NULL, 0, err, sizeof err), 0);
+    cr_assert_eq (meta.version, 20);
+    cr_assert_eq (access (tmp, F_OK), -1, "the leftover temporary is removed");
+    free (p);
+    free (v);
+    free (path);
+    free (dir);
+}
+
+Test (kd_checkpoint, garbage_and_lies_are_malformed)
+{
+    char *dir = kd_test_tmpdir ();
+    char *path = s_path (dir, 5);
+    float *p, *v;
+    kd_checkpoint_meta_t meta;
+    char err [256];
+    //  Not a checkpoint at all.
+    FILE *f = fopen (path, "w");
+    for (int i = 0; i < 300; i++)
+        fputc (i * 7, f);
+    fclose (f);
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), -2);
+    //  A valid magic whose header claims a huge range: refused before any
+    //  allocation, by the size check.
+    unsigned char header [128] = "KDCKPT01";
+    header [40 + 7] = 0x7f;         //  hi = 0x7f00..., lo = 0
+    header [48 + 7] = 0x7f;         //  n_params as large
+    f = fopen (path, "w");
+    fwrite (header, 1, sizeof header, f);
+    fclose (f);
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), -2);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &meta, &p, &v, NULL, 0, err, sizeof err), 1);
+    cr_assert_eq (kd_checkpoint_read ("/nonexistent/x.kdc", &meta, &p, &v, err, sizeof err), -1);
+    cr_assert_eq (kd_checkpoint_load_latest ("/nonexistent", &meta, &p, &v, NULL, 0, err, sizeof err), -1);
+    free (path);
+    free (dir);
+}
+
+Test (kd_checkpoint, parse_every)
+{
+    double s;
+    uint64_t v;
+    cr_assert_eq (kd_checkpoint_parse_every ("30s", &s, &v), 0);
+    cr_assert_float_eq (s, 30, 1e-9);
+    cr_assert_eq (v, 0);
+    cr_assert_eq (kd_checkpoint_parse_every ("0.5s", &s, &v), 0);
+    cr_assert_float_eq (s, 0.5, 1e-9);
+    cr_assert_eq (kd_checkpoint_parse_every ("200", &s, &v), 0);
+    cr_assert_eq (v, 200);
+    cr_assert_eq (kd_checkpoint_parse_every ("200v", &s, &v), 0);
+    cr_assert_eq (v, 200);
+    cr_assert_eq (kd_checkpoint_parse_every ("", &s, &v), -1);
+    cr_assert_eq (kd_checkpoint_parse_every ("0", &s, &v), -1);
+    cr_assert_eq (kd_checkpoint_parse_every ("-3s", &s, &v), -1);
+    cr_assert_eq (kd_checkpoint_parse_every ("2.5", &s, &v), -1);
+    cr_assert_eq (kd_checkpoint_parse_every ("10m", &s, &v), -1);
+    cr_assert_eq (kd_checkpoint_parse_every ("abc", &s, &v), -1);
+}
