@@ -90,8 +90,10 @@ kd_test_kill (pid_t pid)
 int
 kd_test_base_port (void)
 {
+    //  Below Linux's ephemeral range (32768 and up): a port there can be
+    //  the source port of any outgoing connection, and then bind fails.
     unsigned seed = (unsigned) getpid () ^ (unsigned) time (NULL);
-    return 20000 + (int) (seed % 200) * 200;
+    return 20000 + (int) (seed % 60) * 200;
 }
 
 char *
@@ -116,4 +118,27 @@ kd_test_json_number (const char *json, const char *key)
     char *end;
     double v = strtod (p, &end);
     return end == p ? NAN : v;
+}
+
+void
+kd_test_dump (const char *path)
+{
+    char *text = kd_test_slurp (path);
+    if (text) {
+        //  The end of a log says what went wrong; all of it is too long.
+        size_t len = strlen (text);
+        fprintf (stderr, "----- %s -----\n%s\n", path, len > 6000 ? text + len - 6000 : text);
+        free (text);
+    }
+}
+
+int
+kd_test_count (const char *path, const char *needle)
+{
+    char *text = kd_test_slurp (path);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr (p, needle)); p += strlen (needle))
+        n++;
+    free (text);
+    return n;
 }

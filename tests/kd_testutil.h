@@ -29,7 +29,7 @@ void
     kd_test_kill (pid_t pid);
 
 //  A base port for this test process, so that parallel runs do not collide:
-//  a multiple of 200 in [20000, 60000).
+//  a multiple of 200 in [20000, 32000), below the ephemeral port range.
 int
     kd_test_base_port (void);
 
@@ -41,6 +41,14 @@ char *
 //  Numeric value of "key": in a JSON text; NAN if absent or null.
 double
     kd_test_json_number (const char *json, const char *key);
+
+//  Print a file's last 6000 bytes to stderr, to explain a failure.
+void
+    kd_test_dump (const char *path);
+
+//  Occurrences of needle in a file (0 if it cannot be read).
+int
+    kd_test_count (const char *path, const char *needle);
 
 //  Path of a binary in the build directory (static buffer).
 const char *

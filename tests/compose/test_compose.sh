@@ -20,98 +20,19 @@
 # KUDUS_COMPOSE_ACCURACY (summary threshold, default 0.7).
 set -uo pipefail
 
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${KUDUS_BIN_DIR:-$root/build}"
+# Preconditions (exit 77 or 1), a free port, the project and $work.
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+kd_compose_init compose-test kudustest compose
 threshold="${KUDUS_COMPOSE_ACCURACY:-0.7}"
-project="kudustest$$"
-work="$(mktemp -d /tmp/kudus-compose.XXXXXX)"
-stream="$work/stream.jsonl"
-tail_pid=""
-failed=1
-t_start=$SECONDS
-
-say ()  { printf 'compose-test [%3ds]: %s\n' $((SECONDS - t_start)) "$*"; }
-fail () { say "FAIL: $*"; exit 1; }
-
-# --- preconditions -----------------------------------------------------------
-s_skip_or_fail () {
-    if [ "${KUDUS_REQUIRE_DOCKER:-0}" = 1 ]; then
-        say "FAIL: $* (KUDUS_REQUIRE_DOCKER=1)"
-        exit 1
-    fi
-    say "SKIP: $*"
-    exit 77
-}
-command -v docker >/dev/null 2>&1         || s_skip_or_fail "docker is not installed"
-command -v docker-compose >/dev/null 2>&1 || s_skip_or_fail "docker-compose is not installed"
-docker info >/dev/null 2>&1               || s_skip_or_fail "the docker engine is not reachable"
-command -v jq >/dev/null 2>&1             || fail "jq is missing (deploy/docker-setup.sh installs it)"
-[ -x "$bin/kudus" ]                       || fail "no $bin/kudus; build first (make build)"
-
-# A host port for the monitor's stream that nothing listens on: port 7002
-# may belong to a concurrent `kudus local`.
-port=""
-for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 10000))
-    if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then port=$p; break; fi
-done
-[ -n "$port" ] || fail "no free host port found"
 
 # Settings for this run, read by docker-compose.yml.  A long epoch budget and
 # a time limit keep it training while the test scales it; the emulated
 # compute time slows each iteration so that phases stay countable.
-export KUDUS_PUB_HOST_PORT="$port"
-export KUDUS_SHARDS=2 KUDUS_MIN_WORKERS=3 KUDUS_WORKERS=3
-export KUDUS_EPOCHS=1000 KUDUS_MAX_SECONDS="${KUDUS_COMPOSE_SECONDS:-90}"
-export KUDUS_DELAY_MS=5 KUDUS_CONSISTENCY=bsp KUDUS_MODEL=softmax
-dc () { docker-compose -f "$root/docker-compose.yml" -p "$project" --ansi never "$@"; }
+kd_compose_env "${KUDUS_COMPOSE_SECONDS:-90}"
 
-s_cleanup () {
-    local rc=$?
-    [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null
-    if [ $failed -ne 0 ]; then
-        say "logs of each container:"
-        for c in $(docker ps -aq --filter "label=com.docker.compose.project=$project"); do
-            echo "----- $(docker inspect -f '{{.Name}} exit={{.State.ExitCode}} restarts={{.RestartCount}}' "$c")"
-            docker logs --tail 200 "$c" 2>&1
-        done
-        echo "----- last stats messages"
-        grep '"topic":"stats"' "$stream" 2>/dev/null | tail -n 5
-        dc down -v --remove-orphans >/dev/null 2>&1
-    fi
-    rm -rf "$work"
-    exit $rc
-}
+s_cleanup () { kd_compose_cleanup $? "$project" 200; }
 trap s_cleanup EXIT
-
-# --- stream helpers ----------------------------------------------------------
-# Lines of the stream so far; a wait only looks at what arrived after a mark.
-s_mark () { wc -l < "$stream" 2>/dev/null || echo 0; }
-
-# s_wait_stats MARK SECONDS JQ-CONDITION: wait until a stats message after
-# MARK satisfies the condition; prints that message.
-s_wait_stats () {
-    local mark=$1 limit=$2 cond=$3 deadline=$((SECONDS + $2)) hit
-    while [ $SECONDS -lt $deadline ]; do
-        hit=$(tail -n +"$((mark + 1))" "$stream" 2>/dev/null |
-              jq -c "select(.topic == \"stats\") | select($cond)" 2>/dev/null | head -n 1)
-        if [ -n "$hit" ]; then echo "$hit"; return 0; fi
-        sleep 0.5
-    done
-    return 1
-}
-
-# The latest stats message.
-s_last_stats () { grep '"topic":"stats"' "$stream" | tail -n 1; }
-
-# s_advancing WHAT SECONDS: phases must grow by at least 20 within SECONDS.
-s_advancing () {
-    local p0 hit
-    p0=$(s_last_stats | jq '.phases')
-    hit=$(s_wait_stats "$(s_mark)" "$2" ".phases >= $p0 + 20") ||
-        fail "$1: phases stuck at $p0 for $2 s"
-    say "$1: phases $p0 -> $(jq '.phases' <<< "$hit"), workers=$(jq '.workers' <<< "$hit")"
-}
 
 # --- 1. images ---------------------------------------------------------------
 t0=$SECONDS
@@ -126,8 +47,7 @@ say "2. up: project=$project stream=tcp://127.0.0.1:$port"
 
 # --- 3. follow from the host ---------------------------------------------------
 # The monitor may still be starting; tail keeps reconnecting until it is up.
-"$bin/kudus" tail "tcp://127.0.0.1:$port" --json --timeout 60 > "$stream" 2>"$work/tail.err" &
-tail_pid=$!
+kd_compose_follow
 hit=$(s_wait_stats 0 60 '.workers == 3 and (.test_accuracy // null) != null') ||
     fail "3 workers with a test accuracy did not show up within 60 s"
 a0=$(jq '.test_accuracy' <<< "$hit")
@@ -179,16 +99,8 @@ say "6. scaled down: workers=$(jq '.workers' <<< "$hit")"
 s_advancing "6. with 2 workers" 20
 
 # --- 7. the end ------------------------------------------------------------------
-scheduler=$(dc ps -q scheduler)
-code=$(timeout $((KUDUS_MAX_SECONDS + 60)) docker wait "$scheduler") ||
-    fail "the scheduler did not exit within $((KUDUS_MAX_SECONDS + 60)) s"
-[ "$code" = 0 ] || fail "the scheduler exited with $code"
+kd_compose_await_end
 # Everyone else exits 0 on STOP, and nothing restarts.
-deadline=$((SECONDS + 30))
-while [ -n "$(docker ps -q --filter "label=com.docker.compose.project=$project")" ]; do
-    [ $SECONDS -lt $deadline ] || fail "containers still running 30 s after the scheduler exited"
-    sleep 1
-done
 for c in $(docker ps -aq --filter "label=com.docker.compose.project=$project"); do
     [ "$c" = "${victim:0:12}" ] && continue
     c_code=$(docker inspect -f '{{.State.ExitCode}}' "$c")
