@@ -25,6 +25,7 @@
 #define S_LOC   KD_SVC_LOCAL
 #define S_TAIL  KD_SVC_TAIL
 #define S_BEN   KD_SVC_BENCH
+#define S_PRF   KD_SVC_PERF
 #define S_SVC   KD_SVC_SERVICES
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
@@ -58,6 +59,11 @@ static const kd_setting_t s_table [] = {
       "largest message a network socket accepts (ZMQ_MAXMSGSIZE)" },
     { "request-timeout-ms", KD_CT_INT, "15000", 100, 600000, NULL, S_WRK | S_MON,
       "how long a request to a shard or the scheduler may take before it is an error" },
+    //  Security (kd_curve): one switch for every network socket.
+    { "curve", KD_CT_BOOL, "false", 0, 0, NULL, KD_SVC_ALL,
+      "CURVE encryption and authentication on every network socket (keys from keys-dir)" },
+    { "keys-dir", KD_CT_STRING, "/etc/kudus/keys", 0, 200, NULL, KD_SVC_ALL,
+      "CURVE keys from 'kudus keygen': server.cert[_secret], client.cert[_secret], allowed/" },
     { "threads", KD_CT_INT, "1", 1, 64, NULL, S_WRK | S_MON | S_SHD,
       "OpenBLAS threads in this process" },
 
@@ -113,12 +119,20 @@ static const kd_setting_t s_table [] = {
     { "status-ms", KD_CT_INT, "500", 50, 10000, NULL, S_SCH,
       "how often the scheduler reports its state to the monitor" },
 
+    //  Shard durability
+    { "checkpoint-dir", KD_CT_STRING, "", 0, 1024, NULL, S_SHD | S_LOC,
+      "directory for this shard's checkpoints; a restart restores the newest valid one (empty = off)" },
+    { "checkpoint-every", KD_CT_STRING, "5s", 0, 32, NULL, S_SHD | S_LOC,
+      "checkpoint interval: seconds (\"5s\") or versions (\"200\" or \"200v\")" },
+    { "checkpoint-keep", KD_CT_INT, "3", 1, 100, NULL, S_SHD,
+      "checkpoints kept on disk; older ones are deleted" },
+
     //  Monitor
     { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
       "seconds between test-set evaluations (0 = every new version)" },
     { "snapshot-ms", KD_CT_INT, "0", 0, 60000, NULL, S_MON | S_LOC,
       "copy the model this often for the accuracy curve, evaluated at the end (0 = off)" },
-    { "curve", KD_CT_STRING, "", 0, 1024, NULL, S_MON | S_LOC,
+    { "curve-file", KD_CT_STRING, "", 0, 1024, NULL, S_MON | S_LOC,
       "write the accuracy-against-time curve of the snapshots here (CSV)" },
     { "publish-ms", KD_CT_INT, "500", 50, 1000, NULL, S_MON,
       "how often the stream publishes stats" },
@@ -150,6 +164,42 @@ static const kd_setting_t s_table [] = {
       "experiment: directory for the CSV, plot and table" },
     { "seeds", KD_CT_INT, "3", 1, 9, NULL, S_BEN,
       "experiment: runs per model, with seeds seed, seed+1, ..." },
+
+    //  kudus bench (bench/*.c): lists are comma-separated; sizes take K/M
+    { "sizes", KD_CT_STRING, "4K,64K,1M,16M,64M", 0, 256, NULL, S_PRF,
+      "bench pushpull: value sizes in bytes, split evenly over the shards" },
+    { "shards", KD_CT_STRING, "1,2,4", 0, 64, NULL, S_PRF,
+      "bench pushpull: shard counts (real kudus-shard processes)" },
+    { "inflight", KD_CT_STRING, "1,4,8", 0, 64, NULL, S_PRF,
+      "bench pushpull: requests in flight per shard" },
+    { "workers", KD_CT_STRING, "8,64,256,1024", 0, 128, NULL, S_PRF,
+      "bench barrier: fake workers, each its own DEALER" },
+    { "consistency", KD_CT_STRING, "bsp,lsp", 0, 64, NULL, S_PRF,
+      "bench barrier: consistency models to run" },
+    { "phases", KD_CT_INT, "40", 2, 100000, NULL, S_PRF,
+      "bench barrier: phases timed per repeat" },
+    { "models", KD_CT_STRING, "softmax,mlp", 0, 64, NULL, S_PRF,
+      "bench compute: models to time" },
+    { "iterations", KD_CT_INT, "300", 1, 1000000, NULL, S_PRF,
+      "bench compute: gradient batches timed per repeat" },
+    { "batch", KD_CT_INT, "32", 1, 8192, NULL, S_PRF,
+      "bench compute: minibatch rows" },
+    { "hidden", KD_CT_INT, "128", 1, 4096, NULL, S_PRF,
+      "bench compute: mlp hidden units" },
+    { "repeat", KD_CT_INT, "5", 1, 100, NULL, S_PRF,
+      "bench: runs per configuration; the median is reported" },
+    { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_PRF,
+      "bench: one JSON object per configuration per line instead of the table" },
+    { "base-port", KD_CT_INT, "7400", 1024, 64000, NULL, S_PRF,
+      "bench: first port of the services it starts" },
+    { "bin-dir", KD_CT_STRING, "", 0, 1024, NULL, S_PRF,
+      "bench: where the service binaries are (default: beside kudus)" },
+    { "data-dir", KD_CT_STRING, KUDUS_DEFAULT_DATA_DIR, 0, 1024, NULL, S_PRF,
+      "bench compute: directory with the Fashion-MNIST IDX files" },
+    { "threads", KD_CT_INT, "1", 1, 64, NULL, S_PRF,
+      "bench compute: OpenBLAS threads, as a worker would use" },
+    { "bench-floats", KD_CT_INT, "0", 0, 67108864, NULL, S_SHD,
+      "benchmarks only (kudus bench pushpull): hold this many floats at rank * n whatever the model (0 = off)" },
 
     //  kudus tail
     { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_TAIL,

@@ -17,9 +17,15 @@
       LSP with K = N and s = 0, so the degenerate settings of LSP produce
       BSP's decisions by construction, not by coincidence.
 
-    All state lives in arrays indexed by rank.  An event costs O(N) at most
-    and a regroup O(N log N), where N is bounded by the highest rank that
-    ever joined.
+    All state lives in arrays indexed by rank.  Bookkeeping that every
+    event needs is incremental, so that a phase of N arrivals costs
+    O(N log N) and not O(N^2): an indexed min-heap holds each member's
+    next clock (min_clock is its top), a second one holds the waiting
+    members of the immediate engine by clock (SSP releases whoever is
+    within the bound), and two counters answer ALSP's "does every member
+    have telemetry, is any outside its band".  A group commit or a regroup
+    still walks the ranks once, O(N), where N is bounded by the highest
+    rank that ever joined.
 */
 #include "kd_controller.h"
 #include <assert.h>
@@ -88,6 +94,23 @@ typedef struct {
     uint32_t rank;              //  the worker
 } s_speed_t;
 
+//  An indexed binary min-heap of ranks by a 64-bit key, ties by rank, so
+//  that a member's key can change in O(log N) and the smallest is at hand.
+typedef struct {
+    uint32_t *ranks;            //  heap order, n entries
+    uint32_t *pos;              //  by rank: index in ranks + 1, 0 = absent
+    uint64_t *key;              //  by rank: its key while present
+    uint32_t n;                 //  entries in the heap
+} s_heap_t;
+
+//  What a rank contributes to the incremental counts, so that s_track can
+//  undo it when the rank changes.  Kept apart from s_worker_t, which the
+//  events reset wholesale.
+typedef struct {
+    bool no_ewma;               //  counted in n_no_ewma
+    bool outside;               //  counted in n_outside
+} s_tracked_t;
+
 //  The controller.
 struct _kd_controller_t {
     kd_controller_opts_t opts;  //  rules and limits
@@ -125,6 +148,11 @@ struct _kd_controller_t {
     size_t n_drops;             //  drops used
     size_t cap_drops;           //  drops allocated
     kd_decision_t current;      //  the decision last handed out
+    s_heap_t clocks;            //  members by next clock: min_clock on top
+    s_heap_t waiters;           //  immediate engine: waiting members by clock
+    s_tracked_t *tracked;       //  by rank: what s_track has counted
+    uint32_t n_no_ewma;         //  members without telemetry yet
+    uint32_t n_outside;         //  members outside their band long enough
 };
 
 
@@ -195,6 +223,132 @@ s_opts_valid (const kd_controller_opts_t *opts)
 //  --------------------------------------------------------------------------
 //  Constructor and destructor
 
+//  --------------------------------------------------------------------------
+//  Incremental bookkeeping
+
+//  Allocate a heap for ranks 0 .. n-1.  Returns 0, or -1 out of memory.
+static int
+s_heap_init (s_heap_t *heap, size_t n)
+{
+    heap->ranks = (uint32_t *) calloc (n, sizeof (uint32_t));
+    heap->pos = (uint32_t *) calloc (n, sizeof (uint32_t));
+    heap->key = (uint64_t *) calloc (n, sizeof (uint64_t));
+    heap->n = 0;
+    return heap->ranks && heap->pos && heap->key ? 0 : -1;
+}
+
+//  Free a heap's arrays.
+static void
+s_heap_fini (s_heap_t *heap)
+{
+    free (heap->ranks);
+    free (heap->pos);
+    free (heap->key);
+}
+
+//  True when the entry at index a sorts before the one at index b.
+static bool
+s_heap_less (const s_heap_t *heap, uint32_t a, uint32_t b)
+{
+    uint32_t ra = heap->ranks [a], rb = heap->ranks [b];
+    if (heap->key [ra] != heap->key [rb])
+        return heap->key [ra] < heap->key [rb];
+    return ra < rb;
+}
+
+//  Swap two heap slots and keep pos in step.
+static void
+s_heap_swap (s_heap_t *heap, uint32_t a, uint32_t b)
+{
+    uint32_t ra = heap->ranks [a], rb = heap->ranks [b];
+    heap->ranks [a] = rb;
+    heap->ranks [b] = ra;
+    heap->pos [rb] = a + 1;
+    heap->pos [ra] = b + 1;
+}
+
+//  Restore the heap order around index i after its key changed.
+static void
+s_heap_fix (s_heap_t *heap, uint32_t i)
+{
+    while (i > 0 && s_heap_less (heap, i, (i - 1) / 2)) {
+        s_heap_swap (heap, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        uint32_t left = 2 * i + 1, right = left + 1, least = i;
+        if (left < heap->n && s_heap_less (heap, left, least))
+            least = left;
+        if (right < heap->n && s_heap_less (heap, right, least))
+            least = right;
+        if (least == i)
+            return;
+        s_heap_swap (heap, i, least);
+        i = least;
+    }
+}
+
+//  Insert rank with key, or move it to key if present.
+static void
+s_heap_set (s_heap_t *heap, uint32_t rank, uint64_t key)
+{
+    if (heap->pos [rank] == 0) {
+        heap->ranks [heap->n] = rank;
+        heap->pos [rank] = ++heap->n;
+    }
+    else
+    if (heap->key [rank] == key)
+        return;
+    heap->key [rank] = key;
+    s_heap_fix (heap, heap->pos [rank] - 1);
+}
+
+//  Remove rank if present.
+static void
+s_heap_remove (s_heap_t *heap, uint32_t rank)
+{
+    if (heap->pos [rank] == 0)
+        return;
+    uint32_t i = heap->pos [rank] - 1, last = heap->n - 1;
+    if (i != last)
+        s_heap_swap (heap, i, last);
+    heap->pos [rank] = 0;
+    heap->n--;
+    if (i < heap->n)
+        s_heap_fix (heap, i);
+}
+
+//  Bring the incremental state in line with what rank is now.  Called after
+//  every change of a worker's state, clock, ewma or outside run, so that no
+//  event has to walk the ranks to find the minimum clock, the waiting
+//  workers, or a member without telemetry.
+static void
+s_track (kd_controller_t *self, uint32_t rank)
+{
+    s_worker_t *worker = &self->workers [rank];
+    bool member = worker->state == S_COMPUTING || worker->state == S_WAITING;
+    //  A waiting worker waits to compute clock + 1.
+    if (worker->state == S_COMPUTING)
+        s_heap_set (&self->clocks, rank, worker->clock);
+    else
+    if (worker->state == S_WAITING)
+        s_heap_set (&self->clocks, rank, worker->clock + 1);
+    else
+        s_heap_remove (&self->clocks, rank);
+    if (worker->state == S_WAITING)
+        s_heap_set (&self->waiters, rank, worker->clock);
+    else
+        s_heap_remove (&self->waiters, rank);
+    s_tracked_t *tracked = &self->tracked [rank];
+    bool no_ewma = member && worker->ewma == 0;
+    bool outside = member && worker->outside >= S_OUTSIDE_RUN;
+    self->n_no_ewma += (uint32_t) no_ewma - (uint32_t) tracked->no_ewma;
+    self->n_outside += (uint32_t) outside - (uint32_t) tracked->outside;
+    tracked->no_ewma = no_ewma;
+    tracked->outside = outside;
+}
+
+
 //  Create a controller.  NULL if opts are invalid.
 kd_controller_t *
 kd_controller_new (const kd_controller_opts_t *opts)
@@ -211,11 +365,15 @@ kd_controller_new (const kd_controller_opts_t *opts)
     self->speeds = (s_speed_t *) calloc (n, sizeof (s_speed_t));
     self->seg_len = (uint32_t *) calloc (n, sizeof (uint32_t));
     self->seg_first = (uint32_t *) calloc (n, sizeof (uint32_t));
+    self->tracked = (s_tracked_t *) calloc (n, sizeof (s_tracked_t));
     if (!self->workers || !self->groups || !self->speeds
-    ||  !self->seg_len || !self->seg_first)
+    ||  !self->seg_len || !self->seg_first || !self->tracked
+    ||  s_heap_init (&self->clocks, n) || s_heap_init (&self->waiters, n))
         goto failed;
     //  Everyone starts in group 0, whose band is unknown.
     self->n_groups = 1;
+    self->version = opts->initial_version;
+    self->groups [0].base = self->version;
     return self;
 
 failed:
@@ -240,6 +398,9 @@ kd_controller_destroy (kd_controller_t **self_p)
     free (self->pool);
     free (self->gpool);
     free (self->drops);
+    free (self->tracked);
+    s_heap_fini (&self->clocks);
+    s_heap_fini (&self->waiters);
     free (self);
     *self_p = NULL;
 }
@@ -352,15 +513,9 @@ s_quota (kd_controller_t *self, uint32_t size)
 static uint64_t
 s_min_clock (kd_controller_t *self)
 {
-    uint64_t lowest = UINT64_MAX;
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
-        s_worker_t *worker = &self->workers [rank];
-        if (worker->state == S_COMPUTING && worker->clock < lowest)
-            lowest = worker->clock;
-        else
-        if (worker->state == S_WAITING && worker->clock + 1 < lowest)
-            lowest = worker->clock + 1;
-    }
+    if (self->clocks.n == 0)
+        return self->min_clock;
+    uint64_t lowest = self->clocks.key [self->clocks.ranks [0]];
     return lowest == UINT64_MAX ? self->min_clock : lowest;
 }
 
@@ -389,6 +544,7 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped)
     worker->dropped = false;
     worker->clock = clock;
     worker->version = self->version;
+    s_track (self, rank);
     s_item_t *item = s_push (self, KD_DEC_RELEASE);
     item->decision.version = self->version;
     item->decision.rank = rank;
@@ -492,6 +648,14 @@ s_push_groups (kd_controller_t *self)
 //  --------------------------------------------------------------------------
 //  Immediate engine: ASP and SSP
 
+//  Order ranks ascending, for qsort.
+static int
+s_rank_compare (const void *a, const void *b)
+{
+    uint32_t left = *(const uint32_t *) a, right = *(const uint32_t *) b;
+    return left < right ? -1 : (left > right);
+}
+
 //  Release every waiting worker whose next clock is within min_clock + s
 //  (ASP: every waiting worker).
 static void
@@ -506,12 +670,21 @@ s_release_bounded (kd_controller_t *self)
             limit = lowest + self->opts.staleness;
     }
     //  Releasing a waiting worker leaves min_clock alone, since it already
-    //  counted as computing clock + 1, so one pass is enough.
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
-        s_worker_t *worker = &self->workers [rank];
-        if (worker->state == S_WAITING && worker->clock + 1 <= limit)
-            s_release (self, rank, worker->clock + 1, false);
+    //  counted as computing clock + 1, so the set to release is known
+    //  before the first release.  The waiters heap yields it lowest clock
+    //  first; the releases go out in rank order, as they always have.
+    uint32_t *go = self->seg_first;     //  scratch, free outside regroups
+    uint32_t n = 0;
+    while (self->waiters.n > 0) {
+        uint32_t rank = self->waiters.ranks [0];
+        if (self->workers [rank].clock + 1 > limit)
+            break;
+        go [n++] = rank;
+        s_heap_remove (&self->waiters, rank);
     }
+    qsort (go, n, sizeof (uint32_t), s_rank_compare);
+    for (uint32_t i = 0; i < n; i++)
+        s_release (self, go [i], self->workers [go [i]].clock + 1, false);
 }
 
 //  ASP/SSP arrival: commit it alone, then release whoever may go.
@@ -527,6 +700,7 @@ s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base)
     s_commit (self, at, 1.0);
     worker->state = S_WAITING;
     self->n_waiting++;
+    s_track (self, rank);
     s_release_bounded (self);
 }
 
@@ -748,6 +922,7 @@ s_regroup (kd_controller_t *self, uint64_t now)
                 self->groups [worker->group].waiting++;
         }
         worker->outside = 0;
+        s_track (self, rank);
     }
     self->n_groups = n_groups;
     self->regroup_due = false;
@@ -832,6 +1007,7 @@ s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base,
     if (counts) {
         worker->state = S_WAITING;
         worker->base = base;
+        s_track (self, rank);
         if (group->waiting == 0)
             group->t_first = now;
         group->waiting++;
@@ -918,16 +1094,11 @@ s_check_regroup (kd_controller_t *self, uint64_t now)
     ||  self->n_active == 0
     ||  (self->formed && now < self->t_regroup + self->opts.regroup_dwell_ms))
         return;
-    bool wanted = false;
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
-        s_worker_t *worker = &self->workers [rank];
-        if (worker->state != S_COMPUTING && worker->state != S_WAITING)
-            continue;
-        if (worker->ewma == 0)
-            return;
-        wanted |= worker->outside >= S_OUTSIDE_RUN;
-    }
-    if (wanted) {
+    //  The counts stand for a walk over the members: any member without
+    //  telemetry vetoes, any member outside long enough asks.
+    if (self->n_no_ewma > 0)
+        return;
+    if (self->n_outside > 0) {
         self->regroup_due = true;
         self->syncing = true;
     }
@@ -991,6 +1162,7 @@ kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
         return -1;
     s_begin (self, now_ms);
     self->workers [rank] = (s_worker_t) { .state = S_PENDING };
+    s_track (self, rank);
     self->n_pending++;
     if (rank >= self->hi_rank)
         self->hi_rank = rank + 1;
@@ -1028,6 +1200,7 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
         self->groups_dirty = true;
     }
     *worker = (s_worker_t) { .state = S_INACTIVE };
+    s_track (self, rank);
     if (self->opts.model == KD_CONS_ALSP && self->n_active == 0)
         s_groups_reset (self);
     s_finish (self, now_ms);
@@ -1078,6 +1251,7 @@ kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
         bool out = s_outside (group, iter_ms) && s_outside (group, worker->ewma);
         worker->outside = out ? worker->outside + 1 : 0;
     }
+    s_track (self, rank);
     s_finish (self, now_ms);
     return 0;
 }

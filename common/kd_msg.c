@@ -98,6 +98,10 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (REGROUPS,      "regroups",     UINT),
     S_FIELD (ACCURACY,      "accuracy",     FLOAT),
     S_FIELD (GROUPS,        "groups",       UINTS),
+    S_FIELD (KIND,          "kind",         STR),
+    S_FIELD (DETAIL,        "detail",       STR),
+    S_FIELD (SESSION,       "session",      UINT),
+    S_FIELD (LOST,          "lost",         UINT),
 };
 
 typedef enum {
@@ -120,13 +124,14 @@ typedef struct {
 static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (HELLO,
             S_BIT (ROLE) | S_BIT (NAME),
-            S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK), NONE),
+            S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
+          | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION), NONE),
     S_TYPE (WELCOME,
             S_BIT (RANK) | S_BIT (ROLE),
             S_BIT (MODEL) | S_BIT (HIDDEN) | S_BIT (N_PARAMS) | S_BIT (LO)
           | S_BIT (HI) | S_BIT (LR) | S_BIT (MOMENTUM) | S_BIT (BATCH)
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
-          | S_BIT (CONSISTENCY), NONE),
+          | S_BIT (CONSISTENCY) | S_BIT (SESSION), NONE),
     S_TYPE (START,
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
@@ -151,8 +156,9 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (TS_MS), REQUIRED),
     S_TYPE (COMMIT,
             S_BIT (VERSION) | S_BIT (RANKS) | S_BIT (CLOCKS) | S_BIT (WEIGHTS),
-            S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS), NONE),
-    S_TYPE (COMMIT_OK, S_BIT (VERSION), 0, NONE),
+            S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS)
+          | S_BIT (SAMPLES), NONE),
+    S_TYPE (COMMIT_OK, S_BIT (VERSION), S_BIT (LOST), NONE),
     S_TYPE (TELEMETRY,
             S_BIT (RANK) | S_BIT (CLOCK),
             S_BIT (COMPUTE_MS) | S_BIT (PUSH_MS) | S_BIT (WAIT_MS)
@@ -169,6 +175,9 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (VERSION) | S_BIT (ACCURACY),
             S_BIT (LOSS) | S_BIT (TS_MS), NONE),
     S_TYPE (ERROR, S_BIT (CODE) | S_BIT (REASON), 0, NONE),
+    S_TYPE (EVENT, S_BIT (KIND),
+            S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
+          | S_BIT (VERSION) | S_BIT (LOST), NONE),
 };
 
 //  Array fields of one type that must have the same length, because entry i
@@ -207,7 +216,32 @@ struct _kd_msg_t {
     s_value_t values [KD_F_FIELD_COUNT];    //  field values, by kd_field_t
     zframe_t *routing_id;           //  ROUTER peer identity, or NULL
     zframe_t *data;                 //  float32 data frame, or NULL
+    bool has_ref;                   //  the data frame is borrowed memory:
+    const void *ref_data;           //  its bytes (not owned)
+    size_t ref_size;                //  their length
+    zmq_free_fn *ref_free;          //  called once when they are let go
+    void *ref_hint;                 //  passed to ref_free
 };
+
+//  Let go of borrowed data: its owner learns it is no longer needed.
+static void
+s_ref_release (kd_msg_t *self)
+{
+    if (self->has_ref && self->ref_free)
+        self->ref_free ((void *) self->ref_data, self->ref_hint);
+    self->has_ref = false;
+    self->ref_data = NULL;
+    self->ref_size = 0;
+    self->ref_free = NULL;
+    self->ref_hint = NULL;
+}
+
+//  Bytes in the data frame, owned or borrowed; 0 when there is none.
+static size_t
+s_data_size (kd_msg_t *self)
+{
+    return self->has_ref ? self->ref_size : self->data ? zframe_size (self->data) : 0;
+}
 
 //  True when type is a real message type.
 static bool
@@ -313,6 +347,7 @@ kd_msg_destroy (kd_msg_t **self_p)
         s_clear (self, (kd_field_t) f);
     zframe_destroy (&self->routing_id);
     zframe_destroy (&self->data);
+    s_ref_release (self);
     free (self);
     *self_p = NULL;
 }
@@ -525,9 +560,28 @@ kd_msg_set_data (kd_msg_t *self, zframe_t **frame_p)
     assert (frame_p && *frame_p);
     assert (zframe_size (*frame_p) % S_FLOAT_BYTES == 0);
     zframe_destroy (&self->data);
+    s_ref_release (self);
     self->data = *frame_p;
     *frame_p = NULL;
     kd_msg_set_uint (self, KD_F_COUNT, zframe_size (self->data) / S_FLOAT_BYTES);
+}
+
+//  Borrow size bytes at data as the data frame, sent without a copy.
+void
+kd_msg_set_data_ref (kd_msg_t *self, const void *data, size_t size,
+                     zmq_free_fn *free_fn, void *hint)
+{
+    assert (self);
+    assert (data || size == 0);
+    assert (size % S_FLOAT_BYTES == 0);
+    zframe_destroy (&self->data);
+    s_ref_release (self);
+    self->has_ref = true;
+    self->ref_data = data;
+    self->ref_size = size;
+    self->ref_free = free_fn;
+    self->ref_hint = hint;
+    kd_msg_set_uint (self, KD_F_COUNT, size / S_FLOAT_BYTES);
 }
 
 //  Data frame, borrowed; NULL when none.
@@ -545,6 +599,10 @@ kd_msg_take_data (kd_msg_t *self)
     assert (self);
     zframe_t *data = self->data;
     self->data = NULL;
+    if (self->has_ref) {
+        data = zframe_new (self->ref_data, self->ref_size);
+        s_ref_release (self);
+    }
     return data;
 }
 
@@ -554,6 +612,11 @@ const float *
 kd_msg_data_floats (kd_msg_t *self, size_t *count)
 {
     assert (self);
+    if (self->has_ref) {
+        if (count)
+            *count = self->ref_size / S_FLOAT_BYTES;
+        return (const float *) self->ref_data;
+    }
     if (!self->data) {
         if (count)
             *count = 0;
@@ -601,10 +664,11 @@ s_encodable (kd_msg_t *self)
     const s_type_spec_t *spec = &s_types [self->type];
     if ((self->present & spec->required) != spec->required)
         return false;
-    if ((spec->data == S_DATA_REQUIRED) != (self->data != NULL))
+    bool has_data = self->data != NULL || self->has_ref;
+    if ((spec->data == S_DATA_REQUIRED) != has_data)
         return false;
-    if (self->data
-    &&  kd_msg_uint (self, KD_F_COUNT) != zframe_size (self->data) / S_FLOAT_BYTES)
+    if (has_data
+    &&  kd_msg_uint (self, KD_F_COUNT) != s_data_size (self) / S_FLOAT_BYTES)
         return false;
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
         if (!(self->present & ((uint64_t) 1 << f)))
@@ -677,8 +741,10 @@ s_pack_value (msgpack_packer *pk, kd_field_kind_t kind, const s_value_t *v)
 
 //  Encode the message.  With move, the routing id and data frame are moved
 //  into the output instead of copied, leaving the message without them.
+//  Borrowed data is copied into a frame, unless skip_ref is set: then the
+//  caller sends it after the frames of *out.
 static int
-s_encode (kd_msg_t *self, zmsg_t **out, bool move)
+s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
 {
     assert (self);
     assert (out);
@@ -727,6 +793,8 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move)
             self->data = NULL;
         zmsg_append (zmsg, &data);
     }
+    if (self->has_ref && !skip_ref)
+        zmsg_addmem (zmsg, self->ref_data, self->ref_size);
     *out = zmsg;
     rc = 0;
 cleanup:
@@ -738,7 +806,7 @@ cleanup:
 int
 kd_msg_encode (kd_msg_t *self, zmsg_t **out)
 {
-    return s_encode (self, out, false);
+    return s_encode (self, out, false, false);
 }
 
 //  --------------------------------------------------------------------------
@@ -1296,9 +1364,30 @@ kd_msg_send (kd_msg_t **self_p, void *socket)
         goto cleanup;
     if (!router)
         zframe_destroy (&self->routing_id);
-    if (s_encode (self, &zmsg, true))
+    if (s_encode (self, &zmsg, true, true))
         goto cleanup;
-    rc = zmsg_send (&zmsg, socket);
+    if (self->has_ref) {
+        //  The header frames go first, then the borrowed bytes as a ZeroMQ
+        //  message over the caller's memory: libzmq calls ref_free from its
+        //  I/O thread once the bytes are on the wire (or dropped), and from
+        //  here if the send fails.
+        zframe_t *frame;
+        rc = 0;
+        while (rc == 0 && (frame = zmsg_pop (zmsg))) {
+            rc = zframe_send (&frame, socket, ZFRAME_MORE);
+            zframe_destroy (&frame);
+        }
+        zmq_msg_t data;
+        zmq_msg_init_data (&data, (void *) self->ref_data, self->ref_size,
+                           self->ref_free, self->ref_hint);
+        self->has_ref = false;      //  data owns the reference now
+        if (rc == 0 && zmq_msg_send (&data, zsock_resolve (socket), 0) < 0)
+            rc = -1;
+        if (rc != 0)
+            zmq_msg_close (&data);
+    }
+    else
+        rc = zmsg_send (&zmsg, socket);
 cleanup:
     zmsg_destroy (&zmsg);
     kd_msg_destroy (self_p);

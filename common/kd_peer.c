@@ -1,6 +1,7 @@
 /*  kd_peer: membership link to the scheduler (see kd_peer.h).
 */
 #include "kd_peer.h"
+#include "kd_curve.h"
 #include "kd_log.h"
 #include "kd_util.h"
 #include <unistd.h>
@@ -11,7 +12,11 @@ struct _kd_peer_t {
     char *name;                 //  stable instance name
     char *endpoint;             //  advertised endpoint (shards), or NULL
     uint64_t version;           //  model version to report (shards)
-    uint64_t samples;           //  training rows available (workers)
+    uint64_t samples;           //  training rows (workers), samples
+                                //  trained into version (shards)
+    bool has_rank;              //  rank is a hint to send
+    uint64_t rank;              //  rank held before, asked for again
+    uint64_t lo, hi;            //  key range held (shards), if hi > 0
     int heartbeat_ms;           //  interval
     int liveness;               //  missed intervals before re-HELLO
     uint64_t last_sent;         //  ms, monotonic
@@ -28,6 +33,7 @@ kd_peer_new (const char *scheduler, const char *role, const char *name,
     if (!sock)
         return NULL;
     kd_socket_harden (sock, max_msg_bytes);
+    kd_curve_client (kd_curve_process (), sock);
     if (zsock_connect (sock, "%s", scheduler) != 0) {
         zsock_destroy (&sock);
         return NULL;
@@ -93,6 +99,27 @@ kd_peer_set_samples (kd_peer_t *self, uint64_t samples)
     self->samples = samples;
 }
 
+void
+kd_peer_set_rank (kd_peer_t *self, uint64_t rank)
+{
+    self->has_rank = true;
+    self->rank = rank;
+}
+
+void
+kd_peer_set_range (kd_peer_t *self, uint64_t lo, uint64_t hi)
+{
+    self->lo = lo;
+    self->hi = hi;
+}
+
+void
+kd_peer_set_heartbeat (kd_peer_t *self, int heartbeat_ms)
+{
+    if (heartbeat_ms >= 10 && heartbeat_ms <= 60000)
+        self->heartbeat_ms = heartbeat_ms;
+}
+
 const char *
 kd_peer_name (kd_peer_t *self)
 {
@@ -111,6 +138,12 @@ kd_peer_hello (kd_peer_t *self)
     kd_msg_set_uint (hello, KD_F_VERSION, self->version);
     if (self->samples)
         kd_msg_set_uint (hello, KD_F_SAMPLES, self->samples);
+    if (self->has_rank)
+        kd_msg_set_uint (hello, KD_F_RANK, self->rank);
+    if (self->hi > 0) {
+        kd_msg_set_uint (hello, KD_F_LO, self->lo);
+        kd_msg_set_uint (hello, KD_F_HI, self->hi);
+    }
     //  A fresh HELLO restarts the liveness clock, so that a scheduler that
     //  is still starting up is given time to answer.
     self->last_heard = kd_now_ms ();

@@ -1,6 +1,7 @@
 /*  kd_service: the shared main () of every Kudus service.
 */
 #include "kd_service.h"
+#include "kd_curve.h"
 #include "kd_log.h"
 #include <czmq.h>
 
@@ -23,7 +24,20 @@ kd_service_main (int argc, char **argv, unsigned service, const char *program,
     }
     zsys_init ();
     zsys_set_logstream (stderr);
+    //  CURVE keys are checked, and the ZAP handler runs, before the service
+    //  binds anything; a worker only connects, so it needs no server key.
+    char err [512];
+    int roles = service == KD_SVC_WORKER ? KD_CURVE_CLIENT : KD_CURVE_SERVER | KD_CURVE_CLIENT;
+    kd_curve_t *curve = kd_curve_new (config, roles, err, sizeof err);
+    if (!curve || kd_curve_start_auth (curve)) {
+        kd_error ("%s; refusing to start", curve ? "curve: cannot start the ZAP handler" : err);
+        kd_curve_destroy (&curve);
+        kd_config_destroy (&config);
+        return 1;
+    }
+    kd_curve_set_process (curve);
     rc = run (config);
+    kd_curve_destroy (&curve);
     kd_config_destroy (&config);
     return rc;
 }

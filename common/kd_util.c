@@ -100,6 +100,14 @@ kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes)
     //  High-water marks large enough for 1024 peers' control traffic.
     zsock_set_sndhwm (sock, 100000);
     zsock_set_rcvhwm (sock, 100000);
+    //  ZMTP heartbeats and TCP keepalive find a connection whose peer
+    //  vanished without a FIN (a cut network, a host that moved), so the
+    //  socket reconnects in seconds instead of when TCP gives up.
+    zsock_set_heartbeat_ivl (sock, 2000);
+    zsock_set_heartbeat_timeout (sock, 6000);
+    zsock_set_tcp_keepalive (sock, 1);
+    zsock_set_tcp_keepalive_idle (sock, 10);
+    zsock_set_tcp_keepalive_intvl (sock, 5);
 }
 
 uint64_t

@@ -26,9 +26,10 @@ extern "C" {
 #define KD_SVC_WORKER     0x08
 #define KD_SVC_LOCAL      0x10      //  kudus local / experiment
 #define KD_SVC_TAIL       0x20      //  kudus tail
-#define KD_SVC_BENCH      0x40      //  kudus bench
+#define KD_SVC_BENCH      0x40      //  kudus experiment
+#define KD_SVC_PERF       0x80      //  kudus bench (bench/*.c)
 #define KD_SVC_SERVICES   0x0f
-#define KD_SVC_ALL        0x7f
+#define KD_SVC_ALL        0xff
 
 typedef enum {
     KD_CT_INT,          //  int64 within [min, max]

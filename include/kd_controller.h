@@ -65,6 +65,8 @@ typedef struct {
     uint32_t global_sync_every; //  ALSP: group phases of the slowest group
     uint32_t regroup_dwell_ms;  //  ALSP: minimum time between regroups
     uint32_t max_workers;       //  ranks are 0 .. max_workers-1
+    uint64_t initial_version;   //  V at start: a restarted scheduler resumes
+                                //  from the shards' version (0 = fresh)
 } kd_controller_opts_t;
 
 //  Fill opts with the documented defaults for a model.

@@ -85,6 +85,7 @@ typedef enum {
     KD_MSG_EVAL,
     KD_MSG_EVAL_OK,
     KD_MSG_ERROR,
+    KD_MSG_EVENT,
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -150,6 +151,10 @@ typedef enum {
     KD_F_REGROUPS,      //  uint
     KD_F_ACCURACY,      //  float
     KD_F_GROUPS,        //  uints
+    KD_F_KIND,          //  str    event kind ("worker-dead", ...)
+    KD_F_DETAIL,        //  str    human-readable event detail
+    KD_F_SESSION,       //  uint   scheduler instance, new at each start
+    KD_F_LOST,          //  uint   updates a restored shard lost
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 
@@ -248,6 +253,17 @@ void
     kd_msg_set_data (kd_msg_t *self, zframe_t **frame_p);
 zframe_t *
     kd_msg_data (kd_msg_t *self);
+//  Borrow size bytes at data as the data frame (sets "count"), so that
+//  kd_msg_send hands them to ZeroMQ without a copy (zmq_msg_init_data).
+//  free_fn (data, hint), when not NULL, is called exactly once when the
+//  bytes are no longer needed: by libzmq's I/O thread after sending, or on
+//  destroy or a failed send.  The caller must not change the bytes until
+//  then; with free_fn NULL it must know by other means (a reply) that the
+//  message has gone.  kd_msg_encode and kd_msg_take_data copy them;
+//  kd_msg_data returns NULL for them (kd_msg_data_floats sees them).
+void
+    kd_msg_set_data_ref (kd_msg_t *self, const void *data, size_t size,
+                         zmq_free_fn *free_fn, void *hint);
 //  Detach the data frame: caller owns it, the message keeps none.
 zframe_t *
     kd_msg_take_data (kd_msg_t *self);

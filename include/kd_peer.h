@@ -39,6 +39,16 @@ void
     kd_peer_set_version (kd_peer_t *self, uint64_t version);
 void
     kd_peer_set_samples (kd_peer_t *self, uint64_t samples);
+//  The rank held before (asked for again after a scheduler restart), and a
+//  shard's key range.
+void
+    kd_peer_set_rank (kd_peer_t *self, uint64_t rank);
+void
+    kd_peer_set_range (kd_peer_t *self, uint64_t lo, uint64_t hi);
+//  Adopt the scheduler's heartbeat interval (from WELCOME), so both ends
+//  judge silence by the same clock.
+void
+    kd_peer_set_heartbeat (kd_peer_t *self, int heartbeat_ms);
 
 //  Send HELLO now.  Returns 0 or -1.
 int

@@ -18,6 +18,7 @@
 #include "kd_model.h"
 #include "kd_controller.h"
 #include "kd_peer.h"
+#include "kd_curve.h"
 #include "kd_service.h"
 
 #endif

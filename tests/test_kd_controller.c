@@ -553,6 +553,80 @@ Test (kd_controller, ssp_blocks_at_the_bound_and_unblocks)
 }
 
 
+//  Several workers blocked at the SSP bound go at once when the slowest
+//  arrives, and their RELEASEs come out in rank order whatever order they
+//  blocked in (the controller finds them through a heap by clock).
+Test (kd_controller, ssp_unblocks_many_in_rank_order)
+{
+    kd_controller_t *ctl = s_new (KD_CONS_SSP, NULL, s_ssp_one);
+    s_join_all (ctl, 5, 0);
+    //  Ranks 4, 2, 3, 1 run two clocks ahead of rank 0 and block there,
+    //  in that order; rank 3 blocks one clock earlier than the others.
+    uint32_t order [] = { 4, 2, 3, 1 };
+    uint64_t v = 0, now = 1;
+    for (size_t i = 0; i < 4; i++) {
+        uint32_t rank = order [i];
+        s_arrive (ctl, rank, 0, 0, now++);
+        v++;
+        cr_assert_eq (s_take (ctl), 2);
+        s_expect_release (rank, v, 1);
+        if (rank == 3)
+            continue;
+        s_arrive (ctl, rank, 1, v, now++);
+        v++;
+        cr_assert_eq (s_take (ctl), 1, "rank %u blocked at clock 2", rank);
+    }
+    cr_expect_eq (kd_controller_min_clock (ctl), 0);
+    s_arrive (ctl, 0, 0, 0, now++);
+    v++;
+    cr_assert_eq (s_take (ctl), 5, "commit, then ranks 0, 1, 2, 4");
+    cr_expect_eq (s_log.recs [0].type, KD_DEC_COMMIT);
+    uint32_t expect [] = { 0, 1, 2, 4 };
+    for (size_t i = 0; i < 4; i++) {
+        cr_expect_eq (s_log.recs [1 + i].type, KD_DEC_RELEASE);
+        cr_expect_eq (s_log.recs [1 + i].rank, expect [i], "release %zu is rank %u",
+                      i, s_log.recs [1 + i].rank);
+    }
+    cr_expect_eq (kd_controller_min_clock (ctl), 1, "rank 0 and 3 compute clock 1");
+    kd_controller_destroy (&ctl);
+}
+
+//  The incremental min_clock follows joins, leaves and releases in any
+//  order: leaving the worker that holds the minimum moves it up at once,
+//  and with nobody left the last value is kept.
+Test (kd_controller, min_clock_follows_leaves_of_the_slowest)
+{
+    kd_controller_t *ctl = s_new (KD_CONS_SSP, NULL, NULL);
+    s_join_all (ctl, 3, 0);
+    uint64_t v = 0, now = 1;
+    //  Rank 2 runs to clock 3, rank 1 to clock 2, rank 0 stays at 0.
+    for (uint64_t c = 0; c < 3; c++) {
+        s_arrive (ctl, 2, c, v, now++);
+        v++;
+        s_take (ctl);
+    }
+    for (uint64_t c = 0; c < 2; c++) {
+        s_arrive (ctl, 1, c, v, now++);
+        v++;
+        s_take (ctl);
+    }
+    cr_expect_eq (kd_controller_min_clock (ctl), 0);
+    cr_assert_eq (kd_controller_leave (ctl, 0, now++), 0);
+    s_take (ctl);
+    cr_expect_eq (kd_controller_min_clock (ctl), 2);
+    cr_assert_eq (kd_controller_leave (ctl, 1, now++), 0);
+    s_take (ctl);
+    cr_expect_eq (kd_controller_min_clock (ctl), 3);
+    cr_assert_eq (kd_controller_leave (ctl, 2, now++), 0);
+    s_take (ctl);
+    cr_expect_eq (kd_controller_min_clock (ctl), 3, "kept when nobody is left");
+    cr_assert_eq (kd_controller_join (ctl, 1, now++), 0);
+    cr_assert_eq (s_take (ctl), 1);
+    s_expect_release (1, v, 3);
+    kd_controller_destroy (&ctl);
+}
+
+
 //  --------------------------------------------------------------------------
 //  LSP
 
@@ -2276,5 +2350,31 @@ Test (kd_controller, scale_1024_workers)
         s_scale_rounds (&sim, 3);
         cr_expect_gt (sim.commits, 3);
         s_sim_destroy (&sim);
+    }
+}
+
+static void
+s_resume_at_500 (kd_controller_opts_t *opts)
+{
+    opts->initial_version = 500;
+}
+
+Test (kd_controller, initial_version_resumes_every_model)
+{
+    //  A restarted scheduler resumes from the shards' version: releases
+    //  name it, gradients computed on it are fresh, and the next commit
+    //  creates the version after it.
+    for (int model = KD_CONS_BSP; model <= KD_CONS_ALSP; model++) {
+        kd_controller_t *ctl = s_new ((kd_consistency_t) model, NULL, s_resume_at_500);
+        cr_assert_eq (kd_controller_version (ctl), 500);
+        s_join_all (ctl, 2, 0);
+        s_expect_release (0, 500, 0);
+        s_expect_release (1, 500, 0);
+        s_arrive (ctl, 0, 0, 500, 10);
+        s_arrive (ctl, 1, 0, 500, 10);
+        //  Whatever the model, two arrivals on 500 commit at least once.
+        cr_expect_geq (kd_controller_version (ctl), 501, "model %d", model);
+        log_clear (&s_log);
+        kd_controller_destroy (&ctl);
     }
 }

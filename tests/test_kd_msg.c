@@ -36,11 +36,12 @@ typedef struct {
 
 static const s_schema_t s_schema [] = {
     { KD_MSG_HELLO, { KD_F_ROLE, KD_F_NAME, END },
-      { KD_F_ENDPOINT, KD_F_VERSION, KD_F_CLOCK, END }, false },
+      { KD_F_ENDPOINT, KD_F_VERSION, KD_F_CLOCK, KD_F_RANK, KD_F_LO, KD_F_HI,
+        KD_F_SAMPLES, KD_F_SESSION, END }, false },
     { KD_MSG_WELCOME, { KD_F_RANK, KD_F_ROLE, END },
       { KD_F_MODEL, KD_F_HIDDEN, KD_F_N_PARAMS, KD_F_LO, KD_F_HI, KD_F_LR,
         KD_F_MOMENTUM, KD_F_BATCH, KD_F_SEED, KD_F_EPOCHS, KD_F_HEARTBEAT_MS,
-        KD_F_CONSISTENCY, END }, false },
+        KD_F_CONSISTENCY, KD_F_SESSION, END }, false },
     { KD_MSG_START, { KD_F_ENDPOINTS, KD_F_LOS, KD_F_HIS, END },
       { KD_F_PART_LO, KD_F_PART_HI, KD_F_T0_MS, KD_F_VERSION, END }, false },
     { KD_MSG_HEARTBEAT, { END }, { KD_F_RANK, END }, false },
@@ -58,8 +59,8 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_PULL_OK, { KD_F_VERSION, KD_F_LO, KD_F_COUNT, END },
       { KD_F_TS_MS, END }, true },
     { KD_MSG_COMMIT, { KD_F_VERSION, KD_F_RANKS, KD_F_CLOCKS, KD_F_WEIGHTS, END },
-      { KD_F_TS_MS, KD_F_DROP_RANKS, KD_F_DROP_CLOCKS, END }, false },
-    { KD_MSG_COMMIT_OK, { KD_F_VERSION, END }, { END }, false },
+      { KD_F_TS_MS, KD_F_DROP_RANKS, KD_F_DROP_CLOCKS, KD_F_SAMPLES, END }, false },
+    { KD_MSG_COMMIT_OK, { KD_F_VERSION, END }, { KD_F_LOST, END }, false },
     { KD_MSG_TELEMETRY, { KD_F_RANK, KD_F_CLOCK, END },
       { KD_F_COMPUTE_MS, KD_F_PUSH_MS, KD_F_WAIT_MS, KD_F_PULL_MS, KD_F_LOSS,
         KD_F_SAMPLES, KD_F_STALENESS, KD_F_DROPPED, KD_F_GROUP, KD_F_VERSION,
@@ -71,6 +72,8 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_EVAL_OK, { KD_F_VERSION, KD_F_ACCURACY, END },
       { KD_F_LOSS, KD_F_TS_MS, END }, false },
     { KD_MSG_ERROR, { KD_F_CODE, KD_F_REASON, END }, { END }, false },
+    { KD_MSG_EVENT, { KD_F_KIND, END },
+      { KD_F_DETAIL, KD_F_RANK, KD_F_NAME, KD_F_ROLE, KD_F_VERSION, KD_F_LOST, END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -444,7 +447,7 @@ Test (kd_msg, tables_name_every_type_and_field)
     static const char *types [] = {
         NULL, "HELLO", "WELCOME", "START", "HEARTBEAT", "ARRIVE", "RELEASE",
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
-        "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR"
+        "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -489,6 +492,8 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_EPOCH, "epoch", KD_FT_FLOAT }, { KD_F_WORKERS, "workers", KD_FT_UINT },
         { KD_F_REGROUPS, "regroups", KD_FT_UINT },
         { KD_F_ACCURACY, "accuracy", KD_FT_FLOAT }, { KD_F_GROUPS, "groups", KD_FT_UINTS },
+        { KD_F_KIND, "kind", KD_FT_STR }, { KD_F_DETAIL, "detail", KD_FT_STR },
+        { KD_F_SESSION, "session", KD_FT_UINT }, { KD_F_LOST, "lost", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -1912,6 +1917,101 @@ Test (kd_msg, socket_send_rules_and_timeout)
     kd_msg_t *null_msg = NULL;
     cr_expect_eq (kd_msg_send (&null_msg, dealer), -1);
 
+    zsock_destroy (&dealer);
+    zsock_destroy (&router);
+}
+
+//  --------------------------------------------------------------------------
+//  Borrowed data frames (zero-copy send)
+
+//  Free callback for borrowed data: counts calls.  libzmq may call it from
+//  its I/O thread, hence the atomic.
+static void
+s_count_free (void *data, void *hint)
+{
+    (void) data;
+    __atomic_add_fetch ((int *) hint, 1, __ATOMIC_SEQ_CST);
+}
+
+Test (kd_msg, borrowed_data_is_sent_and_let_go_once)
+{
+    zsock_t *router, *dealer;
+    s_pair (&router, &dealer, "inproc://test-kd-msg-borrowed");
+    float values [1024];
+    for (size_t i = 0; i < 1024; i++)
+        values [i] = (float) i * 0.5f;
+    int freed = 0;
+
+    //  DEALER -> ROUTER: a PUSH over our own array.
+    kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (push, KD_F_RANK, 1);
+    kd_msg_set_uint (push, KD_F_CLOCK, 2);
+    kd_msg_set_uint (push, KD_F_BASE, 0);
+    kd_msg_set_uint (push, KD_F_LO, 0);
+    kd_msg_set_data_ref (push, values, sizeof values, s_count_free, &freed);
+    size_t count = 0;
+    cr_expect_eq (kd_msg_data_floats (push, &count), values, "borrowed, not copied");
+    cr_expect_eq (count, 1024);
+    cr_expect_eq (kd_msg_uint (push, KD_F_COUNT), 1024);
+    cr_assert_eq (kd_msg_send (&push, dealer), 0);
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    cr_assert_eq (kd_msg_recv (router, &msg, NULL, &err), 0, "%s", err.reason);
+    cr_expect_eq (kd_msg_type (msg), KD_MSG_PUSH);
+    const float *got = kd_msg_data_floats (msg, &count);
+    cr_assert_eq (count, 1024);
+    cr_expect_eq (memcmp (got, values, sizeof values), 0);
+
+    //  ROUTER -> DEALER: a PULL_OK routed back, also borrowed.
+    kd_msg_t *reply = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_routing_id (reply, kd_msg_routing_id (msg));
+    kd_msg_set_uint (reply, KD_F_VERSION, 3);
+    kd_msg_set_uint (reply, KD_F_LO, 0);
+    kd_msg_set_data_ref (reply, values, 16, s_count_free, &freed);
+    cr_assert_eq (kd_msg_send (&reply, router), 0);
+    kd_msg_destroy (&msg);
+    cr_assert_eq (kd_msg_recv (dealer, &msg, NULL, &err), 0, "%s", err.reason);
+    cr_expect_eq (kd_msg_type (msg), KD_MSG_PULL_OK);
+    got = kd_msg_data_floats (msg, &count);
+    cr_expect_eq (count, 4);
+    cr_expect_eq (memcmp (got, values, 16), 0);
+    kd_msg_destroy (&msg);
+    //  Over inproc the receiver held the same bytes, so both callbacks
+    //  have run once the received messages are gone.
+    for (int i = 0; i < 200 && __atomic_load_n (&freed, __ATOMIC_SEQ_CST) < 2; i++)
+        zclock_sleep (5);
+    cr_expect_eq (__atomic_load_n (&freed, __ATOMIC_SEQ_CST), 2);
+
+    //  Destroyed unsent, replaced, taken or encoded: let go exactly once,
+    //  and the copies carry the same bytes.
+    kd_msg_t *m = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_data_ref (m, values, 8, s_count_free, &freed);
+    kd_msg_destroy (&m);
+    cr_expect_eq (freed, 3);
+    m = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_uint (m, KD_F_VERSION, 1);
+    kd_msg_set_uint (m, KD_F_LO, 0);
+    kd_msg_set_data_ref (m, values, 8, s_count_free, &freed);
+    zmsg_t *zmsg = NULL;
+    cr_assert_eq (kd_msg_encode (m, &zmsg), 0);
+    cr_expect_eq (zmsg_size (zmsg), 2);
+    cr_expect_eq (memcmp (zframe_data (zmsg_last (zmsg)), values, 8), 0);
+    zmsg_destroy (&zmsg);
+    cr_expect_eq (freed, 3, "encode copies and keeps the reference");
+    kd_msg_set_data_ref (m, values, 12, s_count_free, &freed);
+    cr_expect_eq (freed, 4, "replacing lets the first go");
+    zframe_t *taken = kd_msg_take_data (m);
+    cr_expect_eq (freed, 5, "taking copies and lets go");
+    cr_assert_not_null (taken);
+    cr_expect_eq (zframe_size (taken), 12);
+    zframe_destroy (&taken);
+    kd_msg_destroy (&m);
+    cr_expect_eq (freed, 5);
+
+    //  Without a free function nothing is called back.
+    m = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_data_ref (m, values, 8, NULL, NULL);
+    kd_msg_destroy (&m);
     zsock_destroy (&dealer);
     zsock_destroy (&router);
 }

@@ -17,6 +17,10 @@ int
 int
     kd_tail_main (int argc, char **argv);
 
+//  kudus keygen DIR: the CURVE keys of a cluster.
+int
+    kd_keygen_main (int argc, char **argv);
+
 //  Render a MessagePack object as JSON into a new string (caller frees).
 //  If topic is not NULL and the object is a map, a "topic" key is added
 //  first.  Returns NULL if the bytes are malformed.

@@ -154,6 +154,10 @@ kd_experiment_main (int argc, char **argv)
     char self_exe [1024];
     ssize_t n = readlink ("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe [n > 0 ? n : 0] = 0;
+    //  Each run's `kudus local` reads the CURVE switch from the environment.
+    setenv ("KUDUS_CURVE", kd_config_bool (c, "curve") ? "1" : "0", 1);
+    if (kd_config_is_set (c, "keys-dir"))
+        setenv ("KUDUS_KEYS_DIR", kd_config_str (c, "keys-dir"), 1);
 
     static s_result_t results [S_MODELS][S_MAX_SEEDS];
     char csv_path [1300];
@@ -194,7 +198,7 @@ kd_experiment_main (int argc, char **argv)
             char *args [64] = {
                 self_exe, "local", "--consistency", (char *) s_models [m], "--seed", seed,
                 "--base-port", port, "--workers", workers, "--epochs", epochs, "--delay-ms", delay,
-                "--snapshot-ms", snap, "--curve", curve, "--summary", summary, "--lr", lr,
+                "--snapshot-ms", snap, "--curve-file", curve, "--summary", summary, "--lr", lr,
                 "--staleness", staleness, "--batch", batch, "--eval-interval", "2", "--quiet",
                 "--momentum", momentum
             };

@@ -300,6 +300,25 @@ kd_local_main (int argc, char **argv)
     else
         snprintf (summary, sizeof summary, "%s", kd_config_str (c, "summary"));
     unlink (summary);
+    //  CURVE: the children read the switch and the keys from the
+    //  environment; without a keys dir, throwaway keys are made for the run.
+    char *temp_keys = NULL;
+    bool have_keys = true;
+    if (kd_config_bool (c, "curve") && !kd_config_is_set (c, "keys-dir")) {
+        temp_keys = kd_curve_keygen_temp (err, sizeof err);
+        have_keys = temp_keys && kd_config_set (c, "keys-dir", temp_keys, err, sizeof err) == 0;
+    }
+    kd_curve_t *curve = have_keys ? kd_curve_new (c, KD_CURVE_CLIENT, err, sizeof err) : NULL;
+    if (!curve) {
+        fprintf (stderr, "kudus local: %s\n", err);
+        if (temp_keys)
+            kd_curve_keys_remove (temp_keys);
+        free (temp_keys);
+        kd_config_destroy (&c);
+        return 1;
+    }
+    setenv ("KUDUS_CURVE", kd_curve_enabled (curve) ? "1" : "0", 1);
+    setenv ("KUDUS_KEYS_DIR", kd_config_str (c, "keys-dir"), 1);
 
     char sched_ep [64], intake_ep [64], pub_ep [64];
     snprintf (sched_ep, sizeof sched_ep, "tcp://127.0.0.1:%d", port);
@@ -331,7 +350,7 @@ kd_local_main (int argc, char **argv)
     s_pass (&a, c, "data-dir");
     s_pass (&a, c, "eval-interval");
     s_pass (&a, c, "snapshot-ms");
-    s_pass (&a, c, "curve");
+    s_pass (&a, c, "curve-file");
     for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a) == 0) n_children++; else rc = 1;
@@ -363,6 +382,11 @@ kd_local_main (int argc, char **argv)
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
+        //  Each shard checkpoints into its own subdirectory.
+        if (*kd_config_str (c, "checkpoint-dir")) {
+            s_arg (&a, "--checkpoint-dir"); s_arg (&a, "%s/%s", kd_config_str (c, "checkpoint-dir"), name);
+            s_pass (&a, c, "checkpoint-every");
+        }
         if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
@@ -393,6 +417,7 @@ kd_local_main (int argc, char **argv)
     zsock_t *sub = zsock_new (ZMQ_SUB);
     zsock_set_subscribe (sub, "stats");
     zsock_set_maxmsgsize (sub, 16 << 20);
+    kd_curve_client (curve, sub);
     zsock_connect (sub, "%s", pub_ep);
     uint64_t last_progress = 0, sched_exit_at = 0, workers_gone_at = 0;
     uint64_t version = 0, changed_at = kd_now_ms ();
@@ -494,6 +519,10 @@ kd_local_main (int argc, char **argv)
     }
     if (own_summary)
         unlink (summary);
+    kd_curve_destroy (&curve);
+    if (temp_keys)
+        kd_curve_keys_remove (temp_keys);
+    free (temp_keys);
     free (children);
     kd_config_destroy (&c);
     return rc;

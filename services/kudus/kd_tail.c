@@ -59,12 +59,21 @@ kd_tail_main (int argc, char **argv)
     bool json = kd_config_bool (config, "json");
     int64_t count = kd_config_int (config, "count");
     double timeout = kd_config_double (config, "timeout");
+    char err [512];
+    kd_curve_t *curve = kd_curve_new (config, KD_CURVE_CLIENT, err, sizeof err);
+    if (!curve) {
+        fprintf (stderr, "kudus tail: %s\n", err);
+        kd_config_destroy (&config);
+        return 1;
+    }
     zsock_t *sub = zsock_new (ZMQ_SUB);
     zsock_set_maxmsgsize (sub, 16 << 20);
     zsock_set_subscribe (sub, "");
+    kd_curve_client (curve, sub);
     if (zsock_connect (sub, "%s", endpoint) != 0) {
         fprintf (stderr, "kudus tail: cannot connect to '%s'\n", endpoint);
         zsock_destroy (&sub);
+        kd_curve_destroy (&curve);
         kd_config_destroy (&config);
         return 2;
     }
@@ -157,6 +166,7 @@ kd_tail_main (int argc, char **argv)
     }
     free (rows);
     zsock_destroy (&sub);
+    kd_curve_destroy (&curve);
     kd_config_destroy (&config);
     return rc;
 }

@@ -2,6 +2,10 @@
 */
 #include "kd_cli.h"
 
+//  kudus bench: bench/kd_bench.c.
+int
+    kd_bench_main (int argc, char **argv);
+
 static void
 s_usage (FILE *out)
 {
@@ -12,6 +16,9 @@ s_usage (FILE *out)
         "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
         "  experiment SCENARIO --out DIR\n"
         "                  run all five consistency models on a scenario\n"
+        "  keygen DIR      write CURVE keys for --curve into DIR\n"
+        "  bench pushpull|barrier|compute\n"
+        "                  benchmarks that print ratios (docs/performance.md)\n"
         "  version         print the version\n\n"
         "'kudus COMMAND --help' lists a command's settings.\n");
 }
@@ -30,6 +37,10 @@ main (int argc, char **argv)
         return kd_experiment_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "tail"))
         return kd_tail_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "bench"))
+        return kd_bench_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "keygen"))
+        return kd_keygen_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "version") || !strcmp (cmd, "--version")) {
         int major, minor, patch;
         zmq_version (&major, &minor, &patch);

@@ -240,6 +240,33 @@ s_publish_event (self_t *self, const char *kind, const char *detail)
     msgpack_sbuffer_destroy (&buf);
 }
 
+//  Publish an EVENT from the scheduler: kind, detail and t_ms, plus the
+//  member it concerns (name, role, rank) and the model version when given,
+//  so that a consumer can tell which worker died or came back.
+static void
+s_publish_scheduler_event (self_t *self, kd_msg_t *msg)
+{
+    bool member = kd_msg_has (msg, KD_F_NAME) && kd_msg_has (msg, KD_F_RANK);
+    bool version = kd_msg_has (msg, KD_F_VERSION);
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init (&buf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 3 + (member ? 3 : 0) + (version ? 1 : 0));
+    s_pack_str (&pk, "kind", kd_msg_str (msg, KD_F_KIND));
+    s_pack_str (&pk, "detail", kd_msg_str (msg, KD_F_DETAIL));
+    s_pack_uint (&pk, "t_ms", kd_wall_ms ());
+    if (member) {
+        s_pack_str (&pk, "name", kd_msg_str (msg, KD_F_NAME));
+        s_pack_str (&pk, "role", kd_msg_str (msg, KD_F_ROLE));
+        s_pack_uint (&pk, "rank", kd_msg_uint (msg, KD_F_RANK));
+    }
+    if (version)
+        s_pack_uint (&pk, "version", kd_msg_uint (msg, KD_F_VERSION));
+    s_publish (self, "event", &buf);
+    msgpack_sbuffer_destroy (&buf);
+}
+
 //  Publish "groups" (the ALSP assignment).
 static void
 s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, size_t n)
@@ -329,7 +356,7 @@ s_snapshot_take (self_t *self, uint64_t version, uint64_t ts)
 static void
 s_write_curve (self_t *self)
 {
-    const char *path = kd_config_str (self->config, "curve");
+    const char *path = kd_config_str (self->config, "curve-file");
     if (!*path || !self->model)
         return;
     char *tmp = zsys_sprintf ("%s.tmp", path);
@@ -506,6 +533,7 @@ s_on_start (self_t *self, kd_msg_t *msg)
     for (size_t i = 0; i < n; i++) {
         self->shards [i].sock = zsock_new (ZMQ_DEALER);
         kd_socket_harden (self->shards [i].sock, max_msg);
+        kd_curve_client (kd_curve_process (), self->shards [i].sock);
         zsock_connect (self->shards [i].sock, "%s", endpoints [i]);
         self->shards [i].lo = los [i];
         self->shards [i].hi = his [i];
@@ -579,6 +607,11 @@ s_on_scheduler (self_t *self)
             kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
             s_publish_event (self, "done", kd_msg_str (msg, KD_F_REASON));
             self->stop = true;
+            break;
+        case KD_MSG_EVENT:
+            //  Membership and recovery events from the scheduler: a worker
+            //  declared dead, a rejoin, a restored shard.
+            s_publish_scheduler_event (self, msg);
             break;
         case KD_MSG_HEARTBEAT: break;
         case KD_MSG_ERROR:
@@ -703,6 +736,8 @@ kd_monitor_run (kd_config_t *config)
     self->pub = zsock_new (ZMQ_PUB);
     kd_socket_harden (self->router, max_msg);
     kd_socket_harden (self->pub, max_msg);
+    kd_curve_server (kd_curve_process (), self->router);
+    kd_curve_server (kd_curve_process (), self->pub);
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0
     ||  zsock_bind (self->pub, "%s", kd_config_str (config, "pub-bind")) < 0) {
         kd_error ("cannot bind endpoint=%s pub=%s: %s", kd_config_str (config, "bind"),
@@ -724,7 +759,8 @@ kd_monitor_run (kd_config_t *config)
     uint64_t next_publish = kd_now_ms () + (uint64_t) publish_ms;
 
     while (!self->stop && !zsys_interrupted) {
-        zmq_pollitem_t items [2 + S_MAX_SHARDS];
+        //  Zeroed: a START handled below adds shards this poll never saw.
+        zmq_pollitem_t items [2 + S_MAX_SHARDS] = { { 0 } };
         items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
         items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
         for (size_t i = 0; i < self->n_shards; i++)

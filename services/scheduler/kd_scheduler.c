@@ -20,6 +20,9 @@
 #define S_STALE_BINS    1024            //  staleness histogram bins
 #define S_FINAL_EVAL_MS 30000           //  wait for the final evaluation
 #define S_LOSS_ALPHA    0.02            //  EWMA weight of one train loss
+#define S_COMMIT_SCRATCH (2 * S_MAX_WORKERS)  //  entries a commit holds without
+                                        //  a malloc: a late and a fresh
+                                        //  gradient per rank at most
 
 typedef enum { S_ROLE_WORKER, S_ROLE_SHARD, S_ROLE_MONITOR } s_role_t;
 typedef enum { S_WAITING, S_TRAINING, S_FINISHING, S_DONE } s_state_t;
@@ -44,6 +47,10 @@ typedef struct {
     bool has_arrived;           //  workers: arrive_clock is valid
     uint64_t arrive_clock;      //  workers: clock of the last accepted ARRIVE
     bool released;              //  workers: last_release is valid
+    bool orphan;                //  workers: died computing; orphan_clock
+                                //  may still be pushed after the death
+    uint64_t orphan_clock;      //  workers: that clock
+    uint64_t samples;           //  shards: samples trained into version
     kd_decision_t last_release; //  workers: the last RELEASE (its scalar
                                 //  fields only; the pointers go stale)
 } s_member_t;
@@ -90,6 +97,15 @@ typedef struct {
     uint64_t next_status;       //  ms
     int heartbeat_ms;           //  interval
     int liveness;               //  missed intervals that mean death
+    uint64_t session;           //  this scheduler instance, sent in WELCOME
+    uint64_t resumed_from;      //  version training resumed from (0 = fresh)
+    uint64_t commit_u [4][S_COMMIT_SCRATCH];  //  s_do_commit: ranks, clocks,
+                                //  drop ranks, drop clocks, without a malloc
+    double commit_w [S_COMMIT_SCRATCH];       //  s_do_commit: weights
+    bool part_valid;            //  s_drain: part_pos and part_live hold
+    uint32_t part_pos [S_MAX_WORKERS];        //  s_drain: each live rank's
+                                //  position among the live workers
+    uint64_t part_live;         //  s_drain: live workers
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -149,18 +165,45 @@ s_error (self_t *self, zframe_t *id, int code, const char *reason)
     kd_msg_send (&msg, self->router);
 }
 
+//  Tell the monitor about a membership or recovery event; it publishes it
+//  on the "event" topic.
+static void
+s_event (self_t *self, const char *kind, s_member_t *m, const char *detail)
+{
+    kd_info ("event kind=%s name=%s detail=\"%s\"", kind, m ? m->name : "-", detail);
+    if (!self->monitor || !self->monitor->alive)
+        return;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_EVENT);
+    kd_msg_set_str (msg, KD_F_KIND, kind);
+    kd_msg_set_str (msg, KD_F_DETAIL, detail);
+    kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
+    if (m) {
+        kd_msg_set_str (msg, KD_F_NAME, m->name);
+        kd_msg_set_str (msg, KD_F_ROLE, s_role_name (m->role));
+        kd_msg_set_uint (msg, KD_F_RANK, m->rank);
+    }
+    s_send_to (self, self->monitor, &msg);
+}
+
 //  Partition of the training set for a worker: by its position among the
 //  live workers, so the data stays covered as workers come and go.
 static void
 s_partition_of (self_t *self, uint64_t rank, uint64_t *lo, uint64_t *hi)
 {
     uint64_t position = 0, live = 0;
-    for (size_t r = 0; r < S_MAX_WORKERS; r++)
-        if (self->workers [r] && self->workers [r]->alive) {
-            if (r < rank)
-                position++;
-            live++;
-        }
+    if (self->part_valid && rank < S_MAX_WORKERS) {
+        //  Inside s_drain membership cannot change, so one walk serves
+        //  every RELEASE of a phase instead of one walk each.
+        position = self->part_pos [rank];
+        live = self->part_live;
+    }
+    else
+        for (size_t r = 0; r < S_MAX_WORKERS; r++)
+            if (self->workers [r] && self->workers [r]->alive) {
+                if (r < rank)
+                    position++;
+                live++;
+            }
     if (live == 0 || kd_range_split (self->train_rows, live, position, lo, hi)) {
         *lo = 0;
         *hi = self->train_rows;
@@ -210,6 +253,7 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_set_float (msg, KD_F_EPOCHS, kd_config_double (c, "epochs"));
     kd_msg_set_uint (msg, KD_F_HEARTBEAT_MS, (uint64_t) self->heartbeat_ms);
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (c, "consistency"));
+    kd_msg_set_uint (msg, KD_F_SESSION, self->session);
     if (m->role == S_ROLE_SHARD) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_shards, m->rank, &lo, &hi);
@@ -227,11 +271,14 @@ static void
 s_do_commit (self_t *self, const kd_decision_t *d)
 {
     size_t n = d->n_entries, nd = d->n_drops;
-    uint64_t *ranks = (uint64_t *) malloc ((n + 1) * sizeof (uint64_t));
-    uint64_t *clocks = (uint64_t *) malloc ((n + 1) * sizeof (uint64_t));
-    double *weights = (double *) malloc ((n + 1) * sizeof (double));
-    uint64_t *dranks = (uint64_t *) malloc ((nd + 1) * sizeof (uint64_t));
-    uint64_t *dclocks = (uint64_t *) malloc ((nd + 1) * sizeof (uint64_t));
+    //  The arrays are copied into each COMMIT, so they are only scratch:
+    //  ours, or the heap for a commit larger than any the controller makes.
+    bool heap = n > S_COMMIT_SCRATCH || nd > S_COMMIT_SCRATCH;
+    uint64_t *ranks = heap ? (uint64_t *) malloc ((n + 1) * sizeof (uint64_t)) : self->commit_u [0];
+    uint64_t *clocks = heap ? (uint64_t *) malloc ((n + 1) * sizeof (uint64_t)) : self->commit_u [1];
+    double *weights = heap ? (double *) malloc ((n + 1) * sizeof (double)) : self->commit_w;
+    uint64_t *dranks = heap ? (uint64_t *) malloc ((nd + 1) * sizeof (uint64_t)) : self->commit_u [2];
+    uint64_t *dclocks = heap ? (uint64_t *) malloc ((nd + 1) * sizeof (uint64_t)) : self->commit_u [3];
     assert (ranks && clocks && weights && dranks && dclocks);
     for (size_t i = 0; i < n; i++) {
         ranks [i] = d->entries [i].rank;
@@ -253,6 +300,7 @@ s_do_commit (self_t *self, const kd_decision_t *d)
         kd_msg_t *msg = kd_msg_new (KD_MSG_COMMIT);
         kd_msg_set_uint (msg, KD_F_VERSION, d->version);
         kd_msg_set_uint (msg, KD_F_TS_MS, ts);
+        kd_msg_set_uint (msg, KD_F_SAMPLES, self->samples);
         kd_msg_set_uints (msg, KD_F_RANKS, ranks, n);
         kd_msg_set_uints (msg, KD_F_CLOCKS, clocks, n);
         kd_msg_set_floats (msg, KD_F_WEIGHTS, weights, n);
@@ -269,11 +317,13 @@ s_do_commit (self_t *self, const kd_decision_t *d)
         else
             kd_msg_destroy (&msg);
     }
-    free (ranks);
-    free (clocks);
-    free (weights);
-    free (dranks);
-    free (dclocks);
+    if (heap) {
+        free (ranks);
+        free (clocks);
+        free (weights);
+        free (dranks);
+        free (dclocks);
+    }
 }
 
 static void s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d);
@@ -342,6 +392,17 @@ s_drain (self_t *self)
         }
         else
         if (d->type == KD_DEC_RELEASE) {
+            //  The partitions of a phase's RELEASEs come from one walk
+            //  over the ranks, made at the first of them.
+            if (!self->part_valid) {
+                self->part_live = 0;
+                for (size_t r = 0; r < S_MAX_WORKERS; r++)
+                    if (self->workers [r] && self->workers [r]->alive)
+                        self->part_pos [r] = (uint32_t) self->part_live++;
+                    else
+                        self->part_pos [r] = (uint32_t) self->part_live;
+                self->part_valid = true;
+            }
             s_do_release (self, d);
             released = true;
         }
@@ -349,6 +410,7 @@ s_drain (self_t *self)
         if (d->type == KD_DEC_GROUPS)
             s_do_groups (self, d);
     }
+    self->part_valid = false;
     if (released)
         self->phases++;
 }
@@ -370,6 +432,34 @@ s_live (self_t *self, s_role_t role)
     return n;
 }
 
+static kd_controller_t *s_controller_new (kd_config_t *c, uint64_t initial_version);
+
+//  Bring a shard that is behind (restored from a checkpoint, or restarted
+//  empty) to the current version: a drop-only COMMIT at that version makes
+//  it adopt the version with the parameters it has.  The updates between
+//  are lost for its key range; that is the RPO of a checkpoint interval.
+static void
+s_resync_shard (self_t *self, s_member_t *m)
+{
+    uint64_t version = kd_controller_version (self->ctl);
+    if (m->version >= version)
+        return;
+    char detail [128];
+    snprintf (detail, sizeof detail, "shard at version %llu brought to %llu, %llu updates lost",
+              (unsigned long long) m->version, (unsigned long long) version,
+              (unsigned long long) (version - m->version));
+    s_event (self, "shard-restored", m, detail);
+    kd_msg_t *msg = kd_msg_new (KD_MSG_COMMIT);
+    kd_msg_set_uint (msg, KD_F_VERSION, version);
+    kd_msg_set_uint (msg, KD_F_TS_MS, kd_wall_ms ());
+    kd_msg_set_uint (msg, KD_F_SAMPLES, self->samples);
+    kd_msg_set_uints (msg, KD_F_RANKS, NULL, 0);
+    kd_msg_set_uints (msg, KD_F_CLOCKS, NULL, 0);
+    kd_msg_set_floats (msg, KD_F_WEIGHTS, NULL, 0);
+    s_send_to (self, m, &msg);
+    m->version = version;
+}
+
 //  Start training once the cluster is complete.
 static void
 s_maybe_start (self_t *self)
@@ -381,6 +471,29 @@ s_maybe_start (self_t *self)
             return;
     if (s_live (self, S_ROLE_WORKER) < self->min_workers)
         return;
+    //  A scheduler that restarted finds shards that already trained: it
+    //  resumes from the newest version they hold, with their sample count,
+    //  and brings any shard that is behind up to it.
+    uint64_t resume = 0, samples = 0;
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i]->version > resume) {
+            resume = self->shards [i]->version;
+            samples = self->shards [i]->samples;
+        }
+    if (resume > 0) {
+        kd_controller_t *ctl = s_controller_new (self->config, resume);
+        assert (ctl);   //  the same settings built the first one
+        kd_controller_destroy (&self->ctl);
+        self->ctl = ctl;
+        self->samples = samples;
+        self->resumed_from = resume;
+        char detail [128];
+        snprintf (detail, sizeof detail, "training resumes from version %llu, %llu samples",
+                  (unsigned long long) resume, (unsigned long long) samples);
+        s_event (self, "resume", NULL, detail);
+        for (size_t i = 0; i < self->n_shards; i++)
+            s_resync_shard (self, self->shards [i]);
+    }
     self->state = S_TRAINING;
     self->t0_ms = kd_wall_ms ();
     self->t0_mono = kd_now_msf ();
@@ -563,13 +676,38 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_STATE, "name already registered with another role");
         return;
     }
+    //  A member that names the rank it held (a shard restored from its
+    //  checkpoint, or anyone after a scheduler restart) gets it back if it
+    //  is free.  A shard's rank is its key range, so a restored shard also
+    //  takes over the slot of a dead shard registered under another name.
+    bool has_hint = kd_msg_has (msg, KD_F_RANK);
+    uint64_t hint = kd_msg_uint (msg, KD_F_RANK);
+    if (!m && role == S_ROLE_SHARD && has_hint && hint < self->n_shards && self->shards [hint]) {
+        s_member_t *old = self->shards [hint];
+        uint64_t lo, hi;
+        kd_range_split (self->n_params, self->n_shards, hint, &lo, &hi);
+        if (!old->alive && kd_msg_uint (msg, KD_F_LO) == lo && kd_msg_uint (msg, KD_F_HI) == hi) {
+            kd_info ("shard name=%s takes over rank=%llu from name=%s", name,
+                     (unsigned long long) hint, old->name);
+            self->shards [hint] = NULL;
+            if (old->routing_id)
+                zhashx_delete (self->by_id, old->id_hex);
+            zhashx_delete (self->by_name, old->name);
+        }
+    }
     bool rejoin = m != NULL;
     if (!m) {
         int64_t rank = -1;
-        if (role == S_ROLE_WORKER)
-            rank = s_free_worker_rank (self);
+        if (role == S_ROLE_WORKER) {
+            if (has_hint && hint < S_MAX_WORKERS && !self->workers [hint])
+                rank = (int64_t) hint;
+            else
+                rank = s_free_worker_rank (self);
+        }
         else
         if (role == S_ROLE_SHARD) {
+            if (has_hint && hint < self->n_shards && !self->shards [hint])
+                rank = (int64_t) hint;
             for (size_t i = 0; i < self->n_shards && rank < 0; i++)
                 if (!self->shards [i])
                     rank = (int64_t) i;
@@ -623,10 +761,28 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
         m->version = kd_msg_uint (msg, KD_F_VERSION);
+        m->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     }
-    kd_info ("%s %s name=%s rank=%llu", rejoin ? "rejoin" : "join", s_role_name (role), name,
-             (unsigned long long) m->rank);
+    kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", s_role_name (role),
+             name, (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
+    if (rejoin && !was_alive && role != S_ROLE_MONITOR)
+        s_event (self, role == S_ROLE_WORKER ? "worker-rejoin" : "shard-rejoin", m,
+                 restarted ? "registered again from a new process" : "registered again");
     s_send_welcome (self, m);
+    //  A worker that was declared dead while computing may have pushed that
+    //  gradient after its death was handled (a SIGSTOP, a partition): drop
+    //  it again now, after the push, so no shard keeps it for ever.
+    if (role == S_ROLE_WORKER && m->orphan && self->state == S_TRAINING) {
+        kd_entry_t drop = { .rank = (uint32_t) m->rank, .clock = m->orphan_clock };
+        kd_decision_t d = { .type = KD_DEC_COMMIT, .version = kd_controller_version (self->ctl),
+                            .drops = &drop, .n_drops = 1 };
+        s_do_commit (self, &d);
+        self->dropped++;
+    }
+    //  A shard that comes back behind the cluster (restored from a
+    //  checkpoint, or restarted empty) is brought to the current version.
+    if (role == S_ROLE_SHARD && self->state == S_TRAINING)
+        s_resync_shard (self, m);
     if (self->state == S_TRAINING && role != S_ROLE_SHARD) {
         s_send_start (self, m);
         if (role == S_ROLE_WORKER && !(was_alive && kd_controller_is_active (self->ctl, (uint32_t) m->rank))) {
@@ -647,6 +803,10 @@ s_worker_gone (self_t *self, s_member_t *m, const char *why)
     bool computing = m->released && !m->waiting;
     m->waiting = m->released = m->has_arrived = false;
     kd_info ("%s worker name=%s rank=%llu", why, m->name, (unsigned long long) m->rank);
+    char detail [128];
+    snprintf (detail, sizeof detail, "worker %s (%s) after %llu ms of silence", m->name, why,
+              (unsigned long long) (kd_now_ms () - m->last_seen));
+    s_event (self, !strcmp (why, "dead") ? "worker-dead" : "worker-left", m, detail);
     if (kd_controller_is_active (self->ctl, (uint32_t) m->rank)
     ||  self->state == S_TRAINING) {
         kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
@@ -657,6 +817,8 @@ s_worker_gone (self_t *self, s_member_t *m, const char *why)
     //  shards do not keep it for ever.  Dropping a key that was never
     //  staged is harmless.
     if (computing && self->state == S_TRAINING) {
+        m->orphan = true;
+        m->orphan_clock = m->last_release.clock;
         kd_entry_t drop = { .rank = (uint32_t) m->rank, .clock = m->last_release.clock };
         kd_decision_t d = { .type = KD_DEC_COMMIT, .version = kd_controller_version (self->ctl),
                             .drops = &drop, .n_drops = 1 };
@@ -688,6 +850,16 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
     }
     if (kd_controller_arrive (self->ctl, (uint32_t) m->rank, clock, kd_msg_uint (msg, KD_F_BASE),
                               samples, now)) {
+        //  A worker that rejoined can miss the RELEASE its rejoin produced
+        //  (it was busy pushing) and arrive with its old clock: send that
+        //  RELEASE again, so it computes the clock it was given.
+        if (m->released && !m->waiting && clock != m->last_release.clock) {
+            kd_info ("stale arrival rank=%llu clock=%llu, resending release clock=%llu",
+                     (unsigned long long) m->rank, (unsigned long long) clock,
+                     (unsigned long long) m->last_release.clock);
+            s_send_release (self, m, &m->last_release);
+            return;
+        }
         char reason [96];
         snprintf (reason, sizeof reason, "arrival rejected rank=%llu clock=%llu",
                   (unsigned long long) m->rank, (unsigned long long) clock);
@@ -702,6 +874,19 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
     m->has_arrived = true;
     m->arrive_clock = clock;
     self->samples += samples;
+    //  The first arrival after a rejoin proves that any late push of the
+    //  orphaned clock reached the shards before this clock's pushes (one
+    //  connection keeps the order): dropping it again now leaves nothing
+    //  staged for ever.  Same clock: the new push already replaced it.
+    if (m->orphan) {
+        if (m->orphan_clock != clock) {
+            kd_entry_t drop = { .rank = (uint32_t) m->rank, .clock = m->orphan_clock };
+            kd_decision_t d = { .type = KD_DEC_COMMIT, .version = kd_controller_version (self->ctl),
+                                .drops = &drop, .n_drops = 1 };
+            s_do_commit (self, &d);
+        }
+        m->orphan = false;
+    }
     size_t active = kd_controller_active (self->ctl);
     if (active > self->max_live_workers)
         self->max_live_workers = active;
@@ -786,8 +971,12 @@ s_on_message (self_t *self)
                 s_worker_gone (self, m, "leave");
             break;
         case KD_MSG_COMMIT_OK:
-            if (m->role == S_ROLE_SHARD)
+            if (m->role == S_ROLE_SHARD) {
                 m->version = kd_msg_uint (msg, KD_F_VERSION);
+                if (kd_msg_uint (msg, KD_F_LOST) > 0)
+                    kd_debug ("shard name=%s lost=%llu", m->name,
+                              (unsigned long long) kd_msg_uint (msg, KD_F_LOST));
+            }
             break;
         case KD_MSG_EVAL_OK:
             if (m->role == S_ROLE_MONITOR)
@@ -874,6 +1063,11 @@ s_on_heartbeat (self_t *self)
             kd_warn ("dead %s name=%s rank=%llu silent_ms=%llu", s_role_name (m->role), m->name,
                      (unsigned long long) m->rank, (unsigned long long) (now - m->last_seen));
             m->alive = false;
+            char detail [128];
+            snprintf (detail, sizeof detail, "%s %s silent for %llu ms", s_role_name (m->role),
+                      m->name, (unsigned long long) (now - m->last_seen));
+            if (m->role == S_ROLE_SHARD)
+                s_event (self, "shard-dead", m, detail);
         }
     }
     zlistx_destroy (&dead);
@@ -929,7 +1123,7 @@ s_on_tick (self_t *self)
 
 //  Build the controller from the config table.
 static kd_controller_t *
-s_controller_new (kd_config_t *c)
+s_controller_new (kd_config_t *c, uint64_t initial_version)
 {
     kd_controller_opts_t opts;
     int model = kd_consistency_parse (kd_config_str (c, "consistency"));
@@ -945,6 +1139,7 @@ s_controller_new (kd_config_t *c)
     opts.global_sync_every = (uint32_t) kd_config_int (c, "global-sync-every");
     opts.regroup_dwell_ms = (uint32_t) (kd_config_double (c, "regroup-dwell") * 1000);
     opts.max_workers = S_MAX_WORKERS;
+    opts.initial_version = initial_version;
     return kd_controller_new (&opts);
 }
 
@@ -966,7 +1161,11 @@ kd_scheduler_run (kd_config_t *config)
         kd_error ("more shards than parameters shards=%zu params=%zu", self->n_shards, self->n_params);
         return 2;
     }
-    self->ctl = s_controller_new (config);
+    self->ctl = s_controller_new (config, 0);
+    //  A fresh session id tells shards that state staged with an earlier
+    //  scheduler instance will never be committed.
+    uint64_t seed = kd_wall_ms () ^ ((uint64_t) getpid () << 32);
+    self->session = kd_splitmix64 (&seed) | 1;
     if (!self->ctl) {
         kd_error ("invalid consistency settings");
         return 2;
@@ -976,6 +1175,7 @@ kd_scheduler_run (kd_config_t *config)
     self->by_id = zhashx_new ();
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, kd_config_int (config, "max-msg-bytes"));
+    kd_curve_server (kd_curve_process (), self->router);
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
         kd_error ("cannot bind endpoint=%s: %s", kd_config_str (config, "bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
@@ -988,6 +1188,7 @@ kd_scheduler_run (kd_config_t *config)
     if (!strcmp (kd_config_str (config, "consistency"), "alsp")) {
         self->telemetry = zsock_new (ZMQ_SUB);
         kd_socket_harden (self->telemetry, kd_config_int (config, "max-msg-bytes"));
+        kd_curve_client (kd_curve_process (), self->telemetry);
         zsock_set_subscribe (self->telemetry, "worker");
         if (zsock_connect (self->telemetry, "%s", kd_config_str (config, "monitor-pub")) != 0) {
             kd_error ("cannot connect to monitor stream endpoint=%s", kd_config_str (config, "monitor-pub"));

@@ -9,12 +9,45 @@
     creates it.
 */
 #include "kd_shard.h"
+#include "kd_checkpoint.h"
 #include <cblas.h>
+#include <malloc.h>
 
 #define S_MAX_STAGED    8192    //  staged gradients at most; more is refused
 #define S_MAX_PARKED    4096    //  parked pulls at most
 #define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
 #define S_MAX_RANKS     65536   //  worker ranks we keep a commit mark for
+#define S_BURST         256     //  requests read per poll at most
+#define S_STAGE_SLOTS   16384   //  staging table slots: a power of two, and
+                                //  twice S_MAX_STAGED so probes stay short
+//  glibc hands out and maps back every block over its mmap threshold (at
+//  most 32 MiB), so each large received gradient costs fresh page faults
+//  on every byte.  Served from the heap and kept there, freed gradient
+//  buffers are reused warm.
+#define S_MALLOC_TRIM   (1024L * 1024 * 1024)  //  heap kept before trimming
+
+//  One slot of the staging table: a gradient keyed by (rank, clock).
+typedef struct {
+    uint64_t rank;              //  worker rank
+    uint64_t clock;             //  its clock
+    zframe_t *frame;            //  the received gradient; NULL = free slot
+} s_slot_t;
+
+//  Staged gradients: open addressing with linear probing, so that staging
+//  and committing a gradient costs no allocation and no key formatting.
+typedef struct {
+    s_slot_t *slots;            //  S_STAGE_SLOTS slots, allocated at first use
+    size_t count;               //  slots in use
+} s_stage_t;
+
+//  The parameter buffer as lent to PULL_OK frames that ZeroMQ has not sent
+//  yet.  refs counts those frames plus one for the shard while params is
+//  this buffer; libzmq's I/O thread drops its references, so refs is
+//  atomic.  The last reference frees the buffer.
+typedef struct {
+    float *data;                //  the buffer
+    int refs;                   //  frames in flight, + 1 while it is ours
+} s_lent_t;
 
 typedef struct {
     zframe_t *routing_id;       //  who asked
@@ -38,25 +71,236 @@ typedef struct {
     double momentum;            //  momentum (0 = plain SGD)
     uint64_t version;           //  model version
     uint64_t version_ts;        //  wall ms of the commit that made it
-    zhashx_t *staged;           //  "rank/clock" -> zframe_t gradient
+    s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
+    s_lent_t *lent;             //  params as lent to frames, or NULL
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
     uint64_t pushes, commits, pulls, errors;  //  counters for the log
     bool stop;                  //  STOP received
+    uint64_t samples;           //  samples trained into version
+    uint64_t session;           //  scheduler instance of the last WELCOME
+    uint64_t lost;              //  updates skipped: version gaps and
+                                //  gradients a commit named but we lacked
+    kd_model_kind_t kind;       //  model, for checkpoints
+    uint32_t hidden;            //  mlp hidden units, for checkpoints
+    uint64_t n_params;          //  whole model's parameters
+    bool restored;              //  params came from a checkpoint
+    const char *ckpt_dir;       //  checkpoint directory, NULL = off
+    double ckpt_seconds;        //  checkpoint every this many seconds, or
+    uint64_t ckpt_versions;     //  every this many versions
+    int ckpt_keep;              //  checkpoints kept
+    uint64_t ckpt_version;      //  version of the last checkpoint
+    uint64_t ckpt_at_ms;        //  monotonic ms of the last checkpoint
+    uint64_t ckpt_written;      //  checkpoints written
 } self_t;
 
-//  Key under which a gradient is staged.
-static void
-s_stage_key (char *buf, size_t size, uint64_t rank, uint64_t clock)
+//  --------------------------------------------------------------------------
+//  Staged gradients
+
+//  Home slot of (rank, clock).
+static size_t
+s_stage_key (uint64_t rank, uint64_t clock)
 {
-    snprintf (buf, size, "%llu/%llu", (unsigned long long) rank, (unsigned long long) clock);
+    return (size_t) (kd_mix64 (rank * 0x9e3779b97f4a7c15ull ^ clock) & (S_STAGE_SLOTS - 1));
 }
 
-//  Frame destructor for the staging table.
-static void
-s_frame_destroy (void **item)
+//  Slot holding (rank, clock), or the free slot that ends its probe.
+static s_slot_t *
+s_stage_probe (s_stage_t *stage, uint64_t rank, uint64_t clock)
 {
-    zframe_destroy ((zframe_t **) item);
+    if (!stage->slots) {
+        stage->slots = (s_slot_t *) zmalloc (S_STAGE_SLOTS * sizeof (s_slot_t));
+        assert (stage->slots);
+    }
+    size_t i = s_stage_key (rank, clock);
+    while (stage->slots [i].frame
+       &&  (stage->slots [i].rank != rank || stage->slots [i].clock != clock))
+        i = (i + 1) & (S_STAGE_SLOTS - 1);
+    return &stage->slots [i];
 }
+
+//  A staged gradient, or NULL.
+static zframe_t *
+s_staged_find (self_t *self, uint64_t rank, uint64_t clock)
+{
+    return s_stage_probe (&self->staged, rank, clock)->frame;
+}
+
+//  Stage a gradient, replacing one staged under the same key.  Takes
+//  ownership of *frame_p.  The caller keeps the count at S_MAX_STAGED at
+//  most, so free slots always remain.
+static void
+s_staged_put (self_t *self, uint64_t rank, uint64_t clock, zframe_t **frame_p)
+{
+    s_slot_t *slot = s_stage_probe (&self->staged, rank, clock);
+    if (slot->frame)
+        zframe_destroy (&slot->frame);
+    else
+        self->staged.count++;
+    assert (self->staged.count < S_STAGE_SLOTS);
+    *slot = (s_slot_t) { .rank = rank, .clock = clock, .frame = *frame_p };
+    *frame_p = NULL;
+}
+
+//  Forget a staged gradient (harmless if it is not staged).  Deletion
+//  shifts later members of the probe run back, so no tombstones pile up.
+static void
+s_staged_remove (self_t *self, uint64_t rank, uint64_t clock)
+{
+    s_stage_t *stage = &self->staged;
+    s_slot_t *slot = s_stage_probe (stage, rank, clock);
+    if (!slot->frame)
+        return;
+    zframe_destroy (&slot->frame);
+    stage->count--;
+    size_t hole = (size_t) (slot - stage->slots);
+    size_t i = (hole + 1) & (S_STAGE_SLOTS - 1);
+    while (stage->slots [i].frame) {
+        size_t home = s_stage_key (stage->slots [i].rank, stage->slots [i].clock);
+        //  The entry at i may move into the hole unless its home lies in
+        //  the cyclic range (hole, i].
+        bool stays = hole < i ? (home > hole && home <= i) : (home > hole || home <= i);
+        if (!stays) {
+            stage->slots [hole] = stage->slots [i];
+            stage->slots [i].frame = NULL;
+            hole = i;
+        }
+        i = (i + 1) & (S_STAGE_SLOTS - 1);
+    }
+}
+
+//  Number of staged gradients.
+static size_t
+s_staged_count (self_t *self)
+{
+    return self->staged.count;
+}
+
+//  Forget every staged gradient.
+static void
+s_staged_purge (self_t *self)
+{
+    if (self->staged.slots)
+        for (size_t i = 0; i < S_STAGE_SLOTS; i++)
+            zframe_destroy (&self->staged.slots [i].frame);
+    self->staged.count = 0;
+}
+
+//  Forget every staged gradient and free the table.
+static void
+s_staged_destroy (self_t *self)
+{
+    s_staged_purge (self);
+    free (self->staged.slots);
+    self->staged.slots = NULL;
+}
+
+//  Keep large freed blocks in the heap for reuse instead of mapping and
+//  unmapping them per message (see S_MALLOC_TRIM); measured in
+//  docs/performance.md.
+static void
+s_tune_allocator (void)
+{
+    //  One arena: libzmq's I/O thread allocates every received message,
+    //  and a 64 MiB block does not fit a thread arena's heap, which glibc
+    //  then maps and unmaps per message whatever M_MMAP_MAX says.  Set
+    //  before the first socket starts that thread.
+    mallopt (M_ARENA_MAX, 1);
+    mallopt (M_MMAP_MAX, 0);
+    mallopt (M_TRIM_THRESHOLD, (int) S_MALLOC_TRIM);
+}
+
+
+static void s_params_free (self_t *self);
+
+//  Benchmarks only (--bench-floats n, from kudus bench pushpull): take the
+//  rank from a real scheduler's WELCOME but hold n zeros at [rank * n,
+//  rank * n + n) whatever the model, so that values of any size go through
+//  the real PUSH and PULL paths.  Returns true when it handled the WELCOME.
+static bool
+s_bench_welcome (self_t *self, kd_msg_t *msg)
+{
+    uint64_t floats = (uint64_t) kd_config_int (self->config, "bench-floats");
+    if (floats == 0)
+        return false;
+    self->rank = kd_msg_uint (msg, KD_F_RANK);
+    self->lr = kd_msg_float (msg, KD_F_LR);
+    self->momentum = kd_msg_float (msg, KD_F_MOMENTUM);
+    kd_peer_set_rank (self->peer, self->rank);
+    if (self->registered && self->lo == self->rank * floats)
+        return true;
+    s_staged_purge (self);
+    zlistx_purge (self->parked);
+    s_params_free (self);
+    free (self->velocity);
+    self->n = (size_t) floats;
+    self->lo = self->rank * floats;
+    self->hi = self->lo + floats;
+    self->params = (float *) calloc (self->n, sizeof (float));
+    self->velocity = (float *) calloc (self->n, sizeof (float));
+    assert (self->params && self->velocity);
+    self->version = 0;
+    self->version_ts = kd_wall_ms ();
+    self->registered = true;
+    kd_info ("registered for a benchmark rank=%llu lo=%llu floats=%llu",
+             (unsigned long long) self->rank, (unsigned long long) self->lo,
+             (unsigned long long) floats);
+    return true;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Parameters lent to ZeroMQ (copy-on-write)
+
+//  Drop one reference to a lent buffer; the last one frees it.  Called by
+//  libzmq's I/O thread when a PULL_OK frame has gone, and by the shard.
+static void
+s_params_release (void *data, void *hint)
+{
+    s_lent_t *lent = (s_lent_t *) hint;
+    assert (lent && lent->data == data);
+    (void) data;
+    if (__atomic_sub_fetch (&lent->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free (lent->data);
+        free (lent);
+    }
+}
+
+//  Make self->params the shard's alone before anything writes it.  While
+//  frames in flight still read the buffer, it is left to them and params
+//  becomes a copy; otherwise (the usual case: workers pull long before the
+//  next commit) it is written in place.  Call before every write to
+//  self->params.
+static float *
+s_params_writable (self_t *self)
+{
+    s_lent_t *lent = self->lent;
+    if (!lent || __atomic_load_n (&lent->refs, __ATOMIC_ACQUIRE) == 1)
+        return self->params;
+    float *copy = (float *) malloc (self->n * sizeof (float));
+    assert (copy);
+    memcpy (copy, self->params, self->n * sizeof (float));
+    self->lent = NULL;
+    s_params_release (lent->data, lent);
+    self->params = copy;
+    kd_debug ("params copied on write version=%llu", (unsigned long long) self->version);
+    return self->params;
+}
+
+//  Free self->params, or leave it to the frames that still read it.  Use
+//  instead of free (self->params).
+static void
+s_params_free (self_t *self)
+{
+    if (self->lent) {
+        s_lent_t *lent = self->lent;
+        self->lent = NULL;
+        s_params_release (lent->data, lent);
+    }
+    else
+        free (self->params);
+    self->params = NULL;
+}
+
 
 //  Answer a request with ERROR and count it.
 static void
@@ -83,10 +327,23 @@ s_send_params (self_t *self, zframe_t *routing_id)
     kd_msg_set_uint (reply, KD_F_VERSION, self->version);
     kd_msg_set_uint (reply, KD_F_LO, self->lo);
     kd_msg_set_uint (reply, KD_F_TS_MS, self->version_ts);
-    //  A copy: the parameters change with the next commit, possibly before
-    //  ZeroMQ has sent this frame.
-    zframe_t *data = zframe_new (self->params, self->n * sizeof (float));
-    kd_msg_set_data (reply, &data);
+    //  No copy: the frame borrows our buffer and holds a reference to it,
+    //  and a commit that comes before ZeroMQ has sent it writes a copy
+    //  (s_params_writable).
+    if (self->lent && self->lent->data != self->params) {
+        //  params was replaced while no frame held the old buffer.
+        assert (__atomic_load_n (&self->lent->refs, __ATOMIC_ACQUIRE) == 1);
+        free (self->lent);
+        self->lent = NULL;
+    }
+    if (!self->lent) {
+        self->lent = (s_lent_t *) zmalloc (sizeof (s_lent_t));
+        self->lent->data = self->params;
+        self->lent->refs = 1;
+    }
+    __atomic_add_fetch (&self->lent->refs, 1, __ATOMIC_ACQ_REL);
+    kd_msg_set_data_ref (reply, self->params, self->n * sizeof (float),
+                         s_params_release, self->lent);
     kd_msg_send (&reply, self->router);
     self->pulls++;
 }
@@ -95,26 +352,104 @@ s_send_params (self_t *self, zframe_t *routing_id)
 static void
 s_release_parked (self_t *self)
 {
-    zlistx_t *keep = zlistx_new ();
-    zlistx_set_destructor (keep, s_parked_destroy);
-    s_parked_t *p;
-    while ((p = (s_parked_t *) zlistx_detach (self->parked, NULL))) {
+    //  Deleting at the cursor moves it back one node, so the walk goes on
+    //  from there; the list is edited in place, not rebuilt per commit.
+    s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
+    while (p) {
         if (p->version <= self->version) {
             s_send_params (self, p->routing_id);
-            zframe_destroy (&p->routing_id);
-            free (p);
+            zlistx_delete (self->parked, zlistx_cursor (self->parked));
         }
-        else
-            zlistx_add_end (keep, p);
+        p = (s_parked_t *) zlistx_next (self->parked);
     }
-    zlistx_destroy (&self->parked);
-    self->parked = keep;
 }
 
-//  WELCOME: take our rank and range, and initialize the parameters.
+//  Write a checkpoint if one is due (or now, with force).  A failed write
+//  is logged and retried at the next due time; training goes on.
+static void
+s_checkpoint (self_t *self, bool force)
+{
+    if (!self->ckpt_dir || !self->registered || self->version == self->ckpt_version)
+        return;
+    uint64_t now = kd_now_ms ();
+    bool due = force
+            || (self->ckpt_versions && self->version - self->ckpt_version >= self->ckpt_versions)
+            || (self->ckpt_seconds > 0 && (double) (now - self->ckpt_at_ms) >= self->ckpt_seconds * 1000);
+    if (!due)
+        return;
+    kd_checkpoint_meta_t meta = {
+        .version = self->version, .samples = self->samples, .rank = self->rank,
+        .lo = self->lo, .hi = self->hi, .n_params = self->n_params,
+        .kind = (uint32_t) self->kind, .hidden = self->hidden, .ts_ms = kd_wall_ms ()
+    };
+    char err [512];
+    double t0 = kd_now_msf ();
+    if (kd_checkpoint_write (self->ckpt_dir, &meta, self->params, self->velocity,
+                             self->ckpt_keep, err, sizeof err)) {
+        kd_error ("checkpoint failed version=%llu: %s", (unsigned long long) self->version, err);
+        self->ckpt_at_ms = now;
+        return;
+    }
+    self->ckpt_version = self->version;
+    self->ckpt_at_ms = now;
+    self->ckpt_written++;
+    kd_debug ("checkpoint version=%llu ms=%.1f", (unsigned long long) self->version,
+              kd_now_msf () - t0);
+}
+
+//  Restore the newest valid checkpoint from the directory, if any.  Its
+//  rank and range go into our HELLO, so the scheduler gives them back.
+static int
+s_restore (self_t *self)
+{
+    //  zsys_dir_create makes the parents too.
+    if (zsys_dir_create ("%s", self->ckpt_dir)) {
+        kd_error ("cannot create checkpoint directory path=%s: %s", self->ckpt_dir, strerror (errno));
+        return -1;
+    }
+    kd_checkpoint_meta_t meta;
+    float *params = NULL, *velocity = NULL;
+    char path [4096], err [512];
+    double t0 = kd_now_msf ();
+    int rc = kd_checkpoint_load_latest (self->ckpt_dir, &meta, &params, &velocity,
+                                        path, sizeof path, err, sizeof err);
+    if (rc < 0) {
+        kd_error ("cannot read checkpoints: %s", err);
+        return -1;
+    }
+    if (rc > 0) {
+        kd_info ("no checkpoint to restore dir=%s", self->ckpt_dir);
+        return 0;
+    }
+    self->params = params;
+    self->velocity = velocity;
+    self->version = self->ckpt_version = meta.version;
+    self->samples = meta.samples;
+    self->rank = meta.rank;
+    self->lo = meta.lo;
+    self->hi = meta.hi;
+    self->n = (size_t) (meta.hi - meta.lo);
+    self->n_params = meta.n_params;
+    self->kind = (kd_model_kind_t) meta.kind;
+    self->hidden = meta.hidden;
+    self->version_ts = meta.ts_ms;
+    self->restored = true;
+    kd_peer_set_rank (self->peer, meta.rank);
+    kd_peer_set_range (self->peer, meta.lo, meta.hi);
+    kd_peer_set_samples (self->peer, meta.samples);
+    kd_info ("restored checkpoint path=%s version=%llu rank=%llu lo=%llu hi=%llu ms=%.1f", path,
+             (unsigned long long) meta.version, (unsigned long long) meta.rank,
+             (unsigned long long) meta.lo, (unsigned long long) meta.hi, kd_now_msf () - t0);
+    return 0;
+}
+
+//  WELCOME: take our rank and range, and initialize the parameters (or
+//  keep the ones we have: registered before, or restored).
 static void
 s_on_welcome (self_t *self, kd_msg_t *msg)
 {
+    if (s_bench_welcome (self, msg))
+        return;
     uint64_t lo = kd_msg_uint (msg, KD_F_LO), hi = kd_msg_uint (msg, KD_F_HI);
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
     uint64_t n_params = kd_msg_uint (msg, KD_F_N_PARAMS);
@@ -127,35 +462,64 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     }
     self->lr = kd_msg_float (msg, KD_F_LR);
     self->momentum = kd_msg_float (msg, KD_F_MOMENTUM);
-    if (self->registered && lo == self->lo && hi == self->hi) {
-        kd_info ("registered again rank=%llu version=%llu",
-                 (unsigned long long) self->rank, (unsigned long long) self->version);
+    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
+        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
+    //  A new scheduler instance will never commit what the old one saw
+    //  staged: forget it, or it would fill the table.
+    uint64_t session = kd_msg_uint (msg, KD_F_SESSION);
+    if (session != self->session && s_staged_count (self) > 0) {
+        kd_info ("new scheduler session, dropping staged=%zu", s_staged_count (self));
+        s_staged_purge (self);
+    }
+    self->session = session;
+    bool same = lo == self->lo && hi == self->hi && n_params == self->n_params
+             && kind == (int) self->kind && hidden == self->hidden;
+    if ((self->registered || self->restored) && same) {
         self->rank = kd_msg_uint (msg, KD_F_RANK);
+        kd_info ("registered %s rank=%llu version=%llu", self->registered ? "again" : "from checkpoint",
+                 (unsigned long long) self->rank, (unsigned long long) self->version);
+        self->registered = true;
+        kd_peer_set_rank (self->peer, self->rank);
         return;
     }
+    if (self->restored)
+        kd_warn ("checkpoint does not match the cluster's model (lo=%llu hi=%llu, cluster lo=%llu hi=%llu); "
+                 "starting from initial values", (unsigned long long) self->lo,
+                 (unsigned long long) self->hi, (unsigned long long) lo, (unsigned long long) hi);
     //  A new range makes every staged gradient and parked pull meaningless.
-    zhashx_purge (self->staged);
+    s_staged_purge (self);
     zlistx_purge (self->parked);
     self->rank = kd_msg_uint (msg, KD_F_RANK);
     self->lo = lo;
     self->hi = hi;
     self->n = (size_t) (hi - lo);
-    free (self->params);
+    self->n_params = n_params;
+    self->kind = (kd_model_kind_t) kind;
+    self->hidden = (uint32_t) hidden;
+    s_params_free (self);
     free (self->velocity);
     self->params = (float *) malloc (self->n * sizeof (float));
     self->velocity = (float *) calloc (self->n, sizeof (float));
     assert (self->params && self->velocity);
-    kd_model_init_range (kind, (uint32_t) kd_msg_uint (msg, KD_F_HIDDEN),
-                         kd_msg_uint (msg, KD_F_SEED), lo, hi, self->params);
-    self->version = 0;
+    kd_model_init_range (kind, (uint32_t) hidden, kd_msg_uint (msg, KD_F_SEED), lo, hi, self->params);
+    self->version = self->ckpt_version = 0;
+    self->samples = 0;
+    self->restored = false;
     self->version_ts = kd_wall_ms ();
     self->registered = true;
+    kd_peer_set_rank (self->peer, self->rank);
+    kd_peer_set_range (self->peer, lo, hi);
     kd_info ("registered rank=%llu lo=%llu hi=%llu lr=%g momentum=%g",
              (unsigned long long) self->rank, (unsigned long long) lo,
              (unsigned long long) hi, self->lr, self->momentum);
 }
 
-//  COMMIT: apply the named gradients as one step, or none of them.
+//  COMMIT: apply the named gradients as one step.  Commits arrive in order
+//  on one connection, so a gap or a missing gradient only happens after we
+//  lost state (a restart, restored from a checkpoint): we then apply what
+//  we have, adopt the scheduler's version and count what was lost, rather
+//  than stall the cluster.  A commit for a version we already have is a
+//  duplicate and changes nothing.
 static void
 s_on_commit (self_t *self, kd_msg_t *msg)
 {
@@ -166,71 +530,81 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     const uint64_t *dranks = kd_msg_uints (msg, KD_F_DROP_RANKS, &nd);
     const uint64_t *dclocks = kd_msg_uints (msg, KD_F_DROP_CLOCKS, &ndc);
     uint64_t version = kd_msg_uint (msg, KD_F_VERSION);
-    zframe_t *sched = NULL;
-    char key [48];
 
     if (!self->registered) {
         kd_warn ("commit before registration version=%llu", (unsigned long long) version);
         return;
     }
-    if ((n > 0 && version != self->version + 1) || (n == 0 && version != self->version)) {
-        kd_error ("commit out of order version=%llu have=%llu entries=%zu",
-                  (unsigned long long) version, (unsigned long long) self->version, n);
-        kd_msg_t *err = kd_msg_new_error (sched, KD_ERR_STATE, "commit out of order");
-        kd_peer_send (self->peer, &err);
-        return;
+    bool apply = n > 0 ? version > self->version : false;
+    if (n > 0 && version > self->version + 1) {
+        kd_warn ("commit gap version=%llu have=%llu: %llu updates lost for this range",
+                 (unsigned long long) version, (unsigned long long) self->version,
+                 (unsigned long long) (version - 1 - self->version));
+        self->lost += version - 1 - self->version;
     }
-    //  Check every entry first, so that a commit is applied whole or not at
-    //  all: a shard never applies part of a decision.
-    for (size_t i = 0; i < n; i++) {
-        s_stage_key (key, sizeof key, ranks [i], clocks [i]);
-        zframe_t *g = (zframe_t *) zhashx_lookup (self->staged, key);
-        if (!g || zframe_size (g) != self->n * sizeof (float)) {
-            kd_error ("commit names unstaged gradient rank=%llu clock=%llu version=%llu",
-                      (unsigned long long) ranks [i], (unsigned long long) clocks [i],
-                      (unsigned long long) version);
-            kd_msg_t *err = kd_msg_new_error (sched, KD_ERR_NOT_FOUND, "commit names unstaged gradient");
-            kd_peer_send (self->peer, &err);
-            return;
+    if (n == 0 && version > self->version) {
+        //  Resync: adopt the version, keep our parameters.
+        kd_warn ("resync version=%llu have=%llu: %llu updates lost for this range",
+                 (unsigned long long) version, (unsigned long long) self->version,
+                 (unsigned long long) (version - self->version));
+        self->lost += version - self->version;
+        self->version = version;
+        self->version_ts = kd_msg_has (msg, KD_F_TS_MS) ? kd_msg_uint (msg, KD_F_TS_MS) : kd_wall_ms ();
+    }
+    if (apply) {
+        size_t missing = 0;
+        for (size_t i = 0; i < n; i++) {
+            zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
+            if (!g || zframe_size (g) != self->n * sizeof (float))
+                missing++;
         }
-    }
-    if (n > 0) {
+        if (missing > 0) {
+            kd_warn ("commit version=%llu names %zu of %zu gradients we do not hold; applying the rest",
+                     (unsigned long long) version, missing, n);
+            self->lost += missing;
+        }
         //  With momentum: v = mu v + sum w_i g_i; x -= lr v.  Without, apply
         //  each gradient straight from its received frame: x -= lr w_i g_i.
-        if (self->momentum > 0) {
+        s_params_writable (self);
+        if (self->momentum > 0)
             cblas_sscal ((int) self->n, (float) self->momentum, self->velocity, 1);
-            for (size_t i = 0; i < n; i++) {
-                s_stage_key (key, sizeof key, ranks [i], clocks [i]);
-                zframe_t *g = (zframe_t *) zhashx_lookup (self->staged, key);
+        for (size_t i = 0; i < n; i++) {
+            zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
+            if (!g || zframe_size (g) != self->n * sizeof (float))
+                continue;
+            if (self->momentum > 0)
                 cblas_saxpy ((int) self->n, (float) weights [i],
                              (const float *) zframe_data (g), 1, self->velocity, 1);
-            }
-            cblas_saxpy ((int) self->n, (float) -self->lr, self->velocity, 1, self->params, 1);
-        }
-        else
-            for (size_t i = 0; i < n; i++) {
-                s_stage_key (key, sizeof key, ranks [i], clocks [i]);
-                zframe_t *g = (zframe_t *) zhashx_lookup (self->staged, key);
+            else
                 cblas_saxpy ((int) self->n, (float) (-self->lr * weights [i]),
                              (const float *) zframe_data (g), 1, self->params, 1);
-            }
+        }
+        if (self->momentum > 0)
+            cblas_saxpy ((int) self->n, (float) -self->lr, self->velocity, 1, self->params, 1);
         self->version = version;
         self->version_ts = kd_msg_has (msg, KD_F_TS_MS) ? kd_msg_uint (msg, KD_F_TS_MS)
                                                          : kd_wall_ms ();
         self->commits++;
     }
-    for (size_t i = 0; i < n; i++) {
-        s_stage_key (key, sizeof key, ranks [i], clocks [i]);
-        zhashx_delete (self->staged, key);
-    }
-    for (size_t i = 0; i < nd && i < ndc; i++) {
-        s_stage_key (key, sizeof key, dranks [i], dclocks [i]);
-        zhashx_delete (self->staged, key);
-    }
+    else
+    if (n > 0)
+        kd_debug ("duplicate commit version=%llu have=%llu", (unsigned long long) version,
+                  (unsigned long long) self->version);
+    if (kd_msg_has (msg, KD_F_SAMPLES) && version >= self->version)
+        self->samples = kd_msg_uint (msg, KD_F_SAMPLES);
+    for (size_t i = 0; i < n; i++)
+        s_staged_remove (self, ranks [i], clocks [i]);
+    for (size_t i = 0; i < nd && i < ndc; i++)
+        s_staged_remove (self, dranks [i], dclocks [i]);
     kd_msg_t *ok = kd_msg_new (KD_MSG_COMMIT_OK);
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+    if (self->lost)
+        kd_msg_set_uint (ok, KD_F_LOST, self->lost);
     kd_peer_send (self->peer, &ok);
     kd_debug ("commit version=%llu entries=%zu drops=%zu", (unsigned long long) version, n, nd);
+    kd_peer_set_version (self->peer, self->version);
+    kd_peer_set_samples (self->peer, self->samples);
+    s_checkpoint (self, false);
     s_release_parked (self);
     (void) nc;
     (void) nw;
@@ -291,18 +665,17 @@ s_on_push (self_t *self, kd_msg_t *msg)
         s_error (self, id, KD_ERR_MALFORMED, "rank out of range");
         return;
     }
-    char key [48];
-    s_stage_key (key, sizeof key, rank, clock);
     //  A push for a staged (rank, clock) replaces it: a retry carries the
     //  same values, and a worker that rejoined under its old rank recomputed
     //  that clock on a newer model.  A worker sends ARRIVE only after every
-    //  shard acknowledged, so no retry can come after its commit.
-    if (!zhashx_lookup (self->staged, key) && zhashx_size (self->staged) >= S_MAX_STAGED) {
+    //  shard acknowledged, so no retry can come after its commit.  The
+    //  received frame itself is staged, and a commit hands it to BLAS.
+    if (!s_staged_find (self, rank, clock) && s_staged_count (self) >= S_MAX_STAGED) {
         s_error (self, id, KD_ERR_UNAVAILABLE, "too many staged gradients");
         return;
     }
     zframe_t *data = kd_msg_take_data (msg);
-    zhashx_update (self->staged, key, data);
+    s_staged_put (self, rank, clock, &data);
     self->pushes++;
     kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
     kd_msg_set_routing_id (ok, id);
@@ -402,11 +775,23 @@ kd_shard_run (kd_config_t *config)
 {
     int rc = 1;
     self_t self_s = { .config = config }, *self = &self_s;
+    s_tune_allocator ();
     int64_t max_msg = kd_config_int (config, "max-msg-bytes");
     openblas_set_num_threads ((int) kd_config_int (config, "threads"));
+    if (*kd_config_str (config, "checkpoint-dir")) {
+        self->ckpt_dir = kd_config_str (config, "checkpoint-dir");
+        self->ckpt_keep = (int) kd_config_int (config, "checkpoint-keep");
+        if (kd_checkpoint_parse_every (kd_config_str (config, "checkpoint-every"),
+                                       &self->ckpt_seconds, &self->ckpt_versions)) {
+            kd_error ("--checkpoint-every: \"%s\" is not seconds (\"30s\") or versions (\"200\")",
+                      kd_config_str (config, "checkpoint-every"));
+            return 2;
+        }
+    }
 
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, max_msg);
+    kd_curve_server (kd_curve_process (), self->router);
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
         kd_error ("cannot bind endpoint=%s: %s", kd_config_str (config, "bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
@@ -424,10 +809,12 @@ kd_shard_run (kd_config_t *config)
         kd_error ("cannot connect to scheduler endpoint=%s", kd_config_str (config, "scheduler"));
         goto cleanup;
     }
-    self->staged = zhashx_new ();
-    zhashx_set_destructor (self->staged, s_frame_destroy);
     self->parked = zlistx_new ();
     zlistx_set_destructor (self->parked, s_parked_destroy);
+    if (self->ckpt_dir && s_restore (self))
+        goto cleanup;
+    self->ckpt_at_ms = kd_now_ms ();
+    kd_peer_set_version (self->peer, self->version);
     kd_peer_set_endpoint (self->peer, self->endpoint);
     kd_info ("listening endpoint=%s advertise=%s", kd_config_str (config, "bind"), self->endpoint);
     kd_peer_hello (self->peer);
@@ -435,8 +822,16 @@ kd_shard_run (kd_config_t *config)
     zpoller_t *poller = zpoller_new (self->router, kd_peer_socket (self->peer), NULL);
     while (!self->stop && !zsys_interrupted) {
         void *which = zpoller_wait (poller, kd_peer_timeout (self->peer) + 1);
-        if (which == self->router)
-            s_on_request (self);
+        if (which == self->router) {
+            //  A burst is read before polling again: one poll system call
+            //  per small request was most of its cost.  The bound keeps the
+            //  scheduler's socket served.
+            for (int i = 0; i < S_BURST; i++) {
+                s_on_request (self);
+                if (!(zsock_events (self->router) & ZMQ_POLLIN))
+                    break;
+            }
+        }
         else
         if (which == kd_peer_socket (self->peer))
             s_on_scheduler (self);
@@ -445,19 +840,24 @@ kd_shard_run (kd_config_t *config)
             break;
         kd_peer_set_version (self->peer, self->version);
         kd_peer_tick (self->peer);
+        //  Time-based checkpoints also fire while no commits come.
+        s_checkpoint (self, false);
     }
     zpoller_destroy (&poller);
-    kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu",
+    //  A clean stop loses nothing: the last version goes to disk.
+    s_checkpoint (self, true);
+    kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu",
              (unsigned long long) self->version, (unsigned long long) self->pushes,
              (unsigned long long) self->commits, (unsigned long long) self->pulls,
-             (unsigned long long) self->errors);
+             (unsigned long long) self->errors, (unsigned long long) self->lost,
+             (unsigned long long) self->ckpt_written);
     rc = 0;
 cleanup:
-    zhashx_destroy (&self->staged);
+    s_staged_destroy (self);
     zlistx_destroy (&self->parked);
     kd_peer_destroy (&self->peer);
     zsock_destroy (&self->router);
-    free (self->params);
+    s_params_free (self);
     free (self->velocity);
     return rc;
 }

@@ -15,6 +15,7 @@
 #define S_MAX_SHARDS    64      //  shards in the address book at most
 #define S_RETRY_MAX_MS  5000    //  ceiling of the retry backoff
 #define S_RETRY_BUSY_MS 200     //  retry after a shard said "not now"
+#define S_RETRY_FIRST_MS 1000   //  first resend to a silent shard
 #define S_MAX_BATCH     65536   //  largest batch a WELCOME may ask for
 
 typedef struct {
@@ -62,6 +63,8 @@ typedef struct {
     bool hetero;                //  dynamic heterogeneity on
     double hetero_period;       //  seconds between speed changes
     int timeout_ms;             //  request deadline before a retry
+    kd_msg_t *early_release;    //  a readmission RELEASE that came while we
+                                //  were not waiting for one (see s_on_scheduler)
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -173,6 +176,11 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         return;
     }
     self->rank = kd_msg_uint (msg, KD_F_RANK);
+    //  Asked for again if the scheduler restarts, so our staged gradients
+    //  and partition keep their meaning.
+    kd_peer_set_rank (self->peer, self->rank);
+    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
+        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
     if (self->welcomed) {
         kd_info ("registered again rank=%llu", (unsigned long long) self->rank);
         return;
@@ -220,6 +228,7 @@ s_on_start (self_t *self, kd_msg_t *msg)
         }
         s->sock = zsock_new (ZMQ_DEALER);
         kd_socket_harden (s->sock, max_msg);
+        kd_curve_client (kd_curve_process (), s->sock);
         if (zsock_connect (s->sock, "%s", endpoints [i]) != 0) {
             kd_error ("cannot connect to shard endpoint=%s", endpoints [i]);
             self->stop = true;
@@ -283,6 +292,21 @@ s_on_scheduler (self_t *self, kd_msg_type_t waiting_for)
     if (type == KD_MSG_ERROR)
         kd_warn ("scheduler error code=%llu reason=\"%s\"",
                  (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+    //  A RELEASE we did not wait for, with a newer clock than the one we
+    //  compute, is a readmission: we were declared dead (a SIGSTOP, a
+    //  partition) and registered again while computing or pushing.  It
+    //  supersedes the iteration in progress, whose gradient the scheduler
+    //  no longer expects; thrown away, it would leave us sending an ARRIVE
+    //  the scheduler rejects, every deadline, while BSP waits for us.  A
+    //  repeat of the RELEASE we work on is only a duplicate.
+    if (type == KD_MSG_RELEASE && waiting_for != KD_MSG_RELEASE
+    &&  kd_msg_uint (msg, KD_F_CLOCK) > self->clock) {
+        kd_info ("readmitted rank=%llu clock=%llu superseded_clock=%llu", (unsigned long long) self->rank,
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CLOCK), (unsigned long long) self->clock);
+        kd_msg_destroy (&self->early_release);
+        self->early_release = msg;
+        return NULL;
+    }
     if (type == waiting_for)
         return msg;
     kd_msg_destroy (&msg);
@@ -334,7 +358,9 @@ s_shard_round (self_t *self, s_request_fn *request, kd_msg_type_t reply_type,
         self->shards [i].done = false;
         kd_msg_t *req = request (self, i);
         kd_msg_send (&req, self->shards [i].sock);
-        backoff [i] = self->timeout_ms;
+        //  The first resend comes soon: a shard that restarted lost the
+        //  request, and waiting the whole deadline would be the RTO.
+        backoff [i] = self->timeout_ms < S_RETRY_FIRST_MS ? self->timeout_ms : S_RETRY_FIRST_MS;
         resend_at [i] = now + (uint64_t) backoff [i];
         items [i + 1] = (zmq_pollitem_t) { zsock_resolve (self->shards [i].sock), 0, ZMQ_POLLIN, 0 };
     }
@@ -400,14 +426,30 @@ s_shard_round (self_t *self, s_request_fn *request, kd_msg_type_t reply_type,
 static kd_msg_t *
 s_push_request (self_t *self, size_t i)
 {
+    //  Clock + 1 of the last push to each shard that borrowed the gradient
+    //  (one worker per process, so one table).
+    static uint64_t borrowed [S_MAX_SHARDS];
     s_shard_t *s = &self->shards [i];
     kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
     kd_msg_set_uint (msg, KD_F_RANK, self->rank);
     kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
     kd_msg_set_uint (msg, KD_F_BASE, self->version);
     kd_msg_set_uint (msg, KD_F_LO, s->lo);
-    zframe_t *data = zframe_new (self->grad + s->lo, (size_t) (s->hi - s->lo) * sizeof (float));
-    kd_msg_set_data (msg, &data);
+    const float *slice = self->grad + s->lo;
+    size_t bytes = (size_t) (s->hi - s->lo) * sizeof (float);
+    //  The first push of a clock borrows the gradient: the next gradient is
+    //  written only after every shard answered PUSH_OK, and a shard can
+    //  only answer once ZeroMQ has written this message, which goes out
+    //  before any retry on the same connection.  A retry copies: it may
+    //  still be queued when the first copy's answer lets us move on.
+    if (borrowed [i] != self->clock + 1) {
+        borrowed [i] = self->clock + 1;
+        kd_msg_set_data_ref (msg, slice, bytes, NULL, NULL);
+    }
+    else {
+        zframe_t *data = zframe_new (slice, bytes);
+        kd_msg_set_data (msg, &data);
+    }
     return msg;
 }
 
@@ -533,7 +575,10 @@ s_train (self_t *self)
         if (extra > 0)
             s_sleep (self, extra);
         double t_push = kd_now_msf ();
-        if (s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply))
+        //  After a readmission the gradient is superseded: not pushed, so
+        //  that no shard stages it after the scheduler dropped it.
+        if (!self->early_release
+        &&  s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply))
             break;
         double t_wait = kd_now_msf ();
         uint64_t computed_clock = self->clock;
@@ -542,6 +587,11 @@ s_train (self_t *self)
         //  ignores a repeat while we wait, and resends a RELEASE it already
         //  sent, so a lost message costs one deadline, not the run.
         while (!release && !self->stop && !zsys_interrupted) {
+            if (self->early_release) {
+                release = self->early_release;
+                self->early_release = NULL;
+                break;
+            }
             kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
             kd_msg_set_uint (arrive, KD_F_CLOCK, computed_clock);
             kd_msg_set_uint (arrive, KD_F_BASE, self->version);
@@ -599,6 +649,7 @@ kd_worker_run (kd_config_t *config)
                               (int) kd_config_int (config, "liveness"));
     self->monitor = zsock_new (ZMQ_DEALER);
     kd_socket_harden (self->monitor, max_msg);
+    kd_curve_client (kd_curve_process (), self->monitor);
     //  Telemetry is best effort: never let a slow monitor block training.
     zsock_set_sndtimeo (self->monitor, 0);
     if (!self->peer || zsock_connect (self->monitor, "%s", kd_config_str (config, "monitor")) != 0) {
@@ -639,6 +690,7 @@ cleanup:
         free (self->shards [i].endpoint);
     }
     zsock_destroy (&self->monitor);
+    kd_msg_destroy (&self->early_release);
     kd_peer_destroy (&self->peer);
     kd_model_destroy (&self->model);
     kd_dataset_destroy (&self->data);

@@ -1,0 +1,553 @@
+/*  kudus bench barrier: the scheduler's barrier under N workers.
+
+    One process plays N workers, each with its own DEALER (so its own
+    routing id), and one shard, against a real kudus-scheduler.  They speak
+    the real protocol: workers HELLO (role worker, a samples count) and wait
+    for WELCOME, START and their first RELEASE; the shard HELLOs with an
+    endpoint and answers every COMMIT with COMMIT_OK.  Then each phase:
+
+    - BSP: every worker ARRIVEs (clock, base, samples 1); the scheduler
+      commits and RELEASEs all of them.
+    - LSP (quota K = ceil (0.75 N)): workers 0 .. K-1 ARRIVE, which meets
+      the quota, and are released; then the other N - K ARRIVE late and are
+      released at once, their gradients queued for the next commit.
+
+    Throughput (phases per second) and the scheduler's CPU time (utime +
+    stime from /proc/PID/stat, per phase and per worker-phase: flat per
+    worker-phase means O(N) a phase) come from phases whose ARRIVEs are
+    sent in one burst.  Release latency comes from separate phases in
+    which the scheduler has provably handled every other arrival first:
+    each of those workers follows its ARRIVE with a probe (a PULL, which a
+    scheduler answers with ERROR "command invalid" on the same connection,
+    after the ARRIVE), and only when every probe is answered is the last
+    ARRIVE the phase needs sent.  The latency is from that send to the
+    last of the phase's RELEASEs received here, so it includes our own
+    receive of them.
+
+    The ceiling, measured the same way: a plain libzmq ROUTER process
+    (kudus bench zmq-barrier) that counts N arrivals, answers probes at
+    once, and on the N-th arrival sends every peer a release of the size
+    of a RELEASE.  That is the cost of the fan-out over N connections with
+    no Kudus code; release latencies are reported as a ratio to it.
+*/
+#define _GNU_SOURCE             //  memmem
+#include "kd_bench.h"
+#include <math.h>
+#include <signal.h>
+
+#define S_MAX_N         1024            //  the scheduler's S_MAX_WORKERS
+#define S_TIMEOUT_MS    20000           //  a RELEASE later than this fails
+#define S_WARMUP        3               //  untimed phases per configuration
+#define S_ROWS          60000           //  training rows the workers claim
+#define S_RAW_RELEASE   64              //  bytes of a raw release (a RELEASE
+                                        //  header is about that size)
+
+//  The fake cluster of one configuration.
+typedef struct {
+    kd_bench_t *bench;          //  settings
+    size_t n;                   //  workers
+    size_t quota;               //  arrivals that release a phase
+    pid_t scheduler;            //  kudus-scheduler
+    zsock_t *shard;             //  the fake shard
+    zsock_t **workers;          //  DEALER per fake worker
+    uint64_t *version;          //  per worker: version of its last RELEASE
+    uint64_t *clock;            //  per worker: clock it may compute
+    zmq_msg_t *held;            //  per worker: RELEASE received, to decode
+    bool raw;                   //  talking to the raw zmq-barrier server
+} s_fake_t;
+
+//  A DEALER to the scheduler with timeouts.
+static zsock_t *
+s_dealer (int port)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (sock);
+    zsock_set_rcvtimeo (sock, S_TIMEOUT_MS);
+    zsock_set_linger (sock, 0);
+    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port))
+        zsock_destroy (&sock);
+    return sock;
+}
+
+//  Read a RELEASE (skipping WELCOME, START, HEARTBEAT) and note its
+//  version and clock.  Returns 0 or -1.
+static int
+s_await_release (s_fake_t *f, size_t w)
+{
+    for (;;) {
+        kd_msg_t *msg = NULL;
+        kd_msg_err_t err;
+        if (kd_msg_recv (f->workers [w], &msg, NULL, &err) != 0) {
+            kd_error ("worker %zu: no RELEASE", w);
+            return -1;
+        }
+        kd_msg_type_t type = kd_msg_type (msg);
+        if (type == KD_MSG_RELEASE) {
+            f->version [w] = kd_msg_uint (msg, KD_F_VERSION);
+            f->clock [w] = kd_msg_uint (msg, KD_F_CLOCK);
+        }
+        else
+        if (type == KD_MSG_ERROR || type == KD_MSG_STOP)
+            kd_error ("worker %zu: %s %s", w, kd_msg_type_name (type), kd_msg_str (msg, KD_F_REASON));
+        kd_msg_destroy (&msg);
+        if (type == KD_MSG_RELEASE)
+            return 0;
+        if (type == KD_MSG_ERROR || type == KD_MSG_STOP)
+            return -1;
+    }
+}
+
+//  Send worker w's ARRIVE for the clock it was released to compute.
+static int
+s_arrive (s_fake_t *f, size_t w)
+{
+    if (f->raw)
+        return zmq_send (zsock_resolve (f->workers [w]), "A", 1, 0) == 1 ? 0 : -1;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_ARRIVE);
+    kd_msg_set_uint (msg, KD_F_CLOCK, f->clock [w]);
+    kd_msg_set_uint (msg, KD_F_BASE, f->version [w]);
+    kd_msg_set_uint (msg, KD_F_SAMPLES, 1);
+    kd_msg_set_float (msg, KD_F_LOSS, 1.0);
+    return kd_msg_send (&msg, f->workers [w]);
+}
+
+//  Send worker w's probe: the reply proves its ARRIVE was handled.
+static int
+s_probe (s_fake_t *f, size_t w)
+{
+    if (f->raw)
+        return zmq_send (zsock_resolve (f->workers [w]), "P", 1, 0) == 1 ? 0 : -1;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (msg, KD_F_VERSION, 0);
+    return kd_msg_send (&msg, f->workers [w]);
+}
+
+//  Wait for the answer to worker w's probe.  Returns 0 or -1.
+static int
+s_probe_answer (s_fake_t *f, size_t w)
+{
+    void *handle = zsock_resolve (f->workers [w]);
+    char buf [512];
+    for (;;) {
+        int n = zmq_recv (handle, buf, sizeof buf, 0);
+        if (n < 0) {
+            kd_error ("worker %zu: probe not answered", w);
+            return -1;
+        }
+        if (f->raw ? (n == 1 && buf [0] == 'P')
+                   : memmem (buf, (size_t) n < sizeof buf ? (size_t) n : sizeof buf, "\xa5" "ERROR", 6) != NULL)
+            return 0;
+    }
+}
+
+//  Receive worker w's RELEASE as raw frames, skipping anything else: the
+//  decode waits until the phase is timed.  Returns 0 or -1.
+static int
+s_take_release (s_fake_t *f, size_t w)
+{
+    void *handle = zsock_resolve (f->workers [w]);
+    for (;;) {
+        zmq_msg_init (&f->held [w]);
+        if (zmq_msg_recv (&f->held [w], handle, 0) < 0) {
+            kd_error ("worker %zu: no RELEASE in %d ms", w, S_TIMEOUT_MS);
+            zmq_msg_close (&f->held [w]);
+            return -1;
+        }
+        //  msgpack fixstr "RELEASE" appears in its header and in no other
+        //  message a worker gets.
+        if (f->raw ? zmq_msg_size (&f->held [w]) == S_RAW_RELEASE
+                   : memmem (zmq_msg_data (&f->held [w]), zmq_msg_size (&f->held [w]),
+                             "\xa7RELEASE", 8) != NULL)
+            return 0;
+        zmq_msg_close (&f->held [w]);
+    }
+}
+
+//  Decode a held RELEASE into the worker's version and clock.
+static int
+s_decode_release (s_fake_t *f, size_t w)
+{
+    if (f->raw) {
+        zmq_msg_close (&f->held [w]);
+        return 0;
+    }
+    zmsg_t *zmsg = zmsg_new ();
+    zmsg_addmem (zmsg, zmq_msg_data (&f->held [w]), zmq_msg_size (&f->held [w]));
+    zmq_msg_close (&f->held [w]);
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    if (kd_msg_decode (&zmsg, false, &msg, NULL, &err) != 0) {
+        kd_error ("worker %zu: bad RELEASE: %s", w, err.reason);
+        return -1;
+    }
+    f->version [w] = kd_msg_uint (msg, KD_F_VERSION);
+    f->clock [w] = kd_msg_uint (msg, KD_F_CLOCK);
+    kd_msg_destroy (&msg);
+    return 0;
+}
+
+//  Answer every COMMIT waiting on the fake shard with COMMIT_OK.
+static void
+s_shard_drain (s_fake_t *f)
+{
+    if (f->raw)
+        return;
+    kd_msg_t *msg = NULL;
+    zsock_set_rcvtimeo (f->shard, 0);
+    while (kd_msg_recv (f->shard, &msg, NULL, NULL) != -1) {
+        if (msg && kd_msg_type (msg) == KD_MSG_COMMIT) {
+            kd_msg_t *ok = kd_msg_new (KD_MSG_COMMIT_OK);
+            kd_msg_set_uint (ok, KD_F_VERSION, kd_msg_uint (msg, KD_F_VERSION));
+            kd_msg_send (&ok, f->shard);
+        }
+        kd_msg_destroy (&msg);
+    }
+    zsock_set_rcvtimeo (f->shard, S_TIMEOUT_MS);
+}
+
+//  One phase.  With latency_ms, the arrivals before the last one the
+//  phase needs are probed first, and *latency_ms gets the release latency;
+//  without, all arrive in one burst.  Returns 0 or -1.
+static int
+s_phase (s_fake_t *f, double *latency_ms)
+{
+    size_t burst = latency_ms ? f->quota - 1 : f->quota;
+    for (size_t w = 0; w < burst; w++)
+        if (s_arrive (f, w) || (latency_ms && s_probe (f, w)))
+            return -1;
+    for (size_t w = 0; latency_ms && w < burst; w++)
+        if (s_probe_answer (f, w))
+            return -1;
+    double t_last = kd_now_msf ();
+    if (burst < f->quota && s_arrive (f, burst))
+        return -1;
+    for (size_t w = 0; w < f->quota; w++)
+        if (s_take_release (f, w))
+            return -1;
+    if (latency_ms)
+        *latency_ms = kd_now_msf () - t_last;
+    for (size_t w = 0; w < f->quota; w++)
+        if (s_decode_release (f, w))
+            return -1;
+    //  LSP: the rest arrive late and are released at once.
+    for (size_t w = f->quota; w < f->n; w++)
+        if (s_arrive (f, w))
+            return -1;
+    for (size_t w = f->quota; w < f->n; w++)
+        if (s_take_release (f, w) || s_decode_release (f, w))
+            return -1;
+    s_shard_drain (f);
+    return 0;
+}
+
+//  Stop the scheduler and close every socket.
+static void
+s_fake_stop (s_fake_t *f)
+{
+    for (size_t w = 0; f->workers && w < f->n; w++)
+        zsock_destroy (&f->workers [w]);
+    zsock_destroy (&f->shard);
+    kd_bench_stop (f->scheduler);
+    free (f->workers);
+    free (f->version);
+    free (f->clock);
+    free (f->held);
+}
+
+//  Start the scheduler, register the fake shard and workers, and wait for
+//  every first RELEASE.  Returns 0 or -1.
+static int
+s_fake_start (s_fake_t *f, const char *model)
+{
+    kd_bench_t *b = f->bench;
+    char bind [64], n [16], quota [16];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", b->base_port);
+    snprintf (n, sizeof n, "%zu", f->n);
+    snprintf (quota, sizeof quota, "%zu", f->quota);
+    f->workers = (zsock_t **) calloc (f->n, sizeof (zsock_t *));
+    f->version = (uint64_t *) calloc (f->n, sizeof (uint64_t));
+    f->clock = (uint64_t *) calloc (f->n, sizeof (uint64_t));
+    f->held = (zmq_msg_t *) calloc (f->n, sizeof (zmq_msg_t));
+    assert (f->workers && f->version && f->clock && f->held);
+    if (f->raw) {
+        const char *argv [] = { b->self_exe, "bench", "zmq-barrier", bind, n, quota, NULL };
+        f->scheduler = kd_bench_spawn (b, argv);
+        if (f->scheduler < 0)
+            return -1;
+        //  Wait until every connection is up: a probe each.
+        for (size_t w = 0; w < f->n; w++)
+            if (!(f->workers [w] = s_dealer (b->base_port)) || s_probe (f, w))
+                return -1;
+        for (size_t w = 0; w < f->n; w++)
+            if (s_probe_answer (f, w))
+                return -1;
+        return 0;
+    }
+    //  Heartbeats are slow and liveness long: a fake peer only talks when
+    //  the protocol asks it to.
+    const char *argv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1",
+                            "--min-workers", n, "--consistency", model,
+                            "--quota-ratio", "0.75", "--epochs", "1000",
+                            "--heartbeat-ms", "60000", "--liveness", "100",
+                            "--log-level", "error", NULL };
+    f->scheduler = kd_bench_spawn (b, argv);
+    if (f->scheduler < 0)
+        return -1;
+    f->shard = s_dealer (b->base_port);
+    if (!f->shard)
+        return -1;
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "shard");
+    kd_msg_set_str (hello, KD_F_NAME, "bench-shard");
+    kd_msg_set_str (hello, KD_F_ENDPOINT, "tcp://127.0.0.1:1");
+    kd_msg_send (&hello, f->shard);
+    for (size_t w = 0; w < f->n; w++) {
+        f->workers [w] = s_dealer (b->base_port);
+        if (!f->workers [w])
+            return -1;
+        char name [48];
+        snprintf (name, sizeof name, "bench-worker-%zu", w);
+        hello = kd_msg_new (KD_MSG_HELLO);
+        kd_msg_set_str (hello, KD_F_ROLE, "worker");
+        kd_msg_set_str (hello, KD_F_NAME, name);
+        kd_msg_set_uint (hello, KD_F_SAMPLES, S_ROWS);
+        kd_msg_send (&hello, f->workers [w]);
+    }
+    for (size_t w = 0; w < f->n; w++)
+        if (s_await_release (f, w))
+            return -1;
+    s_shard_drain (f);
+    return 0;
+}
+
+//  The consistency controller alone (common/kd_controller.c, pure logic):
+//  microseconds of CPU per phase of n workers, every one arriving, as the
+//  scheduler drives it.  Isolates its bookkeeping from sockets and noise.
+static double
+s_controller_us (const char *model, size_t n, int phases)
+{
+    kd_controller_opts_t opts;
+    kd_controller_opts_defaults (&opts, (kd_consistency_t) kd_consistency_parse (model));
+    opts.quota_ratio = 0.75;
+    kd_controller_t *ctl = kd_controller_new (&opts);
+    assert (ctl);
+    uint64_t *clock = (uint64_t *) calloc (n, sizeof (uint64_t));
+    uint64_t *version = (uint64_t *) calloc (n, sizeof (uint64_t));
+    assert (clock && version);
+    const kd_decision_t *d;
+    for (size_t w = 0; w < n; w++)
+        kd_controller_join (ctl, (uint32_t) w, 0);
+    double t0 = 0;
+    //  Two untimed phases first, then the timed ones.
+    for (int p = -2; p < phases; p++) {
+        if (p == 0)
+            t0 = kd_now_msf ();
+        for (size_t w = 0; w < n; w++) {
+            while ((d = kd_controller_next (ctl)))
+                if (d->type == KD_DEC_RELEASE) {
+                    clock [d->rank] = d->clock;
+                    version [d->rank] = d->version;
+                }
+            kd_controller_arrive (ctl, (uint32_t) w, clock [w], version [w], 1, 0);
+        }
+        while ((d = kd_controller_next (ctl)))
+            if (d->type == KD_DEC_RELEASE) {
+                clock [d->rank] = d->clock;
+                version [d->rank] = d->version;
+            }
+    }
+    double us = (kd_now_msf () - t0) * 1000.0 / phases;
+    kd_controller_destroy (&ctl);
+    free (clock);
+    free (version);
+    return us;
+}
+
+int
+kd_bench_barrier (kd_bench_t *b)
+{
+    uint64_t ns [KD_BENCH_MAX_LIST];
+    int n_ns = kd_bench_list (kd_config_str (b->config, "workers"), ns, KD_BENCH_MAX_LIST);
+    if (n_ns < 1) {
+        fprintf (stderr, "kudus bench barrier: --workers is a comma-separated list of counts\n");
+        return 2;
+    }
+    for (int i = 0; i < n_ns; i++)
+        if (ns [i] > S_MAX_N || ns [i] < 2) {
+            fprintf (stderr, "kudus bench barrier: workers must be in [2, %d]\n", S_MAX_N);
+            return 2;
+        }
+    char models [64];
+    snprintf (models, sizeof models, "%s", kd_config_str (b->config, "consistency"));
+    int phases = (int) kd_config_int (b->config, "phases");
+    double *lat = (double *) malloc ((size_t) phases * sizeof (double));
+    assert (lat);
+    int rc = 0;
+    bool header = false;
+    char *save = NULL;
+    for (char *model = strtok_r (models, ",", &save); model && rc == 0;
+         model = strtok_r (NULL, ",", &save)) {
+        if (strcmp (model, "bsp") && strcmp (model, "lsp")) {
+            fprintf (stderr, "kudus bench barrier: consistency '%s' is not bsp or lsp\n", model);
+            rc = 2;
+            break;
+        }
+        for (int ni = 0; ni < n_ns && rc == 0; ni++) {
+            s_fake_t f = { .bench = b, .n = ns [ni] };
+            f.quota = strcmp (model, "lsp") ? f.n
+                    : (size_t) ceil (0.75 * (double) f.n - 1e-9);
+            if (s_fake_start (&f, model)) {
+                kd_error ("cannot start the barrier cluster workers=%zu", f.n);
+                rc = 1;
+            }
+            double rate [KD_BENCH_MAX_LIST * 4], p50 [KD_BENCH_MAX_LIST * 4],
+                   p99 [KD_BENCH_MAX_LIST * 4], cpu [KD_BENCH_MAX_LIST * 4],
+                   raw50 [KD_BENCH_MAX_LIST * 4], raw99 [KD_BENCH_MAX_LIST * 4];
+            int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
+            for (int i = 0; i < S_WARMUP && rc == 0; i++)
+                if (s_phase (&f, NULL) || s_phase (&f, &lat [0]))
+                    rc = 1;
+            for (int r = 0; r < repeat && rc == 0; r++) {
+                double cpu0 = kd_bench_cpu_ms (f.scheduler);
+                double t0 = kd_now_msf ();
+                for (int p = 0; p < phases && rc == 0; p++)
+                    if (s_phase (&f, NULL))
+                        rc = 1;
+                double secs = (kd_now_msf () - t0) / 1000.0;
+                double cpu1 = kd_bench_cpu_ms (f.scheduler);
+                for (int p = 0; p < phases && rc == 0; p++)
+                    if (s_phase (&f, &lat [p]))
+                        rc = 1;
+                if (rc)
+                    break;
+                rate [r] = phases / secs;
+                cpu [r] = (cpu1 - cpu0) / phases;
+                p99 [r] = kd_bench_quantile (lat, phases, 0.99);
+                p50 [r] = kd_bench_quantile (lat, phases, 0.5);
+            }
+            s_fake_stop (&f);
+            //  The ceiling: the same phases against the raw fan-out.
+            s_fake_t raw = { .bench = b, .n = f.n, .quota = f.quota, .raw = true };
+            if (rc == 0 && s_fake_start (&raw, model)) {
+                kd_error ("cannot start the raw barrier workers=%zu", raw.n);
+                rc = 1;
+            }
+            for (int i = 0; i < S_WARMUP && rc == 0; i++)
+                if (s_phase (&raw, &lat [0]))
+                    rc = 1;
+            for (int r = 0; r < repeat && rc == 0; r++) {
+                for (int p = 0; p < phases && rc == 0; p++)
+                    if (s_phase (&raw, &lat [p]))
+                        rc = 1;
+                raw99 [r] = kd_bench_quantile (lat, phases, 0.99);
+                raw50 [r] = kd_bench_quantile (lat, phases, 0.5);
+            }
+            s_fake_stop (&raw);
+            if (rc == 0) {
+                char v [16][32];
+                double cpu_phase = kd_bench_median (cpu, repeat);
+                double m50 = kd_bench_median (p50, repeat), r50 = kd_bench_median (raw50, repeat);
+                snprintf (v [0], 32, "\"%s\"", model);
+                snprintf (v [1], 32, "%zu", f.n);
+                snprintf (v [2], 32, "%zu", f.quota);
+                snprintf (v [3], 32, "%.1f", kd_bench_median (rate, repeat));
+                snprintf (v [4], 32, "%.3f", m50);
+                snprintf (v [5], 32, "%.3f", kd_bench_median (p99, repeat));
+                snprintf (v [6], 32, "%.3f", r50);
+                snprintf (v [7], 32, "%.3f", kd_bench_median (raw99, repeat));
+                snprintf (v [8], 32, "%.3f", m50 / r50);
+                snprintf (v [9], 32, "%.3f", cpu_phase);
+                snprintf (v [10], 32, "%.3f", cpu_phase * 1000.0 / (double) f.n);
+                snprintf (v [11], 32, "%d", phases);
+                snprintf (v [12], 32, "%d", repeat);
+                snprintf (v [13], 32, "%.1f", s_controller_us (model, f.n, phases * 5));
+                const char *kv [] = {
+                    "consistency", v [0], "workers", v [1], "quota", v [2],
+                    "phases_per_s", v [3], "release_p50_ms", v [4], "release_p99_ms", v [5],
+                    "zmq_release_p50_ms", v [6], "zmq_release_p99_ms", v [7],
+                    "ratio_vs_zmq", v [8],
+                    "sched_cpu_ms_per_phase", v [9], "sched_cpu_us_per_worker", v [10],
+                    "controller_us_per_phase", v [13],
+                    "phases", v [11], "repeat", v [12], NULL };
+                kd_bench_row (b, "barrier", &header, kv);
+            }
+        }
+    }
+    free (lat);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  The raw barrier (a helper process; no Kudus code on its path)
+
+static volatile sig_atomic_t s_raw_stop = 0;
+
+//  SIGTERM: leave the loop.
+static void
+s_raw_signal (int sig)
+{
+    (void) sig;
+    s_raw_stop = 1;
+}
+
+int
+kd_bench_barrier_server (const char *endpoint, size_t n, size_t quota)
+{
+    signal (SIGTERM, s_raw_signal);
+    signal (SIGINT, s_raw_signal);
+    if (n == 0 || n > S_MAX_N || quota == 0 || quota > n)
+        return 2;
+    void *ctx = zmq_ctx_new ();
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    int linger = 0, timeout = 200;
+    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (zmq_bind (router, endpoint)) {
+        fprintf (stderr, "kudus bench zmq-barrier: cannot bind %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
+        return 1;
+    }
+    //  'P' is answered at once.  Of the n arrivals ('A') of a round, the
+    //  first `quota` are held and then released together (the phase); the
+    //  others are released as they come (LSP's late ones).
+    char (*held) [256] = calloc (n, 256);
+    size_t *held_len = calloc (n, sizeof (size_t));
+    assert (held && held_len);
+    size_t n_held = 0, arrived = 0;
+    char release [S_RAW_RELEASE] = { 0 };
+    while (!s_raw_stop) {
+        char id [256], body [64];
+        int n_id = zmq_recv (router, id, sizeof id, 0);
+        if (n_id < 0 || n_id > (int) sizeof id)
+            continue;
+        int n_body = zmq_recv (router, body, sizeof body, 0);
+        if (n_body != 1)
+            continue;
+        if (body [0] == 'P') {
+            zmq_send (router, id, (size_t) n_id, ZMQ_SNDMORE);
+            zmq_send (router, "P", 1, 0);
+            continue;
+        }
+        if (arrived < quota) {
+            memcpy (held [n_held], id, (size_t) n_id);
+            held_len [n_held++] = (size_t) n_id;
+            if (n_held == quota) {
+                for (size_t i = 0; i < n_held; i++) {
+                    zmq_send (router, held [i], held_len [i], ZMQ_SNDMORE);
+                    zmq_send (router, release, sizeof release, 0);
+                }
+                n_held = 0;
+            }
+        }
+        else {
+            zmq_send (router, id, (size_t) n_id, ZMQ_SNDMORE);
+            zmq_send (router, release, sizeof release, 0);
+        }
+        if (++arrived == n)
+            arrived = 0;
+    }
+    free (held);
+    free (held_len);
+    zmq_close (router);
+    zmq_ctx_term (ctx);
+    return 0;
+}

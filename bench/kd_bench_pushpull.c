@@ -1,0 +1,474 @@
+/*  kudus bench pushpull: dense float32 values through real shards.
+
+    For each shard count N and value size S, a real kudus-scheduler and N
+    real kudus-shard processes start on loopback.  The shards register with
+    the scheduler as in training; --bench-floats makes each hold S / N
+    bytes whatever the model, because the models Kudus trains are far
+    smaller than 64 MiB.  This process then plays a worker: it pushes S
+    (split over the shards, PUSH and PUSH_OK), pulls S (PULL and PULL_OK),
+    or does both at once, with 1, 4 or 8 requests in flight per shard,
+    through the real codec (kd_msg) on its side and the real shard code on
+    theirs.  Pushes name `inflight` (rank, clock) keys in turn, so each
+    replaces a staged gradient as a retry would, and no commits are needed.
+
+    The ceilings, measured in the same run with the same topology: N plain
+    libzmq ROUTER processes that send every message back, and memcpy of S.
+    The echo client sends what push+pull sends, as raw frames with no
+    Kudus code: a header-sized frame with the values, and a request-sized
+    message, so S goes out and S comes back in as many messages as
+    push+pull uses, at the same in-flight depth.  Kudus figures are reported as ratios to
+    them.  GB/s counts payload bytes moved: S for push or pull, 2 S for
+    push+pull and for the echo.  The op times (us) are medians over the ops
+    of one run, meaningful as round trips at inflight 1.
+*/
+#include "kd_bench.h"
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_MAX_SHARDS    16              //  shards in one configuration
+#define S_BUDGET_BYTES  (256.0 * 1024 * 1024)  //  payload per timed run
+#define S_MIN_OPS       8               //  ops per timed run at least
+#define S_MAX_OPS       4000            //  ops per timed run at most
+#define S_TIMEOUT_MS    30000           //  a reply later than this fails
+#define S_READY_MS      20000           //  shards must register by then
+#define S_HEADER_BYTES  64              //  echo: stands for a PUSH header
+#define S_REQUEST_BYTES 24              //  echo: stands for a PULL
+
+typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO } s_mode_t;
+
+//  One configuration's cluster and client sockets.
+typedef struct {
+    kd_bench_t *bench;          //  settings
+    size_t shards;              //  N
+    size_t floats;              //  per shard: S / 4 / N
+    pid_t scheduler;            //  kudus-scheduler
+    pid_t shard_pid [S_MAX_SHARDS];     //  kudus-shard processes
+    pid_t echo_pid [S_MAX_SHARDS];      //  echo servers
+    zsock_t *kudus [S_MAX_SHARDS];      //  DEALER per shard
+    zsock_t *echo [S_MAX_SHARDS];       //  DEALER per echo server
+    uint64_t lo [S_MAX_SHARDS];         //  first key each shard holds
+    float *values;              //  what we push: S bytes
+    double *op_us;              //  per op duration, scratch
+} s_cluster_t;
+
+//  Time S_MIN..S_MAX ops so that a run moves about S_BUDGET_BYTES.
+static size_t
+s_ops_for (size_t op_bytes, size_t inflight)
+{
+    double ops = S_BUDGET_BYTES / (double) op_bytes;
+    size_t min = inflight * 2 > S_MIN_OPS ? inflight * 2 : S_MIN_OPS;
+    if (ops < (double) min)
+        return min;
+    return ops > S_MAX_OPS ? S_MAX_OPS : (size_t) ops;
+}
+
+//  --------------------------------------------------------------------------
+//  Requests and replies
+
+//  Send the request(s) of one op to shard s.  Ops name rank op % inflight.
+static int
+s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
+{
+    size_t bytes = c->floats * sizeof (float);
+    if (mode == S_ECHO) {
+        //  The frames push+pull sends, as raw bytes: a header-sized frame
+        //  and the values (borrowed, as the Kudus client borrows them),
+        //  then a request-sized frame alone.  Both come back as they went.
+        static const char head [S_HEADER_BYTES], request [S_REQUEST_BYTES];
+        void *sock = zsock_resolve (c->echo [s]);
+        zmq_msg_t msg;
+        zmq_msg_init_data (&msg, (void *) head, sizeof head, NULL, NULL);
+        int rc = zmq_msg_send (&msg, sock, ZMQ_SNDMORE);
+        zmq_msg_init_data (&msg, c->values + s * c->floats, bytes, NULL, NULL);
+        rc |= zmq_msg_send (&msg, sock, 0);
+        zmq_msg_init_data (&msg, (void *) request, sizeof request, NULL, NULL);
+        rc |= zmq_msg_send (&msg, sock, 0);
+        return rc < 0 ? -1 : 0;
+    }
+    if (mode == S_PUSH || mode == S_PUSHPULL) {
+        kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
+        kd_msg_set_uint (push, KD_F_RANK, op % inflight);
+        kd_msg_set_uint (push, KD_F_CLOCK, 0);
+        kd_msg_set_uint (push, KD_F_BASE, 0);
+        kd_msg_set_uint (push, KD_F_LO, c->lo [s]);
+        //  The values never change during a run, so ZeroMQ may read them
+        //  until the reply comes without a copy or a callback.
+        kd_msg_set_data_ref (push, c->values + s * c->floats, bytes, NULL, NULL);
+        if (kd_msg_send (&push, c->kudus [s]))
+            return -1;
+    }
+    if (mode == S_PULL || mode == S_PUSHPULL) {
+        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (pull, KD_F_VERSION, 0);
+        if (kd_msg_send (&pull, c->kudus [s]))
+            return -1;
+    }
+    return 0;
+}
+
+//  Receive one reply from shard s; returns 0 if it is the one expected.
+static int
+s_recv_reply (s_cluster_t *c, s_mode_t mode, size_t s)
+{
+    if (mode == S_ECHO) {
+        //  One whole message: the header-and-values one, or the request.
+        size_t total = 0;
+        int more = 1, rc = 0;
+        while (more && rc >= 0) {
+            zmq_msg_t msg;
+            zmq_msg_init (&msg);
+            rc = zmq_msg_recv (&msg, zsock_resolve (c->echo [s]), 0);
+            total += zmq_msg_size (&msg);
+            more = zmq_msg_more (&msg);
+            zmq_msg_close (&msg);
+        }
+        return rc >= 0 && (total == S_REQUEST_BYTES
+                       ||  total == S_HEADER_BYTES + c->floats * sizeof (float)) ? 0 : -1;
+    }
+    kd_msg_t *reply = NULL;
+    kd_msg_err_t err;
+    if (kd_msg_recv (c->kudus [s], &reply, NULL, &err) != 0)
+        return -1;
+    int rc = -1;
+    size_t count = 0;
+    kd_msg_data_floats (reply, &count);
+    if (kd_msg_type (reply) == KD_MSG_PUSH_OK)
+        rc = 0;
+    else
+    if (kd_msg_type (reply) == KD_MSG_PULL_OK && count == c->floats)
+        rc = 0;
+    else
+        kd_error ("unexpected reply %s from shard %zu", kd_msg_type_name (kd_msg_type (reply)), s);
+    kd_msg_destroy (&reply);
+    return rc;
+}
+
+//  Run `ops` ops with `inflight` in flight on every shard.  Shards answer
+//  in order, so op i is done once every shard has sent its i-th reply (or
+//  pair of replies).  Returns the elapsed seconds, or -1; per-op times go
+//  to c->op_us.
+static double
+s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight)
+{
+    size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO ? 2 : 1;
+    size_t got [S_MAX_SHARDS] = { 0 };
+    zmq_pollitem_t items [S_MAX_SHARDS];
+    for (size_t s = 0; s < c->shards; s++)
+        items [s] = (zmq_pollitem_t) {
+            zsock_resolve (mode == S_ECHO ? c->echo [s] : c->kudus [s]), 0, ZMQ_POLLIN, 0 };
+    double *start = (double *) malloc (ops * sizeof (double));
+    assert (start);
+    size_t sent = 0, done = 0;
+    double t0 = kd_now_msf ();
+    while (done < ops) {
+        while (sent < ops && sent - done < inflight) {
+            start [sent] = kd_now_msf ();
+            for (size_t s = 0; s < c->shards; s++)
+                if (s_send_op (c, mode, s, sent, inflight))
+                    goto failed;
+            sent++;
+        }
+        int rc = zmq_poll (items, (int) c->shards, S_TIMEOUT_MS);
+        if (rc <= 0)
+            goto failed;
+        for (size_t s = 0; s < c->shards; s++)
+            while (zsock_events (mode == S_ECHO ? c->echo [s] : c->kudus [s]) & ZMQ_POLLIN) {
+                if (s_recv_reply (c, mode, s))
+                    goto failed;
+                got [s]++;
+            }
+        size_t all = SIZE_MAX;
+        for (size_t s = 0; s < c->shards; s++)
+            if (got [s] / replies_per_op < all)
+                all = got [s] / replies_per_op;
+        double now = kd_now_msf ();
+        for (; done < all && done < ops; done++)
+            c->op_us [done] = (now - start [done]) * 1000.0;
+    }
+    free (start);
+    return (kd_now_msf () - t0) / 1000.0;
+failed:
+    kd_error ("pushpull run failed mode=%d sent=%zu done=%zu", (int) mode, sent, done);
+    free (start);
+    return -1;
+}
+
+//  --------------------------------------------------------------------------
+//  The cluster
+
+//  Stop and reap everything a configuration started.
+static void
+s_cluster_stop (s_cluster_t *c)
+{
+    for (size_t s = 0; s < c->shards; s++) {
+        zsock_destroy (&c->kudus [s]);
+        zsock_destroy (&c->echo [s]);
+    }
+    for (size_t s = 0; s < c->shards; s++) {
+        kd_bench_stop (c->shard_pid [s]);
+        kd_bench_stop (c->echo_pid [s]);
+        c->shard_pid [s] = c->echo_pid [s] = 0;
+    }
+    kd_bench_stop (c->scheduler);
+    c->scheduler = 0;
+}
+
+//  A DEALER connected to a local port, with timeouts.
+static zsock_t *
+s_dealer (int port)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (sock);
+    zsock_set_rcvtimeo (sock, S_TIMEOUT_MS);
+    zsock_set_sndtimeo (sock, S_TIMEOUT_MS);
+    zsock_set_linger (sock, 0);
+    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port)) {
+        zsock_destroy (&sock);
+        return NULL;
+    }
+    return sock;
+}
+
+//  Start the scheduler, the shards and the echo servers, and wait until
+//  every shard answers a PULL (it has registered).  Returns 0 or -1.
+static int
+s_cluster_start (s_cluster_t *c)
+{
+    kd_bench_t *b = c->bench;
+    char sched_bind [64], sched_ep [64], shards [16], floats [32];
+    snprintf (sched_bind, sizeof sched_bind, "tcp://127.0.0.1:%d", b->base_port);
+    snprintf (sched_ep, sizeof sched_ep, "tcp://127.0.0.1:%d", b->base_port);
+    snprintf (shards, sizeof shards, "%zu", c->shards);
+    snprintf (floats, sizeof floats, "%zu", c->floats);
+    const char *sargv [] = { "kudus-scheduler", "--bind", sched_bind, "--shards", shards,
+                             "--min-workers", "1", "--log-level", "error", NULL };
+    c->scheduler = kd_bench_spawn (b, sargv);
+    for (size_t s = 0; s < c->shards; s++) {
+        char bind [64], name [48], echo_bind [64];
+        snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", b->base_port + 1 + (int) s);
+        snprintf (name, sizeof name, "bench-shard-%zu", s);
+        const char *argv [] = { "kudus-shard", "--bind", bind, "--scheduler", sched_ep,
+                                "--bench-floats", floats, "--name", name,
+                                "--log-level", "error", NULL };
+        c->shard_pid [s] = kd_bench_spawn (b, argv);
+        snprintf (echo_bind, sizeof echo_bind, "tcp://127.0.0.1:%d",
+                  b->base_port + 1 + S_MAX_SHARDS + (int) s);
+        const char *eargv [] = { b->self_exe, "bench", "zmq-echo", echo_bind, NULL };
+        c->echo_pid [s] = kd_bench_spawn (b, eargv);
+        c->kudus [s] = s_dealer (b->base_port + 1 + (int) s);
+        c->echo [s] = s_dealer (b->base_port + 1 + S_MAX_SHARDS + (int) s);
+        if (c->shard_pid [s] < 0 || c->echo_pid [s] < 0 || !c->kudus [s] || !c->echo [s])
+            return -1;
+    }
+    if (c->scheduler < 0)
+        return -1;
+    //  A shard answers 503 until its WELCOME; ask until each says PULL_OK.
+    uint64_t deadline = kd_now_ms () + S_READY_MS;
+    for (size_t s = 0; s < c->shards; s++) {
+        bool ready = false;
+        while (!ready && kd_now_ms () < deadline) {
+            kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+            kd_msg_set_uint (pull, KD_F_VERSION, 0);
+            kd_msg_send (&pull, c->kudus [s]);
+            //  Each probe waits for its answer, which may be a large
+            //  PULL_OK, so no late answer is left for a timed run.
+            kd_msg_t *reply = NULL;
+            //  The scheduler ranks shards in the order they register, so
+            //  the range each holds is learnt here.
+            if (kd_msg_recv (c->kudus [s], &reply, NULL, NULL) == 0
+            &&  kd_msg_type (reply) == KD_MSG_PULL_OK) {
+                ready = true;
+                c->lo [s] = kd_msg_uint (reply, KD_F_LO);
+            }
+            kd_msg_destroy (&reply);
+            if (!ready)
+                zclock_sleep (50);
+        }
+        if (!ready) {
+            kd_error ("shard %zu did not register in %d ms", s, S_READY_MS);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+//  memcpy bandwidth for S bytes, GB/s, median of the repeats.
+static double
+s_memcpy_gbps (size_t bytes, int repeat)
+{
+    char *src = (char *) malloc (bytes), *dst = (char *) malloc (bytes);
+    assert (src && dst);
+    memset (src, 1, bytes);
+    memset (dst, 2, bytes);
+    size_t rounds = (size_t) (S_BUDGET_BYTES / (double) bytes);
+    if (rounds < 4)
+        rounds = 4;
+    double gbps [KD_BENCH_MAX_LIST * 4];
+    int n = repeat < (int) (sizeof gbps / sizeof gbps [0]) ? repeat : (int) (sizeof gbps / sizeof gbps [0]);
+    for (int r = 0; r < n; r++) {
+        double t0 = kd_now_msf ();
+        for (size_t i = 0; i < rounds; i++) {
+            memcpy (dst, src, bytes);
+            //  Keep the compiler from eliding the copies.
+            __asm__ volatile ("" : : "r" (dst) : "memory");
+        }
+        double s = (kd_now_msf () - t0) / 1000.0;
+        gbps [r] = (double) bytes * (double) rounds / s / 1e9;
+    }
+    free (src);
+    free (dst);
+    return kd_bench_median (gbps, n);
+}
+
+int
+kd_bench_pushpull (kd_bench_t *b)
+{
+    uint64_t sizes [KD_BENCH_MAX_LIST], shard_counts [KD_BENCH_MAX_LIST], inflights [KD_BENCH_MAX_LIST];
+    int n_sizes = kd_bench_list (kd_config_str (b->config, "sizes"), sizes, KD_BENCH_MAX_LIST);
+    int n_shards = kd_bench_list (kd_config_str (b->config, "shards"), shard_counts, KD_BENCH_MAX_LIST);
+    int n_inflight = kd_bench_list (kd_config_str (b->config, "inflight"), inflights, KD_BENCH_MAX_LIST);
+    if (n_sizes < 1 || n_shards < 1 || n_inflight < 1) {
+        fprintf (stderr, "kudus bench pushpull: --sizes, --shards and --inflight are comma-separated positive numbers\n");
+        return 2;
+    }
+    for (int i = 0; i < n_shards; i++)
+        if (shard_counts [i] > S_MAX_SHARDS) {
+            fprintf (stderr, "kudus bench pushpull: at most %d shards\n", S_MAX_SHARDS);
+            return 2;
+        }
+    for (int i = 0; i < n_inflight; i++)
+        if (inflights [i] > 64) {
+            fprintf (stderr, "kudus bench pushpull: at most 64 in flight\n");
+            return 2;
+        }
+    //  A dead child must not kill us with SIGPIPE while we report.
+    signal (SIGPIPE, SIG_IGN);
+    int rc = 0;
+    bool header = false;
+    for (int si = 0; si < n_sizes && rc == 0; si++) {
+        double memcpy_gbps = s_memcpy_gbps (sizes [si], b->repeat);
+        for (int ni = 0; ni < n_shards && rc == 0; ni++) {
+            size_t size = sizes [si], shards = shard_counts [ni];
+            if (size % (shards * sizeof (float))) {
+                fprintf (stderr, "kudus bench pushpull: size %zu does not split into %zu shards of floats\n",
+                         size, shards);
+                return 2;
+            }
+            s_cluster_t c = { .bench = b, .shards = shards, .floats = size / sizeof (float) / shards };
+            c.values = (float *) malloc (size);
+            assert (c.values);
+            for (size_t i = 0; i < size / sizeof (float); i++)
+                c.values [i] = (float) (i % 1000) * 1e-3f;
+            c.op_us = (double *) malloc (S_MAX_OPS * sizeof (double) + 64 * 2 * sizeof (double));
+            assert (c.op_us);
+            if (s_cluster_start (&c)) {
+                kd_error ("cannot start the cluster shards=%zu size=%zu", shards, size);
+                rc = 1;
+            }
+            for (int ii = 0; ii < n_inflight && rc == 0; ii++) {
+                size_t inflight = inflights [ii];
+                double gbps [4][KD_BENCH_MAX_LIST * 4], us [4][KD_BENCH_MAX_LIST * 4];
+                int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
+                //  One untimed round of each mode first: connections, page
+                //  faults and allocator warm-up belong to no figure.
+                for (int m = 0; m < 4 && rc == 0; m++)
+                    if (s_run (&c, (s_mode_t) m, inflight * 2, inflight) < 0)
+                        rc = 1;
+                //  The modes take turns within each repeat, so that a
+                //  change in machine load touches them all alike.
+                for (int r = 0; r < repeat && rc == 0; r++)
+                    for (int m = 0; m < 4 && rc == 0; m++) {
+                        size_t op_bytes = (m == S_PUSHPULL || m == S_ECHO) ? 2 * size : size;
+                        size_t ops = s_ops_for (op_bytes, inflight);
+                        double secs = s_run (&c, (s_mode_t) m, ops, inflight);
+                        if (secs <= 0) {
+                            rc = 1;
+                            break;
+                        }
+                        gbps [m][r] = (double) op_bytes * (double) ops / secs / 1e9;
+                        us [m][r] = kd_bench_median (c.op_us, (int) ops);
+                    }
+                if (rc)
+                    break;
+                double med [4], med_us [4];
+                for (int m = 0; m < 4; m++) {
+                    med [m] = kd_bench_median (gbps [m], repeat);
+                    med_us [m] = kd_bench_median (us [m], repeat);
+                }
+                char v [16][32];
+                snprintf (v [0], 32, "%zu", size);
+                snprintf (v [1], 32, "%zu", shards);
+                snprintf (v [2], 32, "%zu", inflight);
+                snprintf (v [3], 32, "%.3f", med [S_PUSH]);
+                snprintf (v [4], 32, "%.3f", med [S_PULL]);
+                snprintf (v [5], 32, "%.3f", med [S_PUSHPULL]);
+                snprintf (v [6], 32, "%.3f", med [S_ECHO]);
+                snprintf (v [7], 32, "%.3f", memcpy_gbps);
+                snprintf (v [8], 32, "%.3f", med [S_PUSHPULL] / med [S_ECHO]);
+                snprintf (v [9], 32, "%.4f", med [S_PUSHPULL] / memcpy_gbps);
+                snprintf (v [10], 32, "%.1f", med_us [S_PUSHPULL]);
+                snprintf (v [11], 32, "%.1f", med_us [S_ECHO]);
+                snprintf (v [12], 32, "%.3f", med_us [S_PUSHPULL] / med_us [S_ECHO]);
+                snprintf (v [13], 32, "%d", repeat);
+                const char *kv [] = {
+                    "size_bytes", v [0], "shards", v [1], "inflight", v [2],
+                    "push_gbps", v [3], "pull_gbps", v [4], "pushpull_gbps", v [5],
+                    "zmq_echo_gbps", v [6], "memcpy_gbps", v [7],
+                    "ratio_vs_zmq", v [8], "ratio_vs_memcpy", v [9],
+                    "pushpull_us", v [10], "zmq_echo_us", v [11], "rtt_ratio", v [12],
+                    "repeat", v [13], NULL };
+                kd_bench_row (b, "pushpull", &header, kv);
+            }
+            s_cluster_stop (&c);
+            free (c.values);
+            free (c.op_us);
+        }
+    }
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  The echo server (a helper process; no Kudus code on its path)
+
+static volatile sig_atomic_t s_echo_stop = 0;
+
+//  SIGTERM: leave the loop.
+static void
+s_echo_signal (int sig)
+{
+    (void) sig;
+    s_echo_stop = 1;
+}
+
+int
+kd_bench_echo_server (const char *endpoint)
+{
+    signal (SIGTERM, s_echo_signal);
+    signal (SIGINT, s_echo_signal);
+    void *ctx = zmq_ctx_new ();
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    int linger = 0, timeout = 200;
+    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (zmq_bind (router, endpoint)) {
+        fprintf (stderr, "kudus bench zmq-echo: cannot bind %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
+        return 1;
+    }
+    //  Every part goes back as it came, flags and all: the received
+    //  message is moved, not copied.
+    while (!s_echo_stop) {
+        zmq_msg_t part;
+        zmq_msg_init (&part);
+        if (zmq_msg_recv (&part, router, 0) < 0) {
+            zmq_msg_close (&part);
+            continue;
+        }
+        int more = zmq_msg_more (&part);
+        zmq_msg_send (&part, router, more ? ZMQ_SNDMORE : 0);
+        zmq_msg_close (&part);
+    }
+    zmq_close (router);
+    zmq_ctx_term (ctx);
+    return 0;
+}

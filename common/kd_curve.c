@@ -1,0 +1,434 @@
+/*  kd_curve: CURVE keys, the ZAP handler, and the one-line socket hooks
+    (see kd_curve.h).
+
+    Every check happens at load, so that a service with curve on but a
+    missing or bad key refuses to start with a message naming the file,
+    instead of failing later (a worker connects to the shards only once
+    training starts) or, worse, running CURVE without a ZAP handler.
+*/
+#include "kd_curve.h"
+#include "kd_log.h"
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_KEY_TXT     40                //  Z85 text of a 32-byte key
+#define S_PATH_MAX    256               //  zcert_load's own buffer size
+#define S_ZAP_DOMAIN  "kudus"           //  ZAP domain our server sockets ask for
+#define S_NULL_KEY    "0000000000000000000000000000000000000000"
+
+struct _kd_curve_t {
+    bool enabled;                   //  curve on
+    int roles;                      //  KD_CURVE_SERVER | KD_CURVE_CLIENT
+    char *dir;                      //  keys directory
+    char *allowed;                  //  dir/allowed, zauth's certificate store
+    size_t allowed_count;           //  authorized client certificates at load
+    zcert_t *server;                //  server key pair (servers)
+    zcert_t *client;                //  client key pair (clients)
+    char server_key [S_KEY_TXT + 1];    //  server public key, Z85 (clients)
+    zactor_t *auth;                 //  zauth actor, once started
+};
+
+static kd_curve_t *s_process = NULL;    //  the instance of this process
+static bool s_auth_running = false;     //  one ZAP handler per process
+
+//  ---------------------------------------------------------------------
+//  Loading and checking keys
+
+//  True when text is a valid Z85-encoded 32-byte key.
+static bool
+s_key_valid (const char *text)
+{
+    uint8_t bin [32];
+    return text && strlen (text) == S_KEY_TXT && zmq_z85_decode (bin, text) != NULL;
+}
+
+//  Load a key pair from path (public) and path_secret.
+static zcert_t *
+s_load_pair (const char *path, char *err, size_t err_size)
+{
+    char secret [S_PATH_MAX + 16];
+    snprintf (secret, sizeof secret, "%s_secret", path);
+    struct stat st;
+    if (strlen (secret) >= S_PATH_MAX) {
+        snprintf (err, err_size, "curve: key path too long: %s", secret);
+        return NULL;
+    }
+    if (stat (secret, &st) != 0) {
+        snprintf (err, err_size, "curve: missing secret certificate %s (%s); "
+                  "create keys with 'kudus keygen DIR' and set keys-dir", secret, strerror (errno));
+        return NULL;
+    }
+    if (access (secret, R_OK) != 0) {
+        snprintf (err, err_size, "curve: cannot read secret certificate %s: %s",
+                  secret, strerror (errno));
+        return NULL;
+    }
+    //  zcert_load falls back to the public file when the secret one does
+    //  not parse, which leaves a null secret key: check for that too.
+    zcert_t *cert = zcert_load (path);
+    if (!cert || !strcmp (zcert_secret_txt (cert), S_NULL_KEY)
+    ||  !s_key_valid (zcert_public_txt (cert)) || !s_key_valid (zcert_secret_txt (cert))) {
+        snprintf (err, err_size, "curve: %s is not a valid secret certificate", secret);
+        zcert_destroy (&cert);
+        return NULL;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+        kd_warn ("curve: secret certificate is readable by others path=%s mode=%03o",
+                 secret, (unsigned) (st.st_mode & 0777));
+    return cert;
+}
+
+//  Read the public key of a public certificate into out (41 bytes).  Only
+//  the public file is read, so a client never loads a server's secret.
+static int
+s_load_public (const char *path, char *out, char *err, size_t err_size)
+{
+    zconfig_t *root = zconfig_load (path);
+    if (!root) {
+        snprintf (err, err_size, "curve: missing or unreadable certificate %s; "
+                  "create keys with 'kudus keygen DIR' and set keys-dir", path);
+        return -1;
+    }
+    const char *key = zconfig_get (root, "/curve/public-key", NULL);
+    int rc = -1;
+    if (s_key_valid (key)) {
+        snprintf (out, S_KEY_TXT + 1, "%s", key);
+        rc = 0;
+    }
+    else
+        snprintf (err, err_size, "curve: %s holds no valid public key", path);
+    zconfig_destroy (&root);
+    return rc;
+}
+
+//  Count the client certificates of allowed/ as zauth will see them (every
+//  regular file below it, "*_secret" skipped).  A duplicate key is refused
+//  here because zcertstore asserts on one.
+static int
+s_check_allowed (const char *dir, size_t *count, char *err, size_t err_size)
+{
+    *count = 0;
+    struct stat st;
+    if (stat (dir, &st) != 0 || !S_ISDIR (st.st_mode)) {
+        snprintf (err, err_size, "curve: missing directory of allowed client certificates %s", dir);
+        return -1;
+    }
+    zdir_t *zdir = zdir_new (dir, NULL);
+    if (!zdir) {
+        snprintf (err, err_size, "curve: cannot read %s", dir);
+        return -1;
+    }
+    zhash_t *seen = zhash_new ();
+    zhash_autofree (seen);
+    zfile_t **files = zdir_flatten (zdir);
+    int rc = 0;
+    for (size_t i = 0; files && files [i] && rc == 0; i++) {
+        const char *name = zfile_filename (files [i], NULL);
+        size_t len = strlen (name);
+        if (!zfile_is_regular (files [i]) || (len >= 7 && !strcmp (name + len - 7, "_secret")))
+            continue;
+        char key [S_KEY_TXT + 1], why [512];
+        if (s_load_public (name, key, why, sizeof why) != 0) {
+            kd_warn ("curve: skipping file without a public key in allowed path=%s", name);
+            continue;
+        }
+        const char *other = (const char *) zhash_lookup (seen, key);
+        if (other) {
+            snprintf (err, err_size, "curve: %s and %s hold the same client key", other, name);
+            rc = -1;
+        }
+        else {
+            zhash_insert (seen, key, (void *) name);
+            (*count)++;
+        }
+    }
+    zdir_flatten_free (&files);
+    zhash_destroy (&seen);
+    zdir_destroy (&zdir);
+    if (rc == 0 && *count == 0) {
+        snprintf (err, err_size, "curve: no client certificates in %s "
+                  "(copy the public certificates of authorized clients there)", dir);
+        rc = -1;
+    }
+    return rc;
+}
+
+//  ---------------------------------------------------------------------
+//  The class
+
+kd_curve_t *
+kd_curve_new_dir (const char *dir, int roles, char *err, size_t err_size)
+{
+    assert (dir);
+    assert (roles & (KD_CURVE_SERVER | KD_CURVE_CLIENT));
+    if (!zsys_has_curve ()) {
+        snprintf (err, err_size, "curve: this libzmq was built without CURVE support");
+        return NULL;
+    }
+    if (!*dir) {
+        snprintf (err, err_size, "curve: setting 'keys-dir' is empty");
+        return NULL;
+    }
+    kd_curve_t *self = (kd_curve_t *) zmalloc (sizeof *self);
+    self->enabled = true;
+    self->roles = roles;
+    self->dir = strdup (dir);
+    self->allowed = zsys_sprintf ("%s/%s", dir, KD_CURVE_ALLOWED_DIR);
+    char path [S_PATH_MAX + 64];
+    if (roles & KD_CURVE_SERVER) {
+        snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_SERVER_CERT);
+        self->server = s_load_pair (path, err, err_size);
+        if (!self->server
+        ||  s_check_allowed (self->allowed, &self->allowed_count, err, err_size))
+            goto failed;
+    }
+    if (roles & KD_CURVE_CLIENT) {
+        snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_CLIENT_CERT);
+        self->client = s_load_pair (path, err, err_size);
+        if (!self->client)
+            goto failed;
+        snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_SERVER_CERT);
+        if (s_load_public (path, self->server_key, err, err_size))
+            goto failed;
+    }
+    return self;
+failed:
+    kd_curve_destroy (&self);
+    return NULL;
+}
+
+kd_curve_t *
+kd_curve_new (kd_config_t *config, int roles, char *err, size_t err_size)
+{
+    if (kd_config_bool (config, "curve"))
+        return kd_curve_new_dir (kd_config_str (config, "keys-dir"), roles, err, err_size);
+    kd_curve_t *self = (kd_curve_t *) zmalloc (sizeof *self);
+    self->roles = roles;
+    return self;
+}
+
+void
+kd_curve_destroy (kd_curve_t **self_p)
+{
+    assert (self_p);
+    kd_curve_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->auth) {
+        zactor_destroy (&self->auth);
+        s_auth_running = false;
+    }
+    if (s_process == self)
+        s_process = NULL;
+    zcert_destroy (&self->server);
+    zcert_destroy (&self->client);
+    free (self->dir);
+    free (self->allowed);
+    free (self);
+    *self_p = NULL;
+}
+
+bool
+kd_curve_enabled (kd_curve_t *self)
+{
+    return self && self->enabled;
+}
+
+size_t
+kd_curve_allowed_count (kd_curve_t *self)
+{
+    return self ? self->allowed_count : 0;
+}
+
+//  Start zauth with the allowed/ directory as its certificate store.  The
+//  store rereads the directory when it changes, so adding or removing a
+//  client certificate takes effect at the client's next handshake.
+int
+kd_curve_start_auth (kd_curve_t *self)
+{
+    assert (self);
+    if (self->enabled && !(self->roles & KD_CURVE_SERVER))
+        kd_info ("curve on keys=%s (client only)", self->dir);
+    if (!self->enabled || !(self->roles & KD_CURVE_SERVER) || self->auth)
+        return 0;
+    if (s_auth_running)
+        return -1;
+    self->auth = zactor_new (zauth, NULL);
+    if (!self->auth)
+        return -1;
+    //  At debug level zauth logs every allowed and denied handshake.
+    if (kd_log_level_current >= KD_LOG_DEBUG) {
+        zstr_sendx (self->auth, "VERBOSE", NULL);
+        zsock_wait (self->auth);
+    }
+    zstr_sendx (self->auth, "CURVE", self->allowed, NULL);
+    zsock_wait (self->auth);
+    s_auth_running = true;
+    kd_info ("curve on keys=%s allowed_clients=%zu", self->dir, self->allowed_count);
+    return 0;
+}
+
+int
+kd_curve_server (kd_curve_t *self, zsock_t *sock)
+{
+    if (!kd_curve_enabled (self))
+        return 0;
+    //  A CURVE server without a ZAP handler would admit any client key.
+    assert (self->server && self->auth);
+    zsock_set_zap_domain (sock, S_ZAP_DOMAIN);
+    zsock_set_curve_server (sock, 1);
+    zcert_apply (self->server, sock);
+    return 0;
+}
+
+int
+kd_curve_client (kd_curve_t *self, zsock_t *sock)
+{
+    if (!kd_curve_enabled (self))
+        return 0;
+    assert (self->client);
+    zcert_apply (self->client, sock);
+    zsock_set_curve_serverkey (sock, self->server_key);
+    return 0;
+}
+
+kd_curve_t *
+kd_curve_process (void)
+{
+    return s_process;
+}
+
+void
+kd_curve_set_process (kd_curve_t *self)
+{
+    s_process = self;
+}
+
+//  ---------------------------------------------------------------------
+//  Key generation
+
+//  mkdir -p with the given mode for directories it creates.
+static int
+s_mkdir_p (const char *dir, mode_t mode)
+{
+    char path [S_PATH_MAX];
+    if (snprintf (path, sizeof path, "%s", dir) >= (int) sizeof path)
+        return -1;
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir (path, mode) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir (path, mode) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    return stat (path, &st) == 0 && S_ISDIR (st.st_mode) ? 0 : -1;
+}
+
+//  Save a key pair as path and path_secret (0600); returns 0 or -1.
+static int
+s_save_pair (zcert_t *cert, const char *path)
+{
+    char secret [S_PATH_MAX + 16];
+    snprintf (secret, sizeof secret, "%s_secret", path);
+    //  zcert_save_secret narrows the umask while it writes; chmod as well,
+    //  so the mode does not depend on it.
+    if (zcert_save_public (cert, path) != 0 || chmod (path, 0644) != 0)
+        return -1;
+    if (zcert_save_secret (cert, secret) != 0 || chmod (secret, 0600) != 0)
+        return -1;
+    return 0;
+}
+
+int
+kd_curve_keygen (const char *dir, char *err, size_t err_size)
+{
+    assert (dir);
+    if (!zsys_has_curve ()) {
+        snprintf (err, err_size, "this libzmq was built without CURVE support");
+        return -1;
+    }
+    if (!*dir || strlen (dir) > 200) {
+        snprintf (err, err_size, "keys directory must be 1 to 200 characters");
+        return -1;
+    }
+    char server [S_PATH_MAX], client [S_PATH_MAX], allowed [S_PATH_MAX], entry [S_PATH_MAX + 32];
+    snprintf (server, sizeof server, "%s/%s", dir, KD_CURVE_SERVER_CERT);
+    snprintf (client, sizeof client, "%s/%s", dir, KD_CURVE_CLIENT_CERT);
+    snprintf (allowed, sizeof allowed, "%s/%s", dir, KD_CURVE_ALLOWED_DIR);
+    snprintf (entry, sizeof entry, "%s/%s", allowed, KD_CURVE_CLIENT_CERT);
+    const char *existing [] = { server, client };
+    for (size_t i = 0; i < 2; i++) {
+        char secret [S_PATH_MAX + 16];
+        snprintf (secret, sizeof secret, "%s_secret", existing [i]);
+        if (access (secret, F_OK) == 0) {
+            snprintf (err, err_size, "%s already exists; remove the old keys first", secret);
+            return -1;
+        }
+    }
+    if (s_mkdir_p (dir, 0755) || s_mkdir_p (allowed, 0755)) {
+        snprintf (err, err_size, "cannot create %s: %s", allowed, strerror (errno));
+        return -1;
+    }
+    mode_t umask_was = umask (077);
+    zcert_t *pair [2] = { zcert_new (), zcert_new () };
+    int rc = -1;
+    if (!pair [0] || !pair [1]) {
+        snprintf (err, err_size, "cannot generate a CURVE key pair");
+        goto done;
+    }
+    zcert_set_meta (pair [0], "name", "kudus server");
+    zcert_set_meta (pair [0], "created-by", "kudus keygen");
+    zcert_set_meta (pair [1], "name", "kudus client");
+    zcert_set_meta (pair [1], "created-by", "kudus keygen");
+    if (s_save_pair (pair [0], server) || s_save_pair (pair [1], client)) {
+        snprintf (err, err_size, "cannot write certificates in %s: %s", dir, strerror (errno));
+        goto done;
+    }
+    if (zcert_save_public (pair [1], entry) != 0 || chmod (entry, 0644) != 0) {
+        snprintf (err, err_size, "cannot write %s: %s", entry, strerror (errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    umask (umask_was);
+    zcert_destroy (&pair [0]);
+    zcert_destroy (&pair [1]);
+    return rc;
+}
+
+char *
+kd_curve_keygen_temp (char *err, size_t err_size)
+{
+    char tmpl [] = "/tmp/kudus-keys-XXXXXX";
+    if (!mkdtemp (tmpl)) {
+        snprintf (err, err_size, "cannot create a temporary keys directory: %s", strerror (errno));
+        return NULL;
+    }
+    if (kd_curve_keygen (tmpl, err, err_size)) {
+        kd_curve_keys_remove (tmpl);
+        return NULL;
+    }
+    return strdup (tmpl);
+}
+
+void
+kd_curve_keys_remove (const char *dir)
+{
+    const char *files [] = {
+        KD_CURVE_SERVER_CERT, KD_CURVE_SERVER_CERT "_secret",
+        KD_CURVE_CLIENT_CERT, KD_CURVE_CLIENT_CERT "_secret",
+        KD_CURVE_ALLOWED_DIR "/" KD_CURVE_CLIENT_CERT
+    };
+    char path [S_PATH_MAX + 64];
+    for (size_t i = 0; i < sizeof files / sizeof files [0]; i++) {
+        snprintf (path, sizeof path, "%s/%s", dir, files [i]);
+        unlink (path);
+    }
+    snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_ALLOWED_DIR);
+    rmdir (path);
+    rmdir (dir);
+}

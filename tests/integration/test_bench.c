@@ -1,0 +1,196 @@
+/*  Integration tests: the smoke versions of `kudus bench`.
+
+    Each benchmark runs with tiny sizes, worker counts and iterations
+    against the real binaries, with --json.  A test checks that the command
+    exits 0 and that every line it prints on stdout is one JSON object with
+    the documented keys and sane values.  No speed is asserted: these are
+    benchmarks, and the machine is shared.
+*/
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <msgpack.h>
+#include "kudus.h"
+#include "kd_testutil.h"
+
+#define S_TIMEOUT_MS    180000      //  a smoke run must end by then
+
+static char *s_dir;
+static int s_port;
+
+static void
+setup (void)
+{
+    s_dir = kd_test_tmpdir ();
+    cr_assert (s_dir);
+    s_port = kd_test_base_port ();
+}
+
+static void
+teardown (void)
+{
+    free (s_dir);
+}
+
+TestSuite (bench, .init = setup, .fini = teardown, .timeout = 220);
+
+//  Run `kudus bench ARGS...` with stdout to out_path and stderr to
+//  err_path; returns its exit status, or -1 if it did not exit in time.
+static int
+s_run (const char *const *args, const char *out_path, const char *err_path)
+{
+    const char *argv [32] = { kd_test_bin ("kudus"), "bench" };
+    int n = 2;
+    for (int i = 0; args [i] && n < 31; i++)
+        argv [n++] = args [i];
+    argv [n] = NULL;
+    pid_t pid = fork ();
+    cr_assert (pid >= 0);
+    if (pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
+        int out = open (out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open (err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2 (out, STDOUT_FILENO);
+        dup2 (err, STDERR_FILENO);
+        execv (argv [0], (char *const *) argv);
+        _exit (127);
+    }
+    int status = 0;
+    if (!kd_test_wait (pid, S_TIMEOUT_MS, &status)) {
+        kd_test_kill (pid);
+        return -1;
+    }
+    return WIFEXITED (status) ? WEXITSTATUS (status) : -1;
+}
+
+//  Print a file, to explain a failure.
+static void
+s_dump (const char *path)
+{
+    char *text = kd_test_slurp (path);
+    if (text) {
+        fprintf (stderr, "----- %s -----\n%s\n", path, text);
+        free (text);
+    }
+}
+
+//  Check every line of out_path: a JSON object of the named benchmark
+//  holding every key in keys (NULL-terminated) as a number, positive
+//  unless listed in zero_ok.  Returns the number of lines.
+static int
+s_check_lines (const char *out_path, const char *bench, const char *const *keys,
+               const char *const *zero_ok)
+{
+    char *text = kd_test_slurp (out_path);
+    cr_assert (text, "no output at %s", out_path);
+    int lines = 0;
+    char want [64];
+    snprintf (want, sizeof want, "{\"bench\":\"%s\"", bench);
+    char *save = NULL;
+    for (char *line = strtok_r (text, "\n", &save); line; line = strtok_r (NULL, "\n", &save)) {
+        lines++;
+        size_t len = strlen (line);
+        cr_expect (len > 2 && !strncmp (line, want, strlen (want)) && line [len - 1] == '}',
+                   "line %d is not a %s object: %s", lines, bench, line);
+        cr_expect (!strstr (line, ":nan") && !strstr (line, ":inf") && !strstr (line, ":-"),
+                   "line %d has a value that is not a finite non-negative number: %s", lines, line);
+        for (int k = 0; keys [k]; k++) {
+            double v = kd_test_json_number (line, keys [k]);
+            bool may_be_zero = false;
+            for (int z = 0; zero_ok && zero_ok [z]; z++)
+                may_be_zero |= !strcmp (zero_ok [z], keys [k]);
+            cr_expect (isfinite (v) && (may_be_zero ? v >= 0 : v > 0),
+                       "line %d: key %s is %g: %s", lines, keys [k], v, line);
+        }
+    }
+    free (text);
+    return lines;
+}
+
+Test (bench, pushpull_json_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/pushpull.json", s_dir);
+    snprintf (err, sizeof err, "%s/pushpull.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "pushpull", "--json", "--sizes", "4K,64K", "--shards", "1,2",
+                            "--inflight", "1,2", "--repeat", "1", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench pushpull exited %d", rc);
+    const char *keys [] = { "size_bytes", "shards", "inflight", "push_gbps", "pull_gbps",
+                            "pushpull_gbps", "zmq_echo_gbps", "memcpy_gbps", "ratio_vs_zmq",
+                            "ratio_vs_memcpy", "pushpull_us", "zmq_echo_us", "rtt_ratio",
+                            "repeat", NULL };
+    cr_expect_eq (s_check_lines (out, "pushpull", keys, NULL), 8,
+                  "2 sizes x 2 shard counts x 2 in-flight depths");
+}
+
+Test (bench, barrier_json_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/barrier.json", s_dir);
+    snprintf (err, sizeof err, "%s/barrier.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "barrier", "--json", "--workers", "4,16", "--consistency", "bsp,lsp",
+                            "--phases", "3", "--repeat", "1", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench barrier exited %d", rc);
+    const char *keys [] = { "workers", "quota", "phases_per_s", "release_p50_ms",
+                            "release_p99_ms", "zmq_release_p50_ms", "zmq_release_p99_ms",
+                            "ratio_vs_zmq", "sched_cpu_ms_per_phase", "sched_cpu_us_per_worker",
+                            "controller_us_per_phase", "phases", "repeat", NULL };
+    //  CPU time comes in clock ticks, so a few short phases may read 0.
+    const char *zero_ok [] = { "sched_cpu_ms_per_phase", "sched_cpu_us_per_worker", NULL };
+    cr_expect_eq (s_check_lines (out, "barrier", keys, zero_ok), 4, "2 models x 2 worker counts");
+    char *text = kd_test_slurp (out);
+    cr_expect (text && strstr (text, "\"consistency\":\"bsp\"") && strstr (text, "\"consistency\":\"lsp\""));
+    free (text);
+}
+
+Test (bench, compute_json_smoke)
+{
+    char out [256], err [256];
+    snprintf (out, sizeof out, "%s/compute.json", s_dir);
+    snprintf (err, sizeof err, "%s/compute.err", s_dir);
+    const char *args [] = { "compute", "--json", "--iterations", "5", "--repeat", "1",
+                            "--models", "softmax,mlp", "--hidden", "16", NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench compute exited %d", rc);
+    const char *keys [] = { "batch", "threads", "kudus_samples_per_s", "blas_samples_per_s",
+                            "ratio_vs_blas", "repeat", NULL };
+    const char *zero_ok [] = { "hidden", NULL };
+    cr_expect_eq (s_check_lines (out, "compute", keys, zero_ok), 2);
+}
+
+Test (bench, bad_settings_are_refused)
+{
+    char out [256], err [256];
+    snprintf (out, sizeof out, "%s/bad.out", s_dir);
+    snprintf (err, sizeof err, "%s/bad.err", s_dir);
+    const char *unknown [] = { "nonsense", NULL };
+    cr_expect_eq (s_run (unknown, out, err), 2);
+    const char *none [] = { NULL };
+    cr_expect_eq (s_run (none, out, err), 2);
+    const char *bad_list [] = { "pushpull", "--sizes", "4K,x", NULL };
+    cr_expect_eq (s_run (bad_list, out, err), 2);
+    const char *odd_size [] = { "pushpull", "--sizes", "6", "--shards", "4", NULL };
+    cr_expect_eq (s_run (odd_size, out, err), 2);
+    const char *range [] = { "barrier", "--workers", "2000", NULL };
+    cr_expect_eq (s_run (range, out, err), 2);
+    const char *help [] = { "--help", NULL };
+    cr_expect_eq (s_run (help, out, err), 0);
+    char *text = kd_test_slurp (out);
+    cr_expect (text && strstr (text, "--inflight") && strstr (text, "KUDUS_REPEAT"),
+               "help lists the bench settings");
+    free (text);
+}
