@@ -4,6 +4,7 @@
 #include "kd_curve.h"
 #include "kd_log.h"
 #include <czmq.h>
+#include <signal.h>
 
 int
 kd_service_main (int argc, char **argv, unsigned service, const char *program,
@@ -39,5 +40,13 @@ kd_service_main (int argc, char **argv, unsigned service, const char *program,
     rc = run (config);
     kd_curve_destroy (&curve);
     kd_config_destroy (&config);
+    //  A STOP from the scheduler and a SIGTERM from an orchestrator often
+    //  come together.  CZMQ's exit handler puts the default SIGTERM action
+    //  back, so a signal landing during the rest of the exit would turn a
+    //  clean exit into death by signal: shut CZMQ down now, then ignore
+    //  them.
+    zsys_shutdown ();
+    signal (SIGTERM, SIG_IGN);
+    signal (SIGINT, SIG_IGN);
     return rc;
 }
