@@ -247,3 +247,30 @@ kd_bench_row (kd_bench_t *bench, const char *name, bool *header_done,
     }
     fflush (stdout);
 }
+
+volatile sig_atomic_t kd_bench_raw_stop = 0;
+
+//  SIGTERM: leave the helper's loop.
+static void
+s_raw_signal (int sig)
+{
+    (void) sig;
+    kd_bench_raw_stop = 1;
+}
+
+void *
+kd_bench_raw_router (void *ctx, const char *endpoint, const char *what)
+{
+    signal (SIGTERM, s_raw_signal);
+    signal (SIGINT, s_raw_signal);
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    int linger = 0, timeout = 200;
+    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (zmq_bind (router, endpoint)) {
+        fprintf (stderr, "kudus bench %s: cannot bind %s: %s\n", what, endpoint, zmq_strerror (zmq_errno ()));
+        zmq_close (router);
+        return NULL;
+    }
+    return router;
+}

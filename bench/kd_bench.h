@@ -13,6 +13,7 @@
 #define KD_BENCH_H_INCLUDED
 
 #include "kudus.h"
+#include <signal.h>
 #include <sys/types.h>
 
 #define KD_BENCH_MAX_LIST   32      //  entries of a list setting
@@ -87,5 +88,13 @@ double
 void
     kd_bench_row (kd_bench_t *bench, const char *name, bool *header_done,
                   const char *const *kv);
+
+//  The raw ceilings' helper processes (no Kudus code on their path) share
+//  this: a plain libzmq ROUTER bound to endpoint, with a 200 ms receive
+//  timeout so that their loop sees kd_bench_raw_stop, which SIGTERM and
+//  SIGINT set.  NULL, with a message naming `what`, if it cannot bind.
+extern volatile sig_atomic_t kd_bench_raw_stop;
+void *
+    kd_bench_raw_router (void *ctx, const char *endpoint, const char *what);
 
 #endif

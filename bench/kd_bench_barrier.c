@@ -480,30 +480,15 @@ kd_bench_barrier (kd_bench_t *b)
 //  --------------------------------------------------------------------------
 //  The raw barrier (a helper process; no Kudus code on its path)
 
-static volatile sig_atomic_t s_raw_stop = 0;
-
-//  SIGTERM: leave the loop.
-static void
-s_raw_signal (int sig)
-{
-    (void) sig;
-    s_raw_stop = 1;
-}
-
 int
 kd_bench_barrier_server (const char *endpoint, size_t n, size_t quota)
 {
-    signal (SIGTERM, s_raw_signal);
-    signal (SIGINT, s_raw_signal);
     if (n == 0 || n > S_MAX_N || quota == 0 || quota > n)
         return 2;
     void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    int linger = 0, timeout = 200;
-    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    if (zmq_bind (router, endpoint)) {
-        fprintf (stderr, "kudus bench zmq-barrier: cannot bind %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
+    void *router = kd_bench_raw_router (ctx, endpoint, "zmq-barrier");
+    if (!router) {
+        zmq_ctx_term (ctx);
         return 1;
     }
     //  'P' is answered at once.  Of the n arrivals ('A') of a round, the
@@ -514,7 +499,7 @@ kd_bench_barrier_server (const char *endpoint, size_t n, size_t quota)
     assert (held && held_len);
     size_t n_held = 0, arrived = 0;
     char release [S_RAW_RELEASE] = { 0 };
-    while (!s_raw_stop) {
+    while (!kd_bench_raw_stop) {
         char id [256], body [64];
         int n_id = zmq_recv (router, id, sizeof id, 0);
         if (n_id < 0 || n_id > (int) sizeof id)

@@ -431,33 +431,18 @@ kd_bench_pushpull (kd_bench_t *b)
 //  --------------------------------------------------------------------------
 //  The echo server (a helper process; no Kudus code on its path)
 
-static volatile sig_atomic_t s_echo_stop = 0;
-
-//  SIGTERM: leave the loop.
-static void
-s_echo_signal (int sig)
-{
-    (void) sig;
-    s_echo_stop = 1;
-}
-
 int
 kd_bench_echo_server (const char *endpoint)
 {
-    signal (SIGTERM, s_echo_signal);
-    signal (SIGINT, s_echo_signal);
     void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    int linger = 0, timeout = 200;
-    zmq_setsockopt (router, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    if (zmq_bind (router, endpoint)) {
-        fprintf (stderr, "kudus bench zmq-echo: cannot bind %s: %s\n", endpoint, zmq_strerror (zmq_errno ()));
+    void *router = kd_bench_raw_router (ctx, endpoint, "zmq-echo");
+    if (!router) {
+        zmq_ctx_term (ctx);
         return 1;
     }
     //  Every part goes back as it came, flags and all: the received
     //  message is moved, not copied.
-    while (!s_echo_stop) {
+    while (!kd_bench_raw_stop) {
         zmq_msg_t part;
         zmq_msg_init (&part);
         if (zmq_msg_recv (&part, router, 0) < 0) {
