@@ -39,8 +39,9 @@
 #define S_TIMEOUT_MS    20000           //  a RELEASE later than this fails
 #define S_WARMUP        3               //  untimed phases per configuration
 #define S_ROWS          60000           //  training rows the workers claim
-#define S_RAW_RELEASE   64              //  bytes of a raw release (a RELEASE
-                                        //  header is about that size)
+#define S_RAW_RELEASE   192             //  bytes of a raw release (a RELEASE
+                                        //  with a lease of 32 rows is about
+                                        //  that size)
 
 //  The fake cluster of one configuration.
 typedef struct {
@@ -52,6 +53,8 @@ typedef struct {
     zsock_t **workers;          //  DEALER per fake worker
     uint64_t *version;          //  per worker: version of its last RELEASE
     uint64_t *clock;            //  per worker: clock it may compute
+    uint64_t *lease;            //  per worker: rows of its lease, which its
+                                //  ARRIVE must claim
     zmq_msg_t *held;            //  per worker: RELEASE received, to decode
     bool raw;                   //  talking to the raw zmq-barrier server
 } s_fake_t;
@@ -85,6 +88,9 @@ s_await_release (s_fake_t *f, size_t w)
         if (type == KD_MSG_RELEASE) {
             f->version [w] = kd_msg_uint (msg, KD_F_VERSION);
             f->clock [w] = kd_msg_uint (msg, KD_F_CLOCK);
+            size_t rows = 0;
+            kd_msg_uints (msg, KD_F_ROWS, &rows);
+            f->lease [w] = rows;
         }
         else
         if (type == KD_MSG_ERROR || type == KD_MSG_STOP)
@@ -106,7 +112,7 @@ s_arrive (s_fake_t *f, size_t w)
     kd_msg_t *msg = kd_msg_new (KD_MSG_ARRIVE);
     kd_msg_set_uint (msg, KD_F_CLOCK, f->clock [w]);
     kd_msg_set_uint (msg, KD_F_BASE, f->version [w]);
-    kd_msg_set_uint (msg, KD_F_SAMPLES, 1);
+    kd_msg_set_uint (msg, KD_F_SAMPLES, f->lease [w]);
     kd_msg_set_float (msg, KD_F_LOSS, 1.0);
     return kd_msg_send (&msg, f->workers [w]);
 }
@@ -182,6 +188,9 @@ s_decode_release (s_fake_t *f, size_t w)
     }
     f->version [w] = kd_msg_uint (msg, KD_F_VERSION);
     f->clock [w] = kd_msg_uint (msg, KD_F_CLOCK);
+    size_t rows = 0;
+            kd_msg_uints (msg, KD_F_ROWS, &rows);
+            f->lease [w] = rows;
     kd_msg_destroy (&msg);
     return 0;
 }
@@ -251,6 +260,7 @@ s_fake_stop (s_fake_t *f)
     free (f->workers);
     free (f->version);
     free (f->clock);
+    free (f->lease);
     free (f->held);
 }
 
@@ -267,6 +277,7 @@ s_fake_start (s_fake_t *f, const char *model)
     f->workers = (zsock_t **) calloc (f->n, sizeof (zsock_t *));
     f->version = (uint64_t *) calloc (f->n, sizeof (uint64_t));
     f->clock = (uint64_t *) calloc (f->n, sizeof (uint64_t));
+    f->lease = (uint64_t *) calloc (f->n, sizeof (uint64_t));
     f->held = (zmq_msg_t *) calloc (f->n, sizeof (zmq_msg_t));
     assert (f->workers && f->version && f->clock && f->held);
     if (f->raw) {
@@ -363,6 +374,95 @@ s_controller_us (const char *model, size_t n, int phases)
     return us;
 }
 
+//  ASP and SSP: one round is one gradient per worker, every worker arriving
+//  for the same clock, so none is held and each is released at once.
+//  Returns 0 or -1.
+static int
+s_round_async (s_fake_t *f)
+{
+    for (size_t w = 0; w < f->n; w++)
+        if (s_arrive (f, w))
+            return -1;
+    for (size_t w = 0; w < f->n; w++)
+        if (s_await_release (f, w))
+            return -1;
+    s_shard_drain (f);
+    return 0;
+}
+
+//  Scheduler CPU per gradient under ASP or SSP with n workers, using the
+//  scheduler in bindir.  Sets *per_s to gradients per second.  Returns the
+//  median microseconds, or -1 on failure.
+static double
+s_async_cpu_us (kd_bench_t *b, const char *model, size_t n, int rounds, double *per_s)
+{
+    s_fake_t f = { .bench = b, .n = n, .quota = n };
+    double cpu [KD_BENCH_MAX_LIST * 4], rate [KD_BENCH_MAX_LIST * 4];
+    int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
+    int rc = s_fake_start (&f, model);
+    for (int i = 0; i < S_WARMUP && rc == 0; i++)
+        rc = s_round_async (&f);
+    for (int r = 0; r < repeat && rc == 0; r++) {
+        double cpu0 = kd_bench_cpu_ms (f.scheduler), t0 = kd_now_msf ();
+        for (int i = 0; i < rounds && rc == 0; i++)
+            rc = s_round_async (&f);
+        double secs = (kd_now_msf () - t0) / 1000.0;
+        cpu [r] = (kd_bench_cpu_ms (f.scheduler) - cpu0) * 1000.0 / ((double) rounds * (double) n);
+        rate [r] = (double) rounds * (double) n / secs;
+    }
+    s_fake_stop (&f);
+    if (rc)
+        return -1;
+    *per_s = kd_bench_median (rate, repeat);
+    return kd_bench_median (cpu, repeat);
+}
+
+//  `--consistency asp,ssp`: the scheduler's CPU per applied gradient, and,
+//  with --baseline-bin-dir, the same against another build's scheduler in
+//  the same run (the ratio the direct path was built for).
+static int
+s_bench_async (kd_bench_t *b, const char *model, const uint64_t *ns, int n_ns, bool *header)
+{
+    int rounds = (int) kd_config_int (b->config, "phases");
+    const char *baseline = kd_config_str (b->config, "baseline-bin-dir");
+    for (int i = 0; i < n_ns; i++) {
+        double rate = 0, base_rate = 0;
+        double us = s_async_cpu_us (b, model, ns [i], rounds, &rate);
+        if (us < 0) {
+            kd_error ("bench async failed consistency=%s workers=%llu", model,
+                      (unsigned long long) ns [i]);
+            return 1;
+        }
+        double base_us = -1;
+        if (*baseline) {
+            char ours [sizeof b->bindir];
+            snprintf (ours, sizeof ours, "%s", b->bindir);
+            snprintf (b->bindir, sizeof b->bindir, "%s", baseline);
+            base_us = s_async_cpu_us (b, model, ns [i], rounds, &base_rate);
+            snprintf (b->bindir, sizeof b->bindir, "%s", ours);
+            if (base_us < 0) {
+                kd_error ("baseline scheduler failed consistency=%s workers=%llu bin-dir=%s",
+                          model, (unsigned long long) ns [i], baseline);
+                return 1;
+            }
+        }
+        char v [8][32];
+        snprintf (v [0], 32, "\"%s\"", model);
+        snprintf (v [1], 32, "%llu", (unsigned long long) ns [i]);
+        snprintf (v [2], 32, "%.0f", rate);
+        snprintf (v [3], 32, "%.2f", us);
+        snprintf (v [4], 32, "%.0f", base_rate);
+        snprintf (v [5], 32, base_us >= 0 ? "%.2f" : "null", base_us);
+        snprintf (v [6], 32, base_us > 0 ? "%.3f" : "null", us / base_us);
+        const char *kv [] = {
+            "consistency", v [0], "workers", v [1], "gradients_per_s", v [2],
+            "sched_cpu_us_per_gradient", v [3], "baseline_gradients_per_s", v [4],
+            "baseline_cpu_us_per_gradient", v [5], "cpu_ratio_vs_baseline", v [6], NULL };
+        kd_bench_row (b, "async", header, kv);
+    }
+    return 0;
+}
+
 int
 kd_bench_barrier (kd_bench_t *b)
 {
@@ -387,8 +487,14 @@ kd_bench_barrier (kd_bench_t *b)
     char *save = NULL;
     for (char *model = strtok_r (models, ",", &save); model && rc == 0;
          model = strtok_r (NULL, ",", &save)) {
+        if (!strcmp (model, "asp") || !strcmp (model, "ssp")) {
+            bool async_header = false;
+            rc = s_bench_async (b, model, ns, n_ns, &async_header);
+            continue;
+        }
         if (strcmp (model, "bsp") && strcmp (model, "lsp")) {
-            fprintf (stderr, "kudus bench barrier: consistency '%s' is not bsp or lsp\n", model);
+            fprintf (stderr, "kudus bench barrier: consistency '%s' is not bsp, lsp, asp or ssp\n",
+                     model);
             rc = 2;
             break;
         }

@@ -6,26 +6,38 @@
     (COMMIT, RELEASE, GROUPS).  docs/consistency.md states the rules and why
     they hold; this file implements them with two engines.
 
-    - The immediate engine (ASP, SSP) commits every arrival at once.  SSP
-      holds back a worker that would run more than s clocks ahead of the
-      slowest one, and lets it go when the slowest catches up.
+    - The immediate engine (ASP, SSP) takes every arrival as applied: the
+      shards applied the gradient when it was pushed, so its COMMIT is
+      bookkeeping (direct) and never sent to them.  SSP holds back a worker
+      that would run more than s clocks ahead of the slowest one, and lets
+      it go when the slowest catches up.
     - The phase engine (BSP, LSP, ALSP) splits the active workers into
-      groups: always one group, except under ALSP.  A group's phase is "in"
-      a version V_g; arrivals on a base >= V_g count toward its quota, and
-      older ones are late.  When the quota is met the group's gradients are
-      committed as one update and its waiting members are released.  BSP is
-      LSP with K = N and s = 0, so the degenerate settings of LSP produce
-      BSP's decisions by construction, not by coincidence.
+      groups: always one group, except under ALSP.  A group's phase is open
+      until its quota of fresh arrivals is met; it then commits its
+      gradients, fresh and late, as one update and releases its waiting
+      members.  Lateness is counted in commits of the worker's own group.
+      BSP is LSP with K = N and s = 0, so the degenerate settings of LSP
+      produce BSP's decisions by construction, not by coincidence.
+
+    Every RELEASE carries a lease from the sampler (kd_sampler): the rows
+    the worker trains on next.  A dropped gradient's lease, and the lease of
+    a worker that leaves, go back to the front of the queue, so every row of
+    an epoch is applied exactly once however slow its worker is.
+
+    One weighting rule serves every phased commit: weight_i = share * n_i *
+    f (tau_i) / sum_j n_j, where n_i is the rows of gradient i, tau_i its
+    staleness in versions, f the staleness weight, and share 1, or under
+    ALSP the group's share of the workers, so that no model takes a larger
+    step per sample than BSP.
 
     All state lives in arrays indexed by rank.  Bookkeeping that every
     event needs is incremental, so that a phase of N arrivals costs
     O(N log N) and not O(N^2): an indexed min-heap holds each member's
     next clock (min_clock is its top), a second one holds the waiting
     members of the immediate engine by clock (SSP releases whoever is
-    within the bound), and two counters answer ALSP's "does every member
-    have telemetry, is any outside its band".  A group commit or a regroup
-    still walks the ranks once, O(N), where N is bounded by the highest
-    rank that ever joined.
+    within the bound), and counters answer ALSP's "does every member have
+    enough speed samples, is any outside its band".  A group commit or a
+    regroup still walks the ranks once, O(N).
 */
 #include "kd_controller.h"
 #include <assert.h>
@@ -36,12 +48,16 @@
 
 //  Largest max_workers we accept; beyond it a rank table is a config error.
 #define S_MAX_WORKERS_LIMIT (1u << 20)
+//  Largest group staleness: each group keeps a ring of its last G commits.
+#define S_MAX_GROUP_STALENESS 4096
 //  EWMA weight of a new iteration-time sample.
 #define S_EWMA_ALPHA        0.3
 //  A sample is outside its group's band when it is beyond it by this factor.
 #define S_BAND_SLACK        1.2
-//  Telemetry events in a row outside the band that ask for a regroup.
-#define S_OUTSIDE_RUN       3
+//  Speed samples in a row outside the band that ask for a regroup.
+#define S_OUTSIDE_RUN       2
+//  Speed samples every member needs before ALSP groups around it.
+#define S_SPEED_SAMPLES     2
 //  Slack for ceil (ratio * N), so that 0.7 * 10 gives 7 and not 8.
 #define S_QUOTA_EPSILON     1e-9
 
@@ -53,30 +69,46 @@ typedef enum {
     S_WAITING                   //  arrived for `clock`, waits for release
 } s_state_t;
 
+//  A staged gradient the controller still has to name.
+typedef struct {
+    uint64_t clock;             //  its clock
+    uint64_t base;              //  version it was computed on
+    uint64_t gclock;            //  its group's clock when it was released
+    kd_lease_t lease;           //  the rows it was computed on
+    uint32_t samples;           //  n_i
+} s_grad_t;
+
 //  What the controller knows about one rank.
 typedef struct {
     s_state_t state;            //  cycle position
     uint64_t clock;             //  clock it computes or arrived for
     uint64_t version;           //  version of its last RELEASE
-    uint64_t base;              //  phase engine, WAITING: base of staged grad
-    bool has_late;              //  a late gradient waits for the next commit
-    uint64_t late_clock;        //  clock of that late gradient
-    uint64_t late_base;         //  base of that late gradient
+    uint64_t gclock;            //  its group's clock at its last RELEASE
+    kd_lease_t lease;           //  lease of the clock it computes
+    s_grad_t wait;              //  WAITING: the staged in-phase gradient
+    bool has_late;              //  a late gradient waits for a commit
+    s_grad_t late;              //  that late gradient
     bool dropped;               //  its staged gradient was just dropped
-    uint32_t group;             //  ALSP group; 0 otherwise
-    double ewma;                //  smoothed iteration ms; 0 = no telemetry
-    uint32_t outside;           //  telemetry events in a row outside band
+    uint32_t group;             //  group slot; 0 unless ALSP
+    uint32_t next_group;        //  ALSP: slot it moves to at its release
+    double ewma;                //  smoothed iteration ms; 0 = no sample
+    uint32_t n_speed;           //  speed samples so far
+    uint32_t outside;           //  samples in a row outside its band
+    uint64_t t_release;         //  ms of its last release
 } s_worker_t;
 
 //  One group of the phase engine (BSP and LSP have exactly one).
 typedef struct {
     uint32_t size;              //  active members
     uint32_t waiting;           //  members staged and waiting for release
-    uint64_t base;              //  V_g: version its phase is in
+    uint64_t base;              //  V_g: version of its last commit
+    uint64_t clock;             //  group clock: its commits
     uint64_t t_first;           //  time of the phase's first arrival
-    uint32_t phases;            //  group commits since the last global sync
     double band_lo;             //  lowest member ewma at grouping time
     double band_hi;             //  highest member ewma; 0 = band unknown
+    uint64_t *recent;           //  ALSP: versions of its last G commits
+    uint32_t n_recent;          //  valid entries in recent
+    uint32_t recent_at;         //  next slot of the ring
 } s_group_t;
 
 //  A queued decision; its pointers are filled in when it is handed out,
@@ -107,7 +139,7 @@ typedef struct {
 //  undo it when the rank changes.  Kept apart from s_worker_t, which the
 //  events reset wholesale.
 typedef struct {
-    bool no_ewma;               //  counted in n_no_ewma
+    bool unready;               //  counted in n_unready
     bool outside;               //  counted in n_outside
 } s_tracked_t;
 
@@ -123,17 +155,17 @@ struct _kd_controller_t {
     uint64_t min_clock;         //  last known min_clock, kept when N = 0
     uint64_t dropped;           //  gradients named in drops so far
     uint64_t regroups;          //  regroups that changed the groups
-    s_group_t *groups;          //  phase engine groups, max_workers slots
-    uint32_t n_groups;          //  group ids in use: 0 .. n_groups-1
-    bool syncing;               //  ALSP: a global sync is collecting arrivals
-    bool regroup_due;           //  ALSP: regroup at the end of that sync
+    s_group_t *groups;          //  group slots
+    uint32_t n_slots;           //  allocated group slots
+    uint32_t n_groups;          //  slots in use: 0 .. n_groups-1
     bool groups_dirty;          //  ALSP: publish GROUPS at the end of event
     bool started;               //  an event has been seen
     uint64_t t_regroup;         //  time of last regroup (or of the start)
-    bool formed;                //  groups were formed from telemetry once
+    bool formed;                //  groups were formed from speeds once
     s_speed_t *speeds;          //  regroup scratch, max_workers slots
     uint32_t *seg_len;          //  regroup scratch: segment lengths
     uint32_t *seg_first;        //  regroup scratch: segment first index
+    uint32_t *seg_slot;         //  regroup scratch: slot of each segment
     s_item_t *items;            //  decision queue
     size_t n_items;             //  decisions queued
     size_t head;                //  next decision to hand out
@@ -151,8 +183,9 @@ struct _kd_controller_t {
     s_heap_t clocks;            //  members by next clock: min_clock on top
     s_heap_t waiters;           //  immediate engine: waiting members by clock
     s_tracked_t *tracked;       //  by rank: what s_track has counted
-    uint32_t n_no_ewma;         //  members without telemetry yet
+    uint32_t n_unready;         //  members with too few speed samples
     uint32_t n_outside;         //  members outside their band long enough
+    kd_sampler_t *sampler;      //  lease book, NULL when leases are off
 };
 
 
@@ -183,6 +216,34 @@ kd_consistency_name (kd_consistency_t model)
     return "unknown";
 }
 
+//  Parse a staleness weight: "inverse", "none" or "exp:LAMBDA".
+int
+kd_staleness_weight_parse (const char *text, kd_weight_kind_t *kind, double *lambda)
+{
+    if (!text || !kind || !lambda)
+        return -1;
+    if (!strcmp (text, "inverse")) {
+        *kind = KD_WEIGHT_INVERSE;
+        *lambda = 0;
+        return 0;
+    }
+    if (!strcmp (text, "none")) {
+        *kind = KD_WEIGHT_NONE;
+        *lambda = 0;
+        return 0;
+    }
+    if (!strncmp (text, "exp:", 4) && text [4]) {
+        char *end;
+        double value = strtod (text + 4, &end);
+        if (*end || !isfinite (value) || value <= 0 || value > 1000)
+            return -1;
+        *kind = KD_WEIGHT_EXP;
+        *lambda = value;
+        return 0;
+    }
+    return -1;
+}
+
 //  Fill opts with the documented defaults for a model.
 void
 kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
@@ -195,10 +256,15 @@ kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
         .quota_ratio = 0.75,
         .window_ms = 0,
         .group_ratio = 1.3,
-        .min_group = 2,
+        .min_group = 1,
         .max_groups = 4,
-        .global_sync_every = 8,
-        .regroup_dwell_ms = 10000,
+        .group_staleness = 8,
+        .regroup_dwell_ms = 1000,
+        .weight = KD_WEIGHT_INVERSE,
+        .weight_lambda = 0,
+        .rows = 0,
+        .batch = 32,
+        .seed = 42,
         .max_workers = 1024
     };
 }
@@ -215,13 +281,14 @@ s_opts_valid (const kd_controller_opts_t *opts)
         && opts->quota_ratio > 0 && opts->quota_ratio <= 1
         && isfinite (opts->group_ratio) && opts->group_ratio > 1
         && opts->min_group >= 1
-        && opts->max_groups >= 1
-        && opts->global_sync_every >= 1;
+        && opts->max_groups >= 1 && opts->max_groups <= 64
+        && opts->group_staleness >= 1
+        && opts->group_staleness <= S_MAX_GROUP_STALENESS
+        && (unsigned) opts->weight <= KD_WEIGHT_EXP
+        && (opts->weight != KD_WEIGHT_EXP
+            || (isfinite (opts->weight_lambda) && opts->weight_lambda > 0))
+        && (opts->rows == 0 || (opts->batch >= 1 && opts->rows <= UINT32_MAX));
 }
-
-
-//  --------------------------------------------------------------------------
-//  Constructor and destructor
 
 //  --------------------------------------------------------------------------
 //  Incremental bookkeeping
@@ -318,10 +385,11 @@ s_heap_remove (s_heap_t *heap, uint32_t rank)
         s_heap_fix (heap, i);
 }
 
+
 //  Bring the incremental state in line with what rank is now.  Called after
-//  every change of a worker's state, clock, ewma or outside run, so that no
-//  event has to walk the ranks to find the minimum clock, the waiting
-//  workers, or a member without telemetry.
+//  every change of a worker's state, clock, speed or outside run, so that
+//  no event has to walk the ranks to find the minimum clock, the waiting
+//  workers, or a member without enough speed samples.
 static void
 s_track (kd_controller_t *self, uint32_t rank)
 {
@@ -340,14 +408,17 @@ s_track (kd_controller_t *self, uint32_t rank)
     else
         s_heap_remove (&self->waiters, rank);
     s_tracked_t *tracked = &self->tracked [rank];
-    bool no_ewma = member && worker->ewma == 0;
+    bool unready = member && worker->n_speed < S_SPEED_SAMPLES;
     bool outside = member && worker->outside >= S_OUTSIDE_RUN;
-    self->n_no_ewma += (uint32_t) no_ewma - (uint32_t) tracked->no_ewma;
+    self->n_unready += (uint32_t) unready - (uint32_t) tracked->unready;
     self->n_outside += (uint32_t) outside - (uint32_t) tracked->outside;
-    tracked->no_ewma = no_ewma;
+    tracked->unready = unready;
     tracked->outside = outside;
 }
 
+
+//  --------------------------------------------------------------------------
+//  Constructor and destructor
 
 //  Create a controller.  NULL if opts are invalid.
 kd_controller_t *
@@ -360,16 +431,27 @@ kd_controller_new (const kd_controller_opts_t *opts)
         return NULL;
     self->opts = *opts;
     size_t n = opts->max_workers;
+    //  ALSP keeps old slots while their members move out, so a regroup can
+    //  need up to twice max_groups slots at once.
+    self->n_slots = (uint32_t) (n > 2 * opts->max_groups + 1 ? n : 2 * opts->max_groups + 1);
     self->workers = (s_worker_t *) calloc (n, sizeof (s_worker_t));
-    self->groups = (s_group_t *) calloc (n, sizeof (s_group_t));
+    self->groups = (s_group_t *) calloc (self->n_slots, sizeof (s_group_t));
     self->speeds = (s_speed_t *) calloc (n, sizeof (s_speed_t));
     self->seg_len = (uint32_t *) calloc (n, sizeof (uint32_t));
     self->seg_first = (uint32_t *) calloc (n, sizeof (uint32_t));
+    self->seg_slot = (uint32_t *) calloc (n, sizeof (uint32_t));
     self->tracked = (s_tracked_t *) calloc (n, sizeof (s_tracked_t));
-    if (!self->workers || !self->groups || !self->speeds
-    ||  !self->seg_len || !self->seg_first || !self->tracked
+    if (!self->workers || !self->groups || !self->speeds || !self->seg_len
+    ||  !self->seg_first || !self->seg_slot || !self->tracked
     ||  s_heap_init (&self->clocks, n) || s_heap_init (&self->waiters, n))
         goto failed;
+    if (opts->rows > 0) {
+        //  A resumed run (a restarted scheduler) starts over at epoch 0's
+        //  permutation; its sample total comes from the shards.
+        self->sampler = kd_sampler_new (opts->rows, opts->batch, opts->seed, 0);
+        if (!self->sampler)
+            goto failed;
+    }
     //  Everyone starts in group 0, whose band is unknown.
     self->n_groups = 1;
     self->version = opts->initial_version;
@@ -389,11 +471,15 @@ kd_controller_destroy (kd_controller_t **self_p)
     kd_controller_t *self = *self_p;
     if (!self)
         return;
+    if (self->groups)
+        for (uint32_t g = 0; g < self->n_slots; g++)
+            free (self->groups [g].recent);
     free (self->workers);
     free (self->groups);
     free (self->speeds);
     free (self->seg_len);
     free (self->seg_first);
+    free (self->seg_slot);
     free (self->items);
     free (self->pool);
     free (self->gpool);
@@ -401,6 +487,7 @@ kd_controller_destroy (kd_controller_t **self_p)
     free (self->tracked);
     s_heap_fini (&self->clocks);
     s_heap_fini (&self->waiters);
+    kd_sampler_destroy (&self->sampler);
     free (self);
     *self_p = NULL;
 }
@@ -476,7 +563,15 @@ s_phased (kd_controller_t *self)
     return model == KD_CONS_BSP || model == KD_CONS_LSP || model == KD_CONS_ALSP;
 }
 
-//  Staleness bound of late gradients: BSP is LSP with s = 0.
+//  True for a released member.
+static bool
+s_is_member (const s_worker_t *worker)
+{
+    return worker->state == S_COMPUTING || worker->state == S_WAITING;
+}
+
+//  How many commits of its group a late gradient may miss: BSP is LSP
+//  with s = 0.
 static uint64_t
 s_bound (kd_controller_t *self)
 {
@@ -508,6 +603,17 @@ s_quota (kd_controller_t *self, uint32_t size)
     return (uint32_t) k;
 }
 
+//  The staleness weight f (tau).
+static double
+s_weight (kd_controller_t *self, uint64_t tau)
+{
+    if (tau == 0 || self->opts.weight == KD_WEIGHT_NONE)
+        return 1.0;
+    if (self->opts.weight == KD_WEIGHT_EXP)
+        return exp (-self->opts.weight_lambda * (double) tau);
+    return 1.0 / (1.0 + (double) tau);
+}
+
 //  min_clock: the lowest clock an active worker computes or waits to
 //  compute (a waiting worker waits to compute clock + 1).
 static uint64_t
@@ -519,31 +625,57 @@ s_min_clock (kd_controller_t *self)
     return lowest == UINT64_MAX ? self->min_clock : lowest;
 }
 
-//  Send a worker off to compute `clock` on the current version.  Admits a
-//  pending worker into its group.
+//  Move a member into the group it was assigned to by the last regroup.
+//  Its late gradient moves with it and counts as fresh to its new group,
+//  whose clock is unrelated to the old one; its weight still carries its
+//  staleness in versions.
 static void
-s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped)
+s_migrate (kd_controller_t *self, uint32_t rank)
 {
     s_worker_t *worker = &self->workers [rank];
+    if (worker->next_group == worker->group)
+        return;
+    assert (worker->state != S_WAITING);
+    self->groups [worker->group].size--;
+    worker->group = worker->next_group;
     s_group_t *group = &self->groups [worker->group];
+    group->size++;
+    if (worker->has_late)
+        worker->late.gclock = group->clock;
+    self->groups_dirty = true;
+}
+
+//  Send a worker off to compute `clock` on the current version, with a new
+//  lease.  Admits a pending worker into its group, and moves a member to
+//  its new ALSP group.
+static void
+s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
+           uint64_t now)
+{
+    s_worker_t *worker = &self->workers [rank];
     if (worker->state == S_PENDING) {
         self->n_pending--;
         self->n_active++;
-        group->size++;
+        self->groups [worker->group].size++;
         self->groups_dirty = true;
     }
     else
     if (worker->state == S_WAITING) {
         self->n_waiting--;
         if (s_phased (self)) {
+            s_group_t *group = &self->groups [worker->group];
             assert (group->waiting > 0);
             group->waiting--;
         }
     }
     worker->state = S_COMPUTING;
+    s_migrate (self, rank);
     worker->dropped = false;
     worker->clock = clock;
     worker->version = self->version;
+    worker->gclock = self->groups [worker->group].clock;
+    worker->t_release = now;
+    worker->lease = self->sampler ? kd_sampler_take (self->sampler) : (kd_lease_t) { 0 };
     s_track (self, rank);
     s_item_t *item = s_push (self, KD_DEC_RELEASE);
     item->decision.version = self->version;
@@ -551,55 +683,63 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped)
     item->decision.clock = clock;
     item->decision.dropped = dropped;
     item->decision.group = self->opts.model == KD_CONS_ALSP ? worker->group : 0;
+    item->decision.lease = worker->lease;
+    item->decision.min_clock = s_min_clock (self);
 }
 
-//  Name a gradient in the drops of the next commit.
+//  Name a gradient in the drops of the next commit; its rows go back to
+//  the front of the lease queue.
 static void
-s_drop (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t base)
+s_drop (kd_controller_t *self, uint32_t rank, const s_grad_t *grad)
 {
     self->drops = (kd_entry_t *) s_reserve (self->drops, &self->cap_drops,
                                             self->n_drops + 1, sizeof (kd_entry_t));
     self->drops [self->n_drops++] = (kd_entry_t) {
-        .rank = rank, .clock = clock, .weight = 0,
-        .staleness = self->version - base
+        .rank = rank, .clock = grad->clock, .weight = 0,
+        .staleness = self->version - grad->base, .samples = grad->samples
     };
     self->dropped++;
+    if (self->sampler)
+        kd_sampler_give_back (self->sampler, grad->lease);
 }
 
-//  Stage a gradient into the commit being built, with its raw weight
-//  (normalized by s_commit); one staler than the bound goes to drops
-//  instead.  Returns false when it was dropped.
+//  Stage a gradient into the commit being built with its raw weight
+//  n_i f (tau_i), normalized by s_commit.  One that missed more than s
+//  commits of its group goes to drops instead.  Returns false when it was
+//  dropped.
 static bool
-s_take (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t base,
-        bool late)
+s_take (kd_controller_t *self, uint32_t rank, const s_grad_t *grad, uint64_t gclock)
 {
-    uint64_t tau = self->version - base;
-    if (tau > s_bound (self)) {
-        s_drop (self, rank, clock, base);
+    if (gclock - grad->gclock > s_bound (self)) {
+        s_drop (self, rank, grad);
         return false;
     }
-    //  A late gradient counts 1 / (1 + tau) of a fresh one.
-    double raw = late ? 1.0 / (1.0 + (double) tau) : 1.0;
+    uint64_t tau = self->version - grad->base;
     s_pool_add (self, (kd_entry_t) {
-        .rank = rank, .clock = clock, .weight = raw, .staleness = tau
+        .rank = rank, .clock = grad->clock, .staleness = tau, .samples = grad->samples,
+        .weight = (double) grad->samples * s_weight (self, tau)
     });
+    if (self->sampler)
+        kd_sampler_applied (self->sampler, grad->lease);
     return true;
 }
 
 //  Emit the commit whose entries are pool [at ..], with the pending drops.
-//  Raw weights are scaled so they sum to `share`: one SGD step (share 1)
-//  never grows with the number of gradients in it.
+//  Raw weights n_i f (tau_i) are divided by the commit's rows, sum n_j,
+//  and scaled by share: a late gradient never enlarges the step per
+//  sample, and one step (share 1) never grows with the gradients in it.
 static void
-s_commit (kd_controller_t *self, size_t at, double share)
+s_commit (kd_controller_t *self, size_t at, double share, bool direct)
 {
     size_t n_entries = self->n_pool - at;
     if (n_entries == 0 && self->n_drops == 0)
         return;
-    double sum = 0;
+    double rows = 0;
     for (size_t i = at; i < self->n_pool; i++)
-        sum += self->pool [i].weight;
-    for (size_t i = at; i < self->n_pool; i++)
-        self->pool [i].weight = share * self->pool [i].weight / sum;
+        rows += (double) self->pool [i].samples;
+    if (!direct)
+        for (size_t i = at; i < self->n_pool; i++)
+            self->pool [i].weight = share * self->pool [i].weight / rows;
     size_t drops_at = self->n_pool;
     for (size_t i = 0; i < self->n_drops; i++)
         s_pool_add (self, self->drops [i]);
@@ -610,6 +750,7 @@ s_commit (kd_controller_t *self, size_t at, double share)
     item->decision.version = self->version;
     item->decision.n_entries = n_entries;
     item->decision.n_drops = self->n_drops;
+    item->decision.direct = direct;
     item->entries_at = at;
     item->drops_at = drops_at;
     self->n_drops = 0;
@@ -620,7 +761,17 @@ static void
 s_flush_drops (kd_controller_t *self)
 {
     if (self->n_drops > 0)
-        s_commit (self, self->n_pool, 1.0);
+        s_commit (self, self->n_pool, 1.0, false);
+}
+
+//  Number of group slots with members.
+static uint32_t
+s_nonempty (kd_controller_t *self)
+{
+    uint32_t count = 0;
+    for (uint32_t g = 0; g < self->n_groups; g++)
+        count += self->groups [g].size > 0;
+    return count;
 }
 
 //  Publish the current groups (ALSP).
@@ -633,13 +784,12 @@ s_push_groups (kd_controller_t *self)
     size_t at = self->n_gpool;
     for (uint32_t rank = 0; rank < n; rank++) {
         s_worker_t *worker = &self->workers [rank];
-        bool member = worker->state == S_COMPUTING || worker->state == S_WAITING;
-        self->gpool [at + rank] = member ? worker->group : UINT32_MAX;
+        self->gpool [at + rank] = s_is_member (worker) ? worker->group : UINT32_MAX;
     }
     self->n_gpool += n;
     s_item_t *item = s_push (self, KD_DEC_GROUPS);
     item->decision.n_groups = n;
-    item->decision.group_count = self->n_groups;
+    item->decision.group_count = s_nonempty (self);
     item->groups_at = at;
     self->groups_dirty = false;
 }
@@ -659,7 +809,7 @@ s_rank_compare (const void *a, const void *b)
 //  Release every waiting worker whose next clock is within min_clock + s
 //  (ASP: every waiting worker).
 static void
-s_release_bounded (kd_controller_t *self)
+s_release_bounded (kd_controller_t *self, uint64_t now)
 {
     if (self->n_waiting == 0)
         return;
@@ -672,7 +822,7 @@ s_release_bounded (kd_controller_t *self)
     //  Releasing a waiting worker leaves min_clock alone, since it already
     //  counted as computing clock + 1, so the set to release is known
     //  before the first release.  The waiters heap yields it lowest clock
-    //  first; the releases go out in rank order, as they always have.
+    //  first; the releases go out in rank order.
     uint32_t *go = self->seg_first;     //  scratch, free outside regroups
     uint32_t n = 0;
     while (self->waiters.n > 0) {
@@ -684,24 +834,30 @@ s_release_bounded (kd_controller_t *self)
     }
     qsort (go, n, sizeof (uint32_t), s_rank_compare);
     for (uint32_t i = 0; i < n; i++)
-        s_release (self, go [i], self->workers [go [i]].clock + 1, false);
+        s_release (self, go [i], self->workers [go [i]].clock + 1, false, now);
 }
 
-//  ASP/SSP arrival: commit it alone, then release whoever may go.
+//  ASP/SSP arrival: the shards applied the gradient when it was pushed, so
+//  it is committed at once (a direct commit, weight 1), then whoever may go
+//  is released.
 static void
-s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base)
+s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t samples,
+              uint64_t now)
 {
     s_worker_t *worker = &self->workers [rank];
     size_t at = self->n_pool;
     s_pool_add (self, (kd_entry_t) {
         .rank = rank, .clock = worker->clock, .weight = 1.0,
-        .staleness = self->version - base
+        .staleness = self->version - base, .samples = samples
     });
-    s_commit (self, at, 1.0);
+    if (self->sampler)
+        kd_sampler_applied (self->sampler, worker->lease);
+    worker->lease = (kd_lease_t) { 0 };
+    s_commit (self, at, 1.0, true);
     worker->state = S_WAITING;
     self->n_waiting++;
     s_track (self, rank);
-    s_release_bounded (self);
+    s_release_bounded (self, now);
 }
 
 
@@ -722,90 +878,135 @@ s_group_ready (kd_controller_t *self, uint32_t g, uint64_t now)
     return window > 0 && group->waiting >= 2 && now >= group->t_first + window;
 }
 
-//  Highest-numbered group with members: groups are numbered fastest first.
-//  Sets *nonempty to the number of groups with members.
-static uint32_t
-s_slowest_group (kd_controller_t *self, uint32_t *nonempty)
-{
-    uint32_t slowest = 0;
-    uint32_t count = 0;
-    for (uint32_t g = 0; g < self->n_groups; g++)
-        if (self->groups [g].size > 0) {
-            slowest = g;
-            count++;
-        }
-    if (nonempty)
-        *nonempty = count;
-    return slowest;
-}
-
-//  ALSP: true when group g's release must become a global sync instead of
-//  a group commit.  That is every global_sync_every phases of the slowest
-//  group, or when committing would leave another group's phase more than s
-//  versions behind, so its gradients would be too stale to apply.
+//  ALSP: true when group g may not commit now, because it already made G
+//  commits since another group's phase opened.  The group whose last
+//  commit is oldest is never held, so some group can always go.
 static bool
-s_needs_sync (kd_controller_t *self, uint32_t g)
+s_group_held (kd_controller_t *self, uint32_t g)
 {
     if (self->opts.model != KD_CONS_ALSP)
         return false;
-    uint32_t nonempty;
-    uint32_t slowest = s_slowest_group (self, &nonempty);
-    if (nonempty < 2)
+    s_group_t *group = &self->groups [g];
+    uint32_t G = self->opts.group_staleness;
+    if (group->n_recent < G)
         return false;
-    if (g == slowest
-    &&  self->groups [g].phases + 1 >= self->opts.global_sync_every)
-        return true;
-    for (uint32_t h = 0; h < self->n_groups; h++) {
-        s_group_t *other = &self->groups [h];
-        if (h != g && other->size > 0
-        &&  self->version + 1 - other->base > self->opts.staleness)
+    //  The ring is full: its next slot holds the G-th most recent commit.
+    uint64_t oldest = group->recent [group->recent_at];
+    for (uint32_t h = 0; h < self->n_groups; h++)
+        if (h != g && self->groups [h].size > 0 && oldest > self->groups [h].base)
             return true;
-    }
     return false;
 }
 
-//  Stage what a member has into the commit being built: its late gradient,
-//  then its phase gradient if it waits.
+//  Commit group g's phase: its members' late gradients and its waiting
+//  members' gradients as one update, then release the waiting members on
+//  the new version.
 static void
-s_take_member (kd_controller_t *self, uint32_t rank)
-{
-    s_worker_t *worker = &self->workers [rank];
-    if (worker->has_late) {
-        s_take (self, rank, worker->late_clock, worker->late_base, true);
-        worker->has_late = false;
-    }
-    if (worker->state == S_WAITING)
-        worker->dropped = !s_take (self, rank, worker->clock, worker->base,
-                                   false);
-}
-
-//  Commit group g's phase: its waiting members' gradients and its late
-//  ones as one update, then release the waiting members on the new version.
-static void
-s_group_commit (kd_controller_t *self, uint32_t g)
+s_group_commit (kd_controller_t *self, uint32_t g, uint64_t now)
 {
     s_group_t *group = &self->groups [g];
     size_t at = self->n_pool;
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
-        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
-        &&  worker->group == g)
-            s_take_member (self, rank);
+        if (!s_is_member (worker) || worker->group != g)
+            continue;
+        if (worker->has_late) {
+            s_take (self, rank, &worker->late, group->clock);
+            worker->has_late = false;
+        }
+        if (worker->state == S_WAITING)
+            worker->dropped = !s_take (self, rank, &worker->wait, group->clock);
     }
     //  Under ALSP a group's update counts for its share of the workers, so
-    //  a fast group committing often does not take over the step size.
+    //  a fast group committing often takes BSP's step per sample, no more.
     double share = 1.0;
     if (self->opts.model == KD_CONS_ALSP)
         share = (double) group->size / (double) self->n_active;
-    s_commit (self, at, share);
+    s_commit (self, at, share, false);
+    group->clock++;
+    group->base = self->version;
+    if (group->recent) {
+        group->recent [group->recent_at] = self->version;
+        group->recent_at = (group->recent_at + 1) % self->opts.group_staleness;
+        if (group->n_recent < self->opts.group_staleness)
+            group->n_recent++;
+    }
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
         if (worker->state == S_WAITING && worker->group == g)
-            s_release (self, rank, worker->clock + 1, worker->dropped);
+            s_release (self, rank, worker->clock + 1, worker->dropped, now);
     }
-    group->base = self->version;
-    group->phases++;
 }
+
+//  Release every phase whose condition holds, until none does.
+static void
+s_evaluate (kd_controller_t *self, uint64_t now)
+{
+    if (!s_phased (self))
+        return;
+    bool acted = true;
+    while (acted && self->n_active > 0) {
+        acted = false;
+        for (uint32_t g = 0; g < self->n_groups; g++)
+            if (s_group_ready (self, g, now) && !s_group_held (self, g)) {
+                s_group_commit (self, g, now);
+                acted = true;
+            }
+    }
+}
+
+//  Phase engine arrival: count it toward its group's quota when its group
+//  has not committed since the worker's release; otherwise it is late:
+//  queue it for the group's next commit (at most s commits missed), or
+//  drop it, and release the worker at once.
+static void
+s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t samples,
+                uint64_t now)
+{
+    s_worker_t *worker = &self->workers [rank];
+    s_group_t *group = &self->groups [worker->group];
+    s_grad_t grad = {
+        .clock = worker->clock, .base = base, .gclock = worker->gclock,
+        .lease = worker->lease, .samples = samples
+    };
+    worker->lease = (kd_lease_t) { 0 };
+    uint64_t missed = group->clock - worker->gclock;
+    if (missed == 0) {
+        worker->state = S_WAITING;
+        worker->wait = grad;
+        s_track (self, rank);
+        if (group->waiting == 0)
+            group->t_first = now;
+        group->waiting++;
+        self->n_waiting++;
+    }
+    else
+    if (missed <= s_bound (self)) {
+        //  A commit of its group flushes every late gradient of the group,
+        //  and a worker can only be late again after such a commit.
+        assert (!worker->has_late);
+        worker->has_late = true;
+        worker->late = grad;
+        s_release (self, rank, worker->clock + 1, false, now);
+    }
+    else {
+        //  The worker takes its next lease before the dropped one goes back:
+        //  otherwise a persistent straggler would be handed its own rows
+        //  again and again, and they would never be applied.  Returned
+        //  now, they go to the next worker released.
+        kd_lease_t lease = grad.lease;
+        grad.lease = (kd_lease_t) { 0 };
+        s_drop (self, rank, &grad);
+        s_flush_drops (self);
+        s_release (self, rank, worker->clock + 1, true, now);
+        if (self->sampler)
+            kd_sampler_give_back (self->sampler, lease);
+    }
+}
+
+
+//  --------------------------------------------------------------------------
+//  ALSP grouping
 
 //  Order speeds by key, then by rank, so grouping is deterministic.
 static int
@@ -838,21 +1039,59 @@ s_segment_gap (kd_controller_t *self, uint32_t j)
     return self->speeds [first].key - self->speeds [first - 1].key;
 }
 
-//  ALSP: form groups from the EWMAs.  Called only at the end of a global
-//  sync, when every active worker is waiting and nothing is staged, so the
-//  new groups start clean.
+//  A group slot to reuse or open: empty, with nobody moving into it.
+static uint32_t
+s_free_slot (kd_controller_t *self, const bool *taken)
+{
+    for (uint32_t g = 0; g < self->n_slots; g++)
+        if (!taken [g] && (g >= self->n_groups
+                           || (self->groups [g].size == 0 && self->groups [g].waiting == 0)))
+            return g;
+    return UINT32_MAX;
+}
+
+//  Open slot g for a new group: its clock starts at the lowest clock of the
+//  groups with members, so the group bound neither holds it nor others.
+static void
+s_open_slot (kd_controller_t *self, uint32_t g)
+{
+    uint64_t clock = UINT64_MAX;
+    for (uint32_t h = 0; h < self->n_groups; h++)
+        if (self->groups [h].size > 0 && self->groups [h].clock < clock)
+            clock = self->groups [h].clock;
+    s_group_t *group = &self->groups [g];
+    uint64_t *recent = group->recent;
+    *group = (s_group_t) {
+        .base = self->version, .clock = clock == UINT64_MAX ? 0 : clock,
+        .recent = recent
+    };
+    if (!group->recent) {
+        group->recent = (uint64_t *) calloc (self->opts.group_staleness, sizeof (uint64_t));
+        if (!group->recent)
+            abort ();
+    }
+    if (g >= self->n_groups)
+        self->n_groups = g + 1;
+}
+
+//  ALSP: form groups from the speeds and assign every member the group it
+//  moves to at its next release.  Nobody waits for a regroup: a worker
+//  that keeps its group is not touched, and one that moves does so when
+//  it is next released, so no barrier is needed and no gradient is lost.
+//  New groups take the slots of the old groups they overlap most.
 static void
 s_regroup (kd_controller_t *self, uint64_t now)
 {
-    //  Sort the workers with telemetry by log speed; cut where neighbours
-    //  differ by more than rho.
+    //  Sort the members by log speed; cut where neighbours differ by more
+    //  than rho.
     uint32_t n = 0;
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
-        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
-        &&  worker->ewma > 0)
+        if (s_is_member (worker) && worker->ewma > 0)
             self->speeds [n++] = (s_speed_t) { log (worker->ewma), rank };
     }
+    if (n == 0)
+        return;
     qsort (self->speeds, n, sizeof (s_speed_t), s_speed_compare);
     double cut = log (self->opts.group_ratio);
     uint32_t n_segs = 0;
@@ -886,177 +1125,121 @@ s_regroup (kd_controller_t *self, uint64_t now)
                 best = k;
         s_segment_merge (self, &n_segs, best);
     }
-    //  Assign ids fastest first.  Workers without telemetry go to the
-    //  slowest group: a fast worker there only waits, a slow worker in a
-    //  fast group would hold it back.  With no telemetry that is group 0
-    //  holding everyone.
-    uint32_t n_groups = n_segs > 0 ? n_segs : 1;
-    bool changed = n_groups != self->n_groups;
-    for (uint32_t g = 0; g < n_groups; g++)
-        self->groups [g] = (s_group_t) { .base = self->version };
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
-        s_worker_t *worker = &self->workers [rank];
-        if ((worker->state == S_COMPUTING || worker->state == S_WAITING)
-        &&  worker->ewma == 0) {
-            changed |= worker->group != n_groups - 1;
-            worker->group = n_groups - 1;
+    //  Map segments to slots greedily by overlap with the slots the members
+    //  are headed for now: the pair with most members in common first.
+    //  Regroups are rare, so the scratch is allocated here.
+    bool *slot_taken = (bool *) calloc (self->n_slots, sizeof (bool));
+    uint32_t *count = (uint32_t *) calloc (self->n_slots, sizeof (uint32_t));
+    if (!slot_taken || !count)
+        abort ();
+    for (uint32_t s = 0; s < n_segs; s++)
+        self->seg_slot [s] = UINT32_MAX;
+    for (uint32_t round = 0; round < n_segs; round++) {
+        uint32_t best_seg = UINT32_MAX, best_slot = UINT32_MAX, best_count = 0;
+        for (uint32_t s = 0; s < n_segs; s++) {
+            if (self->seg_slot [s] != UINT32_MAX)
+                continue;
+            uint32_t first = self->seg_first [s], end = first + self->seg_len [s];
+            for (uint32_t i = first; i < end; i++)
+                count [self->workers [self->speeds [i].rank].next_group]++;
+            for (uint32_t i = first; i < end; i++) {
+                uint32_t slot = self->workers [self->speeds [i].rank].next_group;
+                if (!slot_taken [slot] && count [slot] > best_count) {
+                    best_count = count [slot];
+                    best_seg = s;
+                    best_slot = slot;
+                }
+            }
+            for (uint32_t i = first; i < end; i++)
+                count [self->workers [self->speeds [i].rank].next_group] = 0;
         }
+        if (best_seg == UINT32_MAX)
+            break;
+        self->seg_slot [best_seg] = best_slot;
+        slot_taken [best_slot] = true;
     }
-    for (uint32_t g = 0; g < n_segs; g++)
-        for (uint32_t i = self->seg_first [g];
-             i < self->seg_first [g] + self->seg_len [g]; i++) {
+    bool changed = false;
+    for (uint32_t s = 0; s < n_segs; s++) {
+        if (self->seg_slot [s] == UINT32_MAX) {
+            uint32_t slot = s_free_slot (self, slot_taken);
+            assert (slot != UINT32_MAX);
+            slot_taken [slot] = true;
+            self->seg_slot [s] = slot;
+            s_open_slot (self, slot);
+            changed = true;
+        }
+        s_group_t *group = &self->groups [self->seg_slot [s]];
+        if (!group->recent) {
+            group->recent = (uint64_t *) calloc (self->opts.group_staleness, sizeof (uint64_t));
+            if (!group->recent)
+                abort ();
+        }
+        group->band_lo = group->band_hi = 0;
+        for (uint32_t i = self->seg_first [s]; i < self->seg_first [s] + self->seg_len [s]; i++) {
             s_worker_t *worker = &self->workers [self->speeds [i].rank];
-            changed |= worker->group != g;
-            worker->group = g;
-            s_group_t *group = &self->groups [g];
+            changed |= worker->next_group != self->seg_slot [s];
+            worker->next_group = self->seg_slot [s];
             if (group->band_hi == 0 || worker->ewma < group->band_lo)
                 group->band_lo = worker->ewma;
             if (worker->ewma > group->band_hi)
                 group->band_hi = worker->ewma;
         }
+    }
+    free (slot_taken);
+    free (count);
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
-        if (worker->state == S_COMPUTING || worker->state == S_WAITING) {
-            self->groups [worker->group].size++;
-            if (worker->state == S_WAITING)
-                self->groups [worker->group].waiting++;
-        }
         worker->outside = 0;
         s_track (self, rank);
     }
-    self->n_groups = n_groups;
-    self->regroup_due = false;
     self->t_regroup = now;
     self->formed = true;
-    //  Publish before the releases, which carry the new groups.
-    if (changed) {
+    if (changed)
         self->regroups++;
-        s_push_groups (self);
-    }
-}
-
-//  ALSP global sync completes: every active worker has arrived.  Commit
-//  everyone as one update, regroup if one is due, and release all on the
-//  same version.
-static void
-s_sync_commit (kd_controller_t *self, uint64_t now)
-{
-    size_t at = self->n_pool;
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++)
-        if (self->workers [rank].state == S_WAITING)
-            s_take_member (self, rank);
-    s_commit (self, at, 1.0);
-    if (self->regroup_due)
-        s_regroup (self, now);
-    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
-        s_worker_t *worker = &self->workers [rank];
-        if (worker->state == S_WAITING)
-            s_release (self, rank, worker->clock + 1, worker->dropped);
-    }
-    for (uint32_t g = 0; g < self->n_groups; g++) {
-        self->groups [g].base = self->version;
-        self->groups [g].phases = 0;
-    }
-    self->syncing = false;
-}
-
-//  Release every phase whose condition holds, until none does.
-static void
-s_evaluate (kd_controller_t *self, uint64_t now)
-{
-    if (!s_phased (self))
-        return;
-    for (;;) {
-        if (self->n_active == 0) {
-            self->syncing = false;
-            self->regroup_due = false;
-            return;
-        }
-        if (self->syncing) {
-            if (self->n_waiting == self->n_active)
-                s_sync_commit (self, now);
-            return;
-        }
-        bool acted = false;
-        for (uint32_t g = 0; g < self->n_groups && !self->syncing; g++)
-            if (s_group_ready (self, g, now)) {
-                if (s_needs_sync (self, g))
-                    self->syncing = true;
-                else
-                    s_group_commit (self, g);
-                acted = true;
-            }
-        if (!acted)
-            return;
-    }
-}
-
-//  Phase engine arrival: count it toward its group's quota, or treat it as
-//  late (queue it for the next commit, or drop it) and release at once.
-static void
-s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base,
-                uint64_t now)
-{
-    s_worker_t *worker = &self->workers [rank];
-    s_group_t *group = &self->groups [worker->group];
-    uint64_t tau = self->version - base;
-    bool fresh_enough = tau <= s_bound (self);
-    //  During a sync every arrival that can still be applied waits at the
-    //  barrier; otherwise only arrivals on the phase's version count.
-    bool counts = self->syncing ? fresh_enough : base >= group->base;
-    if (counts) {
-        worker->state = S_WAITING;
-        worker->base = base;
-        s_track (self, rank);
-        if (group->waiting == 0)
-            group->t_first = now;
-        group->waiting++;
-        self->n_waiting++;
-    }
-    else
-    if (fresh_enough) {
-        //  A commit flushes every late gradient of its group, and a worker
-        //  can only be late again after such a commit.
-        assert (!worker->has_late);
-        worker->has_late = true;
-        worker->late_clock = worker->clock;
-        worker->late_base = base;
-        s_release (self, rank, worker->clock + 1, false);
-    }
-    else {
-        s_drop (self, rank, worker->clock, base);
-        s_flush_drops (self);
-        s_release (self, rank, worker->clock + 1, true);
-    }
 }
 
 //  Reset ALSP to its first formation: one group, band unknown.
 static void
 s_groups_reset (kd_controller_t *self)
 {
+    for (uint32_t g = 1; g < self->n_groups; g++)
+        self->groups [g].size = self->groups [g].waiting = 0;
+    uint64_t *recent = self->groups [0].recent;
+    self->groups [0] = (s_group_t) { .base = self->version, .recent = recent };
     self->n_groups = 1;
-    self->groups [0] = (s_group_t) { .base = self->version };
-    self->syncing = false;
-    self->regroup_due = false;
     self->formed = false;       //  an emptied cluster groups afresh
+}
+
+//  The slot of the slowest group with members (highest band), where
+//  joiners go: a fast worker there only waits, a slow worker in a fast
+//  group would hold that group's quota.
+static uint32_t
+s_slowest_group (kd_controller_t *self)
+{
+    uint32_t slowest = 0;
+    double hi = -1;
+    for (uint32_t g = 0; g < self->n_groups; g++)
+        if (self->groups [g].size > 0 && self->groups [g].band_hi > hi) {
+            hi = self->groups [g].band_hi;
+            slowest = g;
+        }
+    return slowest;
 }
 
 //  Admit pending workers when no phase is in progress for them: always
 //  under ASP/SSP; under the phase engine when their group has nobody
 //  waiting, that is at a phase boundary.
 static void
-s_admit (kd_controller_t *self)
+s_admit (kd_controller_t *self, uint64_t now)
 {
     if (self->n_pending == 0)
         return;
     uint32_t g = 0;
     if (s_phased (self)) {
-        if (self->syncing)
-            return;
         if (self->opts.model == KD_CONS_ALSP) {
             if (self->n_active == 0)
                 s_groups_reset (self);
-            g = s_slowest_group (self, NULL);
+            g = s_slowest_group (self);
         }
         if (self->groups [g].waiting > 0)
             return;
@@ -1064,13 +1247,13 @@ s_admit (kd_controller_t *self)
     uint64_t clock = s_min_clock (self);
     for (uint32_t rank = 0; rank < self->hi_rank; rank++)
         if (self->workers [rank].state == S_PENDING) {
-            self->workers [rank].group = g;
-            s_release (self, rank, clock, false);
+            self->workers [rank].group = self->workers [rank].next_group = g;
+            s_release (self, rank, clock, false, now);
         }
 }
 
-//  ALSP: true when a telemetry value lies outside a group's band by more
-//  than the slack; an unknown band contains nothing.
+//  ALSP: true when a speed lies outside a group's band by more than the
+//  slack; an unknown band contains nothing.
 static bool
 s_outside (const s_group_t *group, double value)
 {
@@ -1080,28 +1263,40 @@ s_outside (const s_group_t *group, double value)
         || value < group->band_lo / S_BAND_SLACK;
 }
 
-//  ALSP: schedule a regroup when some worker has been outside its band long
-//  enough, the dwell time has passed since the last regroup (the first
-//  grouping waits for no dwell: until then ALSP is only LSP over everyone,
-//  and the speeds are already known), and every member has reported at
-//  least once (grouping around a worker of unknown speed is a guess that
-//  can leave a band too wide to ever trigger again).  A global sync
-//  flushes it.
+//  One iteration time of a member: from its own arrivals (release to
+//  arrival, which leaves out barrier waits) or from telemetry.
+static void
+s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
+{
+    s_worker_t *worker = &self->workers [rank];
+    worker->ewma = worker->ewma > 0
+                 ? S_EWMA_ALPHA * iter_ms + (1 - S_EWMA_ALPHA) * worker->ewma
+                 : iter_ms;
+    worker->n_speed++;
+    if (self->opts.model == KD_CONS_ALSP) {
+        //  Both the sample and the average must be out: one spike moves
+        //  the average, but the next normal sample resets the run.
+        s_group_t *group = &self->groups [worker->next_group];
+        bool out = s_outside (group, iter_ms) && s_outside (group, worker->ewma);
+        worker->outside = out ? worker->outside + 1 : 0;
+    }
+    s_track (self, rank);
+}
+
+//  ALSP: regroup when every member has a couple of speed samples and
+//  either no groups were formed yet (the first grouping waits for no
+//  dwell: until then ALSP is LSP over everyone), or some member has been
+//  outside its band long enough and the dwell has passed since the last
+//  regroup.
 static void
 s_check_regroup (kd_controller_t *self, uint64_t now)
 {
-    if (self->opts.model != KD_CONS_ALSP || self->regroup_due
-    ||  self->n_active == 0
-    ||  (self->formed && now < self->t_regroup + self->opts.regroup_dwell_ms))
+    if (self->opts.model != KD_CONS_ALSP || self->n_active == 0
+    ||  self->n_unready > 0)
         return;
-    //  The counts stand for a walk over the members: any member without
-    //  telemetry vetoes, any member outside long enough asks.
-    if (self->n_no_ewma > 0)
-        return;
-    if (self->n_outside > 0) {
-        self->regroup_due = true;
-        self->syncing = true;
-    }
+    if (!self->formed
+    ||  (self->n_outside > 0 && now >= self->t_regroup + self->opts.regroup_dwell_ms))
+        s_regroup (self, now);
 }
 
 
@@ -1133,9 +1328,9 @@ s_finish (kd_controller_t *self, uint64_t now)
     if (s_phased (self))
         s_evaluate (self, now);
     else
-        s_release_bounded (self);
+        s_release_bounded (self, now);
     s_flush_drops (self);
-    s_admit (self);
+    s_admit (self, now);
     if (self->groups_dirty && self->opts.model == KD_CONS_ALSP)
         s_push_groups (self);
     self->groups_dirty = false;
@@ -1146,10 +1341,7 @@ s_finish (kd_controller_t *self, uint64_t now)
 static bool
 s_member (kd_controller_t *self, uint32_t rank)
 {
-    if (rank >= self->opts.max_workers)
-        return false;
-    s_state_t state = self->workers [rank].state;
-    return state == S_COMPUTING || state == S_WAITING;
+    return rank < self->opts.max_workers && s_is_member (&self->workers [rank]);
 }
 
 //  A worker wants in; it is admitted at the next phase boundary.
@@ -1170,8 +1362,8 @@ kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
     return 0;
 }
 
-//  A worker is gone: drop what it staged, and release what its absence
-//  completes.
+//  A worker is gone: drop what it staged, give back its lease, and release
+//  what its absence completes.
 int
 kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
 {
@@ -1188,13 +1380,16 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
         if (worker->state == S_WAITING) {
             //  Only the phase engine stages gradients while a worker waits.
             if (s_phased (self)) {
-                s_drop (self, rank, worker->clock, worker->base);
+                s_drop (self, rank, &worker->wait);
                 group->waiting--;
             }
             self->n_waiting--;
         }
+        else
+        if (self->sampler)
+            kd_sampler_give_back (self->sampler, worker->lease);
         if (worker->has_late)
-            s_drop (self, rank, worker->late_clock, worker->late_base);
+            s_drop (self, rank, &worker->late);
         group->size--;
         self->n_active--;
         self->groups_dirty = true;
@@ -1207,26 +1402,31 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
     return 0;
 }
 
-//  A worker staged the gradient for (rank, clock), computed on base.
+//  A worker staged the gradient for (rank, clock), computed on base from
+//  `samples` rows (its lease's rows when leases are on).
 int
 kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
                       uint64_t base, uint64_t samples, uint64_t now_ms)
 {
     assert (self);
-    //  Weights treat every gradient as a mean over its batch, so samples
-    //  only has to be plausible here.
-    (void) samples;
     if (rank >= self->opts.max_workers)
         return -1;
     s_worker_t *worker = &self->workers [rank];
     if (worker->state != S_COMPUTING || clock != worker->clock
     ||  base < worker->version || base > self->version)
         return -1;
+    //  With leases the gradient covers exactly the leased rows; without,
+    //  the worker's count stands, and a count of 0 weighs as one row.
+    if (self->sampler && samples != worker->lease.count)
+        return -1;
+    uint32_t n = samples == 0 ? 1 : samples > UINT32_MAX ? UINT32_MAX : (uint32_t) samples;
     s_begin (self, now_ms);
+    if (now_ms > worker->t_release)
+        s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
     if (s_phased (self))
-        s_arrive_phase (self, rank, base, now_ms);
+        s_arrive_phase (self, rank, base, n, now_ms);
     else
-        s_arrive_now (self, rank, base);
+        s_arrive_now (self, rank, base, n, now_ms);
     s_finish (self, now_ms);
     return 0;
 }
@@ -1240,18 +1440,7 @@ kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
     if (!s_member (self, rank) || !isfinite (iter_ms) || iter_ms <= 0)
         return -1;
     s_begin (self, now_ms);
-    s_worker_t *worker = &self->workers [rank];
-    worker->ewma = worker->ewma > 0
-                 ? S_EWMA_ALPHA * iter_ms + (1 - S_EWMA_ALPHA) * worker->ewma
-                 : iter_ms;
-    if (self->opts.model == KD_CONS_ALSP) {
-        //  Both the sample and the average must be out: one spike moves
-        //  the average, but the next normal sample resets the run.
-        s_group_t *group = &self->groups [worker->group];
-        bool out = s_outside (group, iter_ms) && s_outside (group, worker->ewma);
-        worker->outside = out ? worker->outside + 1 : 0;
-    }
-    s_track (self, rank);
+    s_observe_speed (self, rank, iter_ms);
     s_finish (self, now_ms);
     return 0;
 }
@@ -1327,10 +1516,27 @@ kd_controller_group_of (kd_controller_t *self, uint32_t rank)
     return self->opts.model == KD_CONS_ALSP ? self->workers [rank].group : 0;
 }
 
-//  True while an ALSP global sync is collecting arrivals.
-bool
-kd_controller_syncing (kd_controller_t *self)
+//  Number of groups with members.
+uint32_t
+kd_controller_group_count (kd_controller_t *self)
 {
     assert (self);
-    return self->syncing;
+    uint32_t count = s_nonempty (self);
+    return count > 0 ? count : 1;
+}
+
+//  The lease book, or NULL when leases are off.
+kd_sampler_t *
+kd_controller_sampler (kd_controller_t *self)
+{
+    assert (self);
+    return self->sampler;
+}
+
+//  True for ASP and SSP, whose gradients the shards apply on arrival.
+bool
+kd_controller_direct (kd_controller_t *self)
+{
+    assert (self);
+    return !s_phased (self);
 }

@@ -102,6 +102,9 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (DETAIL,        "detail",       STR),
     S_FIELD (SESSION,       "session",      UINT),
     S_FIELD (LOST,          "lost",         UINT),
+    S_FIELD (ROWS,          "rows",         UINTS),
+    S_FIELD (MIN_CLOCK,     "min_clock",    UINT),
+    S_FIELD (EMULATED_MS,   "emulated_ms",  FLOAT),
 };
 
 typedef enum {

@@ -6,10 +6,12 @@ set -euo pipefail
 packages=(
     build-essential cmake pkg-config
     libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev
+    libjson-c-dev
     libcriterion-dev
     clang libclang-rt-14-dev
     dataset-fashion-mnist
     gnuplot-nox
+    python3
 )
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then

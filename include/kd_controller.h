@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "kd_sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,17 +54,40 @@ int
 const char *
     kd_consistency_name (kd_consistency_t model);
 
+//  How a late gradient is discounted: f (tau) in the commit rule
+//  sum_i n_i f (tau_i) g_i / sum_i n_i.
+typedef enum {
+    KD_WEIGHT_INVERSE,          //  f = 1 / (1 + tau), the default
+    KD_WEIGHT_NONE,             //  f = 1
+    KD_WEIGHT_EXP               //  f = exp (-lambda tau)
+} kd_weight_kind_t;
+
+//  Parse "inverse", "none" or "exp:LAMBDA" (0 < LAMBDA <= 1000).
+//  Returns 0, or -1 if malformed.
+int
+    kd_staleness_weight_parse (const char *text, kd_weight_kind_t *kind,
+                               double *lambda);
+
 typedef struct {
     kd_consistency_t model;     //  which rule set
-    uint32_t staleness;         //  s: SSP clock bound, LSP/ALSP tau bound
+    uint32_t staleness;         //  s: SSP clock bound; LSP/ALSP: how many
+                                //  commits of its group a late gradient
+                                //  may miss
     uint32_t quota;             //  K for LSP; 0 means ceil (quota_ratio * N)
     double quota_ratio;         //  LSP K/N when quota is 0; ALSP kappa
     uint32_t window_ms;         //  LSP release window, 0 = none
     double group_ratio;         //  ALSP rho: cut between neighbours above it
-    uint32_t min_group;         //  ALSP minimum group size
+    uint32_t min_group;         //  ALSP minimum group size (1: a lone
+                                //  straggler gets a group of its own)
     uint32_t max_groups;        //  ALSP maximum number of groups
-    uint32_t global_sync_every; //  ALSP: group phases of the slowest group
+    uint32_t group_staleness;   //  ALSP G: commits another group may make
+                                //  while a group's phase is open
     uint32_t regroup_dwell_ms;  //  ALSP: minimum time between regroups
+    kd_weight_kind_t weight;    //  staleness weight f
+    double weight_lambda;       //  lambda of KD_WEIGHT_EXP
+    uint64_t rows;              //  training rows: leases on when > 0
+    uint32_t batch;             //  rows per lease
+    uint64_t seed;              //  permutation seed of the sampler
     uint32_t max_workers;       //  ranks are 0 .. max_workers-1
     uint64_t initial_version;   //  V at start: a restarted scheduler resumes
                                 //  from the shards' version (0 = fresh)
@@ -86,6 +110,7 @@ typedef struct {
     uint64_t clock;             //  its iteration
     double weight;              //  applied as weight * gradient (0 in drops)
     uint64_t staleness;         //  tau at apply time (or at drop time)
+    uint32_t samples;           //  n_i: rows it was computed on
 } kd_entry_t;
 
 //  A decision.  Valid until the next call into the controller.
@@ -99,10 +124,15 @@ typedef struct {
     size_t n_entries;           //  COMMIT: entries count
     const kd_entry_t *drops;    //  COMMIT: gradients to discard
     size_t n_drops;             //  COMMIT: drops count
+    bool direct;                //  COMMIT: ASP/SSP, the shards applied the
+                                //  gradients on arrival; bookkeeping only
     uint32_t rank;              //  RELEASE: the worker
     uint64_t clock;             //  RELEASE: clock it may compute next
     bool dropped;               //  RELEASE: its last gradient was dropped
     uint32_t group;             //  RELEASE: its group (0 unless ALSP)
+    kd_lease_t lease;           //  RELEASE: rows to train on (count 0 when
+                                //  leases are off)
+    uint64_t min_clock;         //  RELEASE: min_clock at release (SSP cache)
     const uint32_t *groups;     //  GROUPS: group of each rank, indexed by
                                 //  rank; UINT32_MAX for non-members
     size_t n_groups;            //  GROUPS: length of groups (max_workers)
@@ -155,10 +185,16 @@ uint64_t
     kd_controller_regroups (kd_controller_t *self);
 uint32_t
     kd_controller_group_of (kd_controller_t *self, uint32_t rank);
-//  True while an ALSP global sync is collecting arrivals (every active
-//  worker must arrive before anyone is released).  Always false otherwise.
+//  Number of ALSP groups with members (1 otherwise).
+uint32_t
+    kd_controller_group_count (kd_controller_t *self);
+//  The lease book, or NULL when leases are off.  Borrowed.
+kd_sampler_t *
+    kd_controller_sampler (kd_controller_t *self);
+//  True when the controller treats gradients as applied by the shards on
+//  arrival (ASP and SSP).
 bool
-    kd_controller_syncing (kd_controller_t *self);
+    kd_controller_direct (kd_controller_t *self);
 
 #ifdef __cplusplus
 }

@@ -19,15 +19,16 @@
     START       scheduler -> worker,    endpoints los his [part_lo part_hi   -
                 monitor                 t0_ms version]
     HEARTBEAT   both ways               [rank]                               -
-    ARRIVE      worker -> scheduler     clock base samples [loss]            -
+    ARRIVE      worker -> scheduler     clock base samples [loss staleness   -
+                                        compute_ms emulated_ms]
     RELEASE     scheduler -> worker     version clock [staleness dropped     -
-                                        group part_lo part_hi]
+                                        group rows min_clock]
     LEAVE       worker -> scheduler     [reason]                             -
     STOP        scheduler -> any        [reason]                             -
-    PUSH        worker -> shard         rank clock base lo count             yes
-    PUSH_OK     shard -> worker         clock                                -
+    PUSH        worker -> shard         rank clock base lo count [samples]   yes
+    PUSH_OK     shard -> worker         clock [version staleness]            -
     PULL        worker|monitor -> shard version [lo count]                   -
-    PULL_OK     shard -> puller         version lo count [ts_ms]             yes
+    PULL_OK     shard -> puller         version lo count [ts_ms samples]     yes
     COMMIT      scheduler -> shard      version ranks clocks weights         -
                                         [ts_ms drop_ranks drop_clocks]
     COMMIT_OK   shard -> scheduler      version                              -
@@ -155,6 +156,9 @@ typedef enum {
     KD_F_DETAIL,        //  str    human-readable event detail
     KD_F_SESSION,       //  uint   scheduler instance, new at each start
     KD_F_LOST,          //  uint   updates a restored shard lost
+    KD_F_ROWS,          //  uints  training rows of a lease (RELEASE)
+    KD_F_MIN_CLOCK,     //  uint   cluster min_clock at a RELEASE (SSP cache)
+    KD_F_EMULATED_MS,   //  float  emulated compute the worker aimed for
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 

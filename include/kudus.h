@@ -20,5 +20,6 @@
 #include "kd_peer.h"
 #include "kd_curve.h"
 #include "kd_service.h"
+#include "kd_speed.h"
 
 #endif

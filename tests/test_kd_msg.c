@@ -494,6 +494,8 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_ACCURACY, "accuracy", KD_FT_FLOAT }, { KD_F_GROUPS, "groups", KD_FT_UINTS },
         { KD_F_KIND, "kind", KD_FT_STR }, { KD_F_DETAIL, "detail", KD_FT_STR },
         { KD_F_SESSION, "session", KD_FT_UINT }, { KD_F_LOST, "lost", KD_FT_UINT },
+        { KD_F_ROWS, "rows", KD_FT_UINTS }, { KD_F_MIN_CLOCK, "min_clock", KD_FT_UINT },
+        { KD_F_EMULATED_MS, "emulated_ms", KD_FT_FLOAT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

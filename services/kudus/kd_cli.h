@@ -9,7 +9,7 @@
 int
     kd_local_main (int argc, char **argv);
 
-//  kudus experiment SCENARIO --out DIR: all five models on one scenario.
+//  kudus experiment FILE: every run of a scenario file (kd_experiment.c).
 int
     kd_experiment_main (int argc, char **argv);
 

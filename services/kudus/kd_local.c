@@ -19,8 +19,10 @@
 
 #define S_MAX_CHILDREN  300     //  monitor + scheduler + shards + workers
 #define S_MAX_ARGS      96      //  argv entries per child
-#define S_GRACE_MS      30000   //  after the scheduler exits, before SIGTERM
-                                //  (the monitor may be evaluating its curve)
+#define S_GRACE_MS      180000  //  after the scheduler exits, before SIGTERM:
+                                //  the monitor may be evaluating its curve
+                                //  (900 MLP snapshots of a 180 s run at 200 ms
+                                //  take 20-40 s on 2 cores)
 #define S_KILL_MS       3000    //  after SIGTERM, before SIGKILL
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
 #define S_STALL_MS      120000  //  model version unchanged while training
@@ -84,6 +86,19 @@ s_pass (s_args_t *a, kd_config_t *c, const char *name)
             return;
         }
     assert (false);
+}
+
+//  True when this build declares a setting for one of the services in mask
+//  (so a flag for it is safe to pass).
+static bool
+s_has_setting (const char *name, unsigned mask)
+{
+    size_t count;
+    const kd_setting_t *table = kd_config_table (&count);
+    for (size_t i = 0; i < count; i++)
+        if (!strcmp (table [i].name, name) && (table [i].services & mask))
+            return true;
+    return false;
 }
 
 static void
@@ -250,6 +265,58 @@ s_straggler_factor (const char *list, int rank, char *err, size_t err_size)
     return factor;
 }
 
+//  Worker index's entry of --speeds (specs joined with ';'), into out; ""
+//  when the list is shorter.  Returns 0, or -1 when the entry is too long.
+static int
+s_speed_spec (const char *list, int index, char *out, size_t size)
+{
+    const char *p = list;
+    for (int i = 0; i < index && p; i++) {
+        p = strchr (p, ';');
+        p = p ? p + 1 : NULL;
+    }
+    const char *end = p ? strchr (p, ';') : NULL;
+    size_t len = !p ? 0 : end ? (size_t) (end - p) : strlen (p);
+    if (len >= size)
+        return -1;
+    memcpy (out, p ? p : "", len);
+    out [len] = 0;
+    return 0;
+}
+
+//  Check --speeds before anything starts: one schedule per worker at most,
+//  each a valid kd_speed spec, and workers that understand --speed.
+static int
+s_check_speeds (const char *list, int workers, char *err, size_t err_size)
+{
+    int entries = *list ? 1 : 0;
+    for (const char *p = list; *p; p++)
+        entries += *p == ';';
+    if (entries > workers) {
+        snprintf (err, err_size, "setting 'speeds': %d schedules for %d workers", entries, workers);
+        return -1;
+    }
+    char spec [KD_SPEED_MAX_SPEC + 1], msg [256];
+    for (int r = 0; r < entries; r++) {
+        if (s_speed_spec (list, r, spec, sizeof spec)) {
+            snprintf (err, err_size, "setting 'speeds': worker %d: longer than %d bytes", r,
+                      KD_SPEED_MAX_SPEC);
+            return -1;
+        }
+        kd_speed_t *speed = kd_speed_new (spec, 0, msg, sizeof msg);
+        if (!speed) {
+            snprintf (err, err_size, "setting 'speeds': worker %d: %s", r, msg);
+            return -1;
+        }
+        kd_speed_destroy (&speed);
+        if (*spec && !s_has_setting ("speed", KD_SVC_WORKER)) {
+            snprintf (err, err_size, "setting 'speeds': this build's worker has no 'speed' setting");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int
 kd_local_main (int argc, char **argv)
 {
@@ -269,6 +336,12 @@ kd_local_main (int argc, char **argv)
             kd_config_destroy (&c);
             return 2;
         }
+    const char *speeds = kd_config_str (c, "speeds");
+    if (s_check_speeds (speeds, workers, err, sizeof err)) {
+        fprintf (stderr, "kudus local: %s\n", err);
+        kd_config_destroy (&c);
+        return 2;
+    }
     if (2 + shards + workers > S_MAX_CHILDREN) {
         fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d services\n",
                  S_MAX_CHILDREN - 2);
@@ -360,7 +433,8 @@ kd_local_main (int argc, char **argv)
     static const char *sched_settings [] = {
         "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
-        "window-ms", "group-ratio", "min-group", "max-groups", "global-sync-every",
+        "window-ms", "group-ratio", "min-group", "max-groups", "group-staleness",
+        "staleness-weight",
         "regroup-dwell", "heartbeat-ms", "liveness"
     };
     s_arg (&a, "%s/kudus-scheduler", bindir);
@@ -397,6 +471,15 @@ kd_local_main (int argc, char **argv)
         s_arg (&a, "--monitor"); s_arg (&a, "%s", intake_ep);
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
         s_arg (&a, "--slowdown"); s_arg (&a, "%g", s_straggler_factor (straggler, r, err, sizeof err));
+        //  Worker i asks for rank i, so a scenario's rank i is the
+        //  scheduler's rank i; and it follows the i-th speed schedule.
+        if (s_has_setting ("rank", KD_SVC_WORKER)) {
+            s_arg (&a, "--rank"); s_arg (&a, "%d", r);
+        }
+        char spec [KD_SPEED_MAX_SPEC + 1];
+        if (s_speed_spec (speeds, r, spec, sizeof spec) == 0 && *spec) {
+            s_arg (&a, "--speed"); s_arg (&a, "%s", spec);
+        }
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
         s_pass (&a, c, "data-dir");
         s_pass (&a, c, "delay-ms");

@@ -42,6 +42,7 @@ typedef struct {
 typedef struct {
     uint64_t version;           //  model version of the snapshot
     uint64_t ts_ms;             //  wall ms of the commit that made it
+    uint64_t samples;           //  samples applied into that version
     float *params;              //  the model
 } s_snapshot_t;
 
@@ -53,6 +54,7 @@ typedef struct {
     bool done;                  //  answered the current eval pull
     uint64_t version;           //  version it returned
     uint64_t ts_ms;             //  commit time of that version
+    uint64_t samples;           //  samples applied into that version
 } s_shard_t;
 
 typedef struct {
@@ -326,7 +328,7 @@ s_eval_begin (self_t *self, uint64_t want, s_round_t round)
 
 //  Keep a copy of the assembled model for the curve.
 static void
-s_snapshot_take (self_t *self, uint64_t version, uint64_t ts)
+s_snapshot_take (self_t *self, uint64_t version, uint64_t ts, uint64_t samples)
 {
     self->evaluating = false;
     if (self->n_snapshots > 0 && self->snapshots [self->n_snapshots - 1].version >= version)
@@ -345,6 +347,7 @@ s_snapshot_take (self_t *self, uint64_t version, uint64_t ts)
     s_snapshot_t *snap = &self->snapshots [self->n_snapshots++];
     snap->version = version;
     snap->ts_ms = ts;
+    snap->samples = samples;
     snap->params = (float *) malloc (self->n_params * sizeof (float));
     assert (snap->params);
     memcpy (snap->params, self->params, self->n_params * sizeof (float));
@@ -366,7 +369,7 @@ s_write_curve (self_t *self)
         zstr_free (&tmp);
         return;
     }
-    fprintf (f, "seconds,version,accuracy,loss\n");
+    fprintf (f, "seconds,version,accuracy,loss,samples\n");
     for (size_t i = 0; i < self->n_snapshots && !zsys_interrupted; i++) {
         s_snapshot_t *snap = &self->snapshots [i];
         double accuracy = 0, loss = 0;
@@ -374,7 +377,8 @@ s_write_curve (self_t *self)
                            kd_dataset_labels (self->test), kd_dataset_count (self->test),
                            &accuracy, &loss);
         double seconds = snap->ts_ms > self->t0_ms ? (double) (snap->ts_ms - self->t0_ms) / 1000.0 : 0;
-        fprintf (f, "%.3f,%llu,%.4f,%.5f\n", seconds, (unsigned long long) snap->version, accuracy, loss);
+        fprintf (f, "%.3f,%llu,%.4f,%.5f,%llu\n", seconds, (unsigned long long) snap->version,
+                 accuracy, loss, (unsigned long long) snap->samples);
     }
     if (fclose (f) == 0 && rename (tmp, path) == 0)
         kd_info ("curve written path=%s points=%zu", path, self->n_snapshots);
@@ -387,14 +391,19 @@ s_write_curve (self_t *self)
 static void
 s_eval_finish (self_t *self)
 {
-    uint64_t version = UINT64_MAX, ts = 0;
-    for (size_t i = 0; i < self->n_shards; i++)
+    uint64_t version = UINT64_MAX, ts = 0, samples = UINT64_MAX;
+    for (size_t i = 0; i < self->n_shards; i++) {
         if (self->shards [i].version < version) {
             version = self->shards [i].version;
             ts = self->shards [i].ts_ms;
         }
+        //  The slices may be a commit apart: the fewest samples any of them
+        //  holds is what the whole model is sure to contain.
+        if (self->shards [i].samples < samples)
+            samples = self->shards [i].samples;
+    }
     if (self->round == S_ROUND_SNAPSHOT) {
-        s_snapshot_take (self, version, ts);
+        s_snapshot_take (self, version, ts, samples);
         return;
     }
     double accuracy = 0, loss = 0;
@@ -440,6 +449,7 @@ s_on_shard (self_t *self, size_t i)
         s->done = true;
         s->version = kd_msg_uint (msg, KD_F_VERSION);
         s->ts_ms = kd_msg_uint (msg, KD_F_TS_MS);
+        s->samples = kd_msg_uint (msg, KD_F_SAMPLES);
         bool all = true;
         for (size_t j = 0; j < self->n_shards; j++)
             all = all && self->shards [j].done;

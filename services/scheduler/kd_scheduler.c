@@ -6,10 +6,15 @@
     configured shards and workers are in, it sends START with the shards'
     address book, and from then on feeds every ARRIVE, LEAVE and death to the
     consistency controller (common/kd_controller.c) and sends out what it
-    decides: COMMIT to every shard, RELEASE to one worker.  Training ends on
-    epochs, time or target accuracy; the scheduler then stops the workers,
-    asks the monitor for a final evaluation, writes the summary and stops
-    everyone else.
+    decides: COMMIT to every shard, RELEASE to one worker.  Every RELEASE
+    carries the worker's next lease, the training rows it computes on, from
+    the controller's sampler.  Under ASP and SSP the shards apply gradients
+    on arrival and the scheduler only gates clocks: their commits are
+    bookkeeping and are not sent.  Training ends on epochs (every row of
+    them applied), time or target accuracy (a rolling mean of the
+    monitor's evaluations); the scheduler then stops the workers, asks the
+    monitor for a final evaluation, writes the summary and stops everyone
+    else.
 */
 #include "kd_scheduler.h"
 #include <math.h>
@@ -20,7 +25,12 @@
 #define S_STALE_BINS    1024            //  staleness histogram bins
 #define S_FINAL_EVAL_MS 30000           //  wait for the final evaluation
 #define S_LOSS_ALPHA    0.02            //  EWMA weight of one train loss
-#define S_COMMIT_SCRATCH (2 * S_MAX_WORKERS)  //  entries a commit holds without
+#define S_ACC_WINDOW_MS 1000            //  rolling window of the target
+#define S_ACC_HISTORY   64              //  evaluations kept for it
+#define S_MAX_REGROUPS  256             //  regroup times kept for the summary
+#define S_COMMIT_SCRATCH (2 * S_MAX_WORKERS)
+#define S_MAX_BATCH     8192            //  largest batch (config bound)
+#define S_MAX_EPOCH_LOG 1000            //  epochs whose share is reported  //  entries a commit holds without
                                         //  a malloc: a late and a fresh
                                         //  gradient per rank at most
 
@@ -53,14 +63,22 @@ typedef struct {
     uint64_t samples;           //  shards: samples trained into version
     kd_decision_t last_release; //  workers: the last RELEASE (its scalar
                                 //  fields only; the pointers go stale)
+    uint64_t applied;           //  workers: samples of applied gradients
+    uint64_t drops;             //  workers: gradients dropped
+    uint64_t iterations;        //  workers: accepted arrivals
+    double iter_ms;             //  workers: sum of release-to-arrival times
+    double compute_ms;          //  workers: sum of reported compute times
+    double emulated_ms;         //  workers: sum of emulated compute aimed at
+    double wait_ms;             //  workers: sum of arrival-to-release times
+    uint64_t reported_tau;      //  workers: staleness its last PUSH_OKs saw
+                                //  (ASP/SSP, measured by the shards)
 } s_member_t;
 
 typedef struct {
     kd_config_t *config;        //  settings
     zsock_t *router;            //  every peer talks to us here
-    zsock_t *telemetry;         //  SUB to the monitor's "worker" topic (ALSP)
     s_state_t state;            //  lifecycle
-    kd_controller_t *ctl;       //  consistency decisions
+    kd_controller_t *ctl;       //  consistency decisions (and leases)
     zhashx_t *by_name;          //  name -> s_member_t (owns)
     zhashx_t *by_id;            //  routing id hex -> s_member_t (borrows)
     s_member_t *workers [S_MAX_WORKERS];  //  by rank (borrowed)
@@ -76,12 +94,15 @@ typedef struct {
     uint64_t t0_ms;             //  wall ms at START
     double t0_mono;             //  monotonic ms at START
     double t_end;               //  monotonic ms when training ended
-    uint64_t samples;           //  samples of accepted arrivals
+    uint64_t samples;           //  samples of applied gradients
     uint64_t updates;           //  commits with entries
     uint64_t phases;            //  decisions that released workers
     uint64_t stale_hist [S_STALE_BINS + 1];  //  applied-gradient staleness
+    uint64_t stale_max;         //  largest staleness applied
     uint64_t dropped;           //  gradients dropped
-    uint64_t regroups;          //  GROUPS decisions after the first
+    uint64_t regroups;          //  regroups that changed the groups
+    double regroup_s [S_MAX_REGROUPS];  //  when they happened, s after start
+    size_t n_regroup_s;         //  entries in regroup_s
     uint32_t *groups;           //  last group assignment, by rank
     size_t n_groups;            //  its length
     double train_loss;          //  EWMA of reported losses
@@ -90,6 +111,10 @@ typedef struct {
     double accuracy;            //  last test accuracy from the monitor
     uint64_t accuracy_version;  //  version it was measured at
     double milestone_s [S_N_MILESTONES];  //  seconds to reach, or -1
+    double acc_value [S_ACC_HISTORY];     //  recent evaluations, a ring
+    uint64_t acc_ts [S_ACC_HISTORY];      //  their wall ms
+    size_t acc_at, acc_n;       //  ring position and fill
+    double stop_accuracy;       //  rolling mean that met the target, or -1
     uint64_t final_version;     //  version the final eval must cover
     uint64_t finish_deadline;   //  ms: give up on the final eval
     char reason [64];           //  why training ended
@@ -102,10 +127,11 @@ typedef struct {
     uint64_t commit_u [4][S_COMMIT_SCRATCH];  //  s_do_commit: ranks, clocks,
                                 //  drop ranks, drop clocks, without a malloc
     double commit_w [S_COMMIT_SCRATCH];       //  s_do_commit: weights
-    bool part_valid;            //  s_drain: part_pos and part_live hold
-    uint32_t part_pos [S_MAX_WORKERS];        //  s_drain: each live rank's
-                                //  position among the live workers
-    uint64_t part_live;         //  s_drain: live workers
+    uint32_t *lease_rows;       //  scratch: a lease's rows, batch entries
+    uint64_t lease_u [S_MAX_BATCH];           //  scratch: the same as uints
+    uint64_t epochs_done;       //  epochs complete at the last check
+    double epoch_share [S_MAX_EPOCH_LOG];     //  share of each completed
+                                //  epoch's rows applied (1.0 by design)
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -185,31 +211,6 @@ s_event (self_t *self, const char *kind, s_member_t *m, const char *detail)
     s_send_to (self, self->monitor, &msg);
 }
 
-//  Partition of the training set for a worker: by its position among the
-//  live workers, so the data stays covered as workers come and go.
-static void
-s_partition_of (self_t *self, uint64_t rank, uint64_t *lo, uint64_t *hi)
-{
-    uint64_t position = 0, live = 0;
-    if (self->part_valid && rank < S_MAX_WORKERS) {
-        //  Inside s_drain membership cannot change, so one walk serves
-        //  every RELEASE of a phase instead of one walk each.
-        position = self->part_pos [rank];
-        live = self->part_live;
-    }
-    else
-        for (size_t r = 0; r < S_MAX_WORKERS; r++)
-            if (self->workers [r] && self->workers [r]->alive) {
-                if (r < rank)
-                    position++;
-                live++;
-            }
-    if (live == 0 || kd_range_split (self->train_rows, live, position, lo, hi)) {
-        *lo = 0;
-        *hi = self->train_rows;
-    }
-}
-
 //  START for a worker or the monitor.
 static void
 s_send_start (self_t *self, s_member_t *m)
@@ -226,12 +227,6 @@ s_send_start (self_t *self, s_member_t *m)
     kd_msg_set_uints (msg, KD_F_HIS, his, self->n_shards);
     kd_msg_set_uint (msg, KD_F_T0_MS, self->t0_ms);
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
-    if (m->role == S_ROLE_WORKER) {
-        uint64_t lo, hi;
-        s_partition_of (self, m->rank, &lo, &hi);
-        kd_msg_set_uint (msg, KD_F_PART_LO, lo);
-        kd_msg_set_uint (msg, KD_F_PART_HI, hi);
-    }
     s_send_to (self, m, &msg);
 }
 
@@ -253,6 +248,7 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_set_float (msg, KD_F_EPOCHS, kd_config_double (c, "epochs"));
     kd_msg_set_uint (msg, KD_F_HEARTBEAT_MS, (uint64_t) self->heartbeat_ms);
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (c, "consistency"));
+    kd_msg_set_uint (msg, KD_F_STALENESS, (uint64_t) kd_config_int (c, "staleness"));
     kd_msg_set_uint (msg, KD_F_SESSION, self->session);
     if (m->role == S_ROLE_SHARD) {
         uint64_t lo, hi;
@@ -284,19 +280,34 @@ s_do_commit (self_t *self, const kd_decision_t *d)
         ranks [i] = d->entries [i].rank;
         clocks [i] = d->entries [i].clock;
         weights [i] = d->entries [i].weight;
-        uint64_t tau = d->entries [i].staleness;
+        s_member_t *w = d->entries [i].rank < S_MAX_WORKERS ? self->workers [d->entries [i].rank]
+                                                             : NULL;
+        //  Under ASP and SSP the shards measured the staleness when they
+        //  applied the gradient; the controller's versions are only counts.
+        uint64_t tau = d->direct && w ? w->reported_tau : d->entries [i].staleness;
         self->stale_hist [tau < S_STALE_BINS ? tau : S_STALE_BINS]++;
-        if (d->entries [i].rank < S_MAX_WORKERS && self->workers [d->entries [i].rank])
-            self->workers [d->entries [i].rank]->staleness = tau;
+        if (tau > self->stale_max)
+            self->stale_max = tau;
+        self->samples += d->entries [i].samples;
+        if (w) {
+            w->staleness = tau;
+            w->applied += d->entries [i].samples;
+        }
     }
     for (size_t i = 0; i < nd; i++) {
         dranks [i] = d->drops [i].rank;
         dclocks [i] = d->drops [i].clock;
+        if (d->drops [i].rank < S_MAX_WORKERS && self->workers [d->drops [i].rank])
+            self->workers [d->drops [i].rank]->drops++;
     }
     if (n > 0)
         self->updates++;
+    //  Under ASP and SSP the shards applied every gradient on arrival and
+    //  stage nothing, and their versions count their own steps: no COMMIT,
+    //  not even a drop, may reach them.
+    bool send = !kd_controller_direct (self->ctl);
     uint64_t ts = kd_wall_ms ();
-    for (size_t s = 0; s < self->n_shards; s++) {
+    for (size_t s = 0; s < self->n_shards && send; s++) {
         kd_msg_t *msg = kd_msg_new (KD_MSG_COMMIT);
         kd_msg_set_uint (msg, KD_F_VERSION, d->version);
         kd_msg_set_uint (msg, KD_F_TS_MS, ts);
@@ -338,6 +349,7 @@ s_do_release (self_t *self, const kd_decision_t *d)
     double now = kd_now_msf ();
     if (m->arrive_ms > 0) {
         self->wait_total += now - m->arrive_ms;
+        m->wait_ms += now - m->arrive_ms;
         m->arrive_ms = 0;
     }
     m->release_ms = now;
@@ -351,26 +363,48 @@ s_do_release (self_t *self, const kd_decision_t *d)
 static void
 s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d)
 {
-    uint64_t lo, hi;
-    s_partition_of (self, m->rank, &lo, &hi);
     kd_msg_t *msg = kd_msg_new (KD_MSG_RELEASE);
     kd_msg_set_uint (msg, KD_F_VERSION, d->version);
     kd_msg_set_uint (msg, KD_F_CLOCK, d->clock);
     kd_msg_set_uint (msg, KD_F_STALENESS, m->staleness);
     kd_msg_set_uint (msg, KD_F_DROPPED, d->dropped ? 1 : 0);
     kd_msg_set_uint (msg, KD_F_GROUP, d->group);
-    kd_msg_set_uint (msg, KD_F_PART_LO, lo);
-    kd_msg_set_uint (msg, KD_F_PART_HI, hi);
+    kd_msg_set_uint (msg, KD_F_MIN_CLOCK, d->min_clock);
+    //  The lease as row indices: the worker needs no sampler of its own.
+    kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
+    if (sampler && d->lease.count > 0 && d->lease.count <= S_MAX_BATCH
+    &&  kd_sampler_rows (sampler, d->lease, self->lease_rows) == 0) {
+        for (uint32_t i = 0; i < d->lease.count; i++)
+            self->lease_u [i] = self->lease_rows [i];
+        kd_msg_set_uints (msg, KD_F_ROWS, self->lease_u, d->lease.count);
+    }
     s_send_to (self, m, &msg);
+}
+
+//  Note the time of every regroup the controller made since the last look,
+//  for the summary (regroup lag) and the log.
+static void
+s_note_regroups (self_t *self)
+{
+    uint64_t regroups = kd_controller_regroups (self->ctl);
+    if (regroups == self->regroups)
+        return;
+    double at = self->t0_mono > 0 ? (kd_now_msf () - self->t0_mono) / 1000.0 : 0;
+    for (uint64_t k = self->regroups; k < regroups; k++)
+        if (self->n_regroup_s < S_MAX_REGROUPS)
+            self->regroup_s [self->n_regroup_s++] = at;
+    kd_info ("regroup regroups=%llu groups=%u at_s=%.3f", (unsigned long long) regroups,
+             kd_controller_group_count (self->ctl), at);
+    self->regroups = regroups;
 }
 
 //  Keep the latest group assignment for STATUS.
 static void
 s_do_groups (self_t *self, const kd_decision_t *d)
 {
-    //  Membership changes also publish groups; only the controller knows
-    //  which publications were regroups.
-    self->regroups = kd_controller_regroups (self->ctl);
+    //  Membership changes (and ALSP's members moving to their new groups)
+    //  also publish groups; only the controller knows the regroups.
+    s_note_regroups (self);
     free (self->groups);
     self->groups = (uint32_t *) malloc (d->n_groups * sizeof (uint32_t) + 1);
     assert (self->groups);
@@ -392,17 +426,6 @@ s_drain (self_t *self)
         }
         else
         if (d->type == KD_DEC_RELEASE) {
-            //  The partitions of a phase's RELEASEs come from one walk
-            //  over the ranks, made at the first of them.
-            if (!self->part_valid) {
-                self->part_live = 0;
-                for (size_t r = 0; r < S_MAX_WORKERS; r++)
-                    if (self->workers [r] && self->workers [r]->alive)
-                        self->part_pos [r] = (uint32_t) self->part_live++;
-                    else
-                        self->part_pos [r] = (uint32_t) self->part_live;
-                self->part_valid = true;
-            }
             s_do_release (self, d);
             released = true;
         }
@@ -410,9 +433,9 @@ s_drain (self_t *self)
         if (d->type == KD_DEC_GROUPS)
             s_do_groups (self, d);
     }
-    self->part_valid = false;
     if (released)
         self->phases++;
+    s_note_regroups (self);
 }
 
 //  --------------------------------------------------------------------------
@@ -432,7 +455,8 @@ s_live (self_t *self, s_role_t role)
     return n;
 }
 
-static kd_controller_t *s_controller_new (kd_config_t *c, uint64_t initial_version);
+static kd_controller_t *s_controller_new (kd_config_t *c, uint64_t initial_version,
+                                          uint64_t rows);
 
 //  Bring a shard that is behind (restored from a checkpoint, or restarted
 //  empty) to the current version: a drop-only COMMIT at that version makes
@@ -442,7 +466,9 @@ static void
 s_resync_shard (self_t *self, s_member_t *m)
 {
     uint64_t version = kd_controller_version (self->ctl);
-    if (m->version >= version)
+    //  Under ASP and SSP a shard's version counts its own steps and is not
+    //  the cluster's: there is nothing to bring it to.
+    if (m->version >= version || kd_controller_direct (self->ctl))
         return;
     char detail [128];
     snprintf (detail, sizeof detail, "shard at version %llu brought to %llu, %llu updates lost",
@@ -480,11 +506,13 @@ s_maybe_start (self_t *self)
             resume = self->shards [i]->version;
             samples = self->shards [i]->samples;
         }
+    //  The controller is built now that the training set's size is known:
+    //  it owns the lease book.
+    kd_controller_t *ctl = s_controller_new (self->config, resume, self->train_rows);
+    assert (ctl);   //  the same settings built the first one
+    kd_controller_destroy (&self->ctl);
+    self->ctl = ctl;
     if (resume > 0) {
-        kd_controller_t *ctl = s_controller_new (self->config, resume);
-        assert (ctl);   //  the same settings built the first one
-        kd_controller_destroy (&self->ctl);
-        self->ctl = ctl;
         self->samples = samples;
         self->resumed_from = resume;
         char detail [128];
@@ -547,68 +575,141 @@ s_staleness_pct (self_t *self, double q)
     return kd_hist_quantile (self->stale_hist, S_STALE_BINS + 1, q);
 }
 
+//  A JSON number, or null when it is not finite.
+static void
+s_json_num (FILE *f, const char *format, double value)
+{
+    if (isfinite (value))
+        fprintf (f, format, value);
+    else
+        fputs ("null", f);
+}
+
+//  A JSON string literal of a name the scheduler accepted (no quotes,
+//  backslashes or control bytes pass unescaped).
+static void
+s_json_str (FILE *f, const char *text)
+{
+    fputc ('"', f);
+    for (const unsigned char *p = (const unsigned char *) text; *p; p++)
+        if (*p == '"' || *p == '\\')
+            fprintf (f, "\\%c", *p);
+        else
+        if (*p < 0x20)
+            fprintf (f, "\\u%04x", *p);
+        else
+            fputc (*p, f);
+    fputc ('"', f);
+}
+
+//  The per-worker part of the summary.
+static void
+s_write_workers (self_t *self, FILE *f)
+{
+    fputs ("  \"per_worker\": [", f);
+    bool first = true;
+    for (size_t r = 0; r < S_MAX_WORKERS; r++) {
+        s_member_t *m = self->workers [r];
+        if (!m)
+            continue;
+        double its = m->iterations > 0 ? (double) m->iterations : NAN;
+        double busy = m->iter_ms + m->wait_ms;
+        fprintf (f, "%s\n    {\"rank\": %zu, \"name\": ", first ? "" : ",", r);
+        s_json_str (f, m->name);
+        fprintf (f, ", \"applied_samples\": %llu, \"applied_share\": ",
+                 (unsigned long long) m->applied);
+        s_json_num (f, "%.5f", self->samples ? (double) m->applied / (double) self->samples : NAN);
+        fprintf (f, ", \"dropped\": %llu, \"iterations\": %llu, \"iter_ms_mean\": ",
+                 (unsigned long long) m->drops, (unsigned long long) m->iterations);
+        s_json_num (f, "%.3f", m->iter_ms / its);
+        fputs (", \"compute_ms_mean\": ", f);
+        s_json_num (f, "%.3f", m->compute_ms / its);
+        fputs (", \"emulated_ms_mean\": ", f);
+        s_json_num (f, "%.3f", m->emulated_ms / its);
+        fputs (", \"wait_fraction\": ", f);
+        s_json_num (f, "%.4f", busy > 0 ? m->wait_ms / busy : NAN);
+        fputc ('}', f);
+        first = false;
+    }
+    fputs ("\n  ],\n", f);
+}
+
 //  Write the JSON summary, to the file if one is configured, and log it.
 static void
 s_write_summary (self_t *self)
 {
     double end = self->t_end > 0 ? self->t_end : kd_now_msf ();
     double wall = self->t0_mono > 0 ? (end - self->t0_mono) / 1000.0 : 0;
-    char ttl [512] = "";
-    size_t len = 0;
+    char *json = NULL;
+    size_t json_size = 0;
+    FILE *f = open_memstream (&json, &json_size);
+    assert (f);
+    fputs ("{\n  \"model\": ", f);
+    s_json_str (f, kd_model_kind_name (self->kind));
+    fputs (",\n  \"consistency\": ", f);
+    s_json_str (f, kd_config_str (self->config, "consistency"));
+    fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"wall_seconds\": %.3f,\n",
+             self->max_live_workers, self->n_shards, wall);
+    fputs ("  \"test_accuracy\": ", f);
+    s_json_num (f, "%.4f", self->accuracy_version > 0 || self->accuracy > 0 ? self->accuracy : NAN);
+    fputs (",\n  \"stop_accuracy\": ", f);
+    s_json_num (f, "%.4f", self->stop_accuracy >= 0 ? self->stop_accuracy : NAN);
+    fprintf (f, ",\n  \"test_version\": %llu,\n  \"train_loss\": %.5f,\n",
+             (unsigned long long) self->accuracy_version, self->have_loss ? self->train_loss : 0.0);
+    fprintf (f, "  \"updates\": %llu,\n  \"phases\": %llu,\n  \"samples\": %llu,\n",
+             (unsigned long long) self->updates, (unsigned long long) self->phases,
+             (unsigned long long) self->samples);
+    fprintf (f, "  \"epochs\": %.3f,\n  \"samples_per_second\": %.1f,\n"
+                "  \"updates_per_second\": %.2f,\n  \"barriers_per_second\": %.2f,\n",
+             self->train_rows ? (double) self->samples / (double) self->train_rows : 0.0,
+             wall > 0 ? (double) self->samples / wall : 0.0,
+             wall > 0 ? (double) self->updates / wall : 0.0,
+             wall > 0 && !kd_controller_direct (self->ctl) ? (double) self->phases / wall : 0.0);
+    fputs ("  \"time_to_accuracy\": {", f);
     for (size_t i = 0; i < S_N_MILESTONES; i++) {
-        char v [32];
-        if (self->milestone_s [i] >= 0)
-            snprintf (v, sizeof v, "%.3f", self->milestone_s [i]);
-        else
-            snprintf (v, sizeof v, "null");
-        len += snprintf (ttl + len, sizeof ttl - len, "%s\"%.2f\": %s", i ? ", " : "",
-                         s_milestones [i], v);
+        fprintf (f, "%s\"%.2f\": ", i ? ", " : "", s_milestones [i]);
+        s_json_num (f, "%.3f", self->milestone_s [i] >= 0 ? self->milestone_s [i] : NAN);
     }
-    char acc [32];
-    if (self->accuracy_version > 0 || self->accuracy > 0)
-        snprintf (acc, sizeof acc, "%.4f", self->accuracy);
-    else
-        snprintf (acc, sizeof acc, "null");
     double busy = self->wait_total + self->busy_total;
-    char *json = zsys_sprintf (
-        "{\n"
-        "  \"model\": \"%s\",\n  \"consistency\": \"%s\",\n"
-        "  \"workers\": %zu,\n  \"shards\": %zu,\n"
-        "  \"wall_seconds\": %.3f,\n  \"test_accuracy\": %s,\n"
-        "  \"test_version\": %llu,\n  \"train_loss\": %.5f,\n"
-        "  \"updates\": %llu,\n  \"phases\": %llu,\n  \"samples\": %llu,\n"
-        "  \"epochs\": %.3f,\n  \"samples_per_second\": %.1f,\n"
-        "  \"updates_per_second\": %.2f,\n"
-        "  \"time_to_accuracy\": {%s},\n"
-        "  \"wait_fraction\": %.4f,\n"
-        "  \"staleness_p50\": %.1f,\n  \"staleness_p99\": %.1f,\n"
-        "  \"dropped_gradients\": %llu,\n  \"regroups\": %llu,\n"
-        "  \"stop_reason\": \"%s\"\n}\n",
-        kd_model_kind_name (self->kind), kd_config_str (self->config, "consistency"),
-        self->max_live_workers, self->n_shards, wall, acc,
-        (unsigned long long) self->accuracy_version, self->have_loss ? self->train_loss : 0.0,
-        (unsigned long long) self->updates, (unsigned long long) self->phases,
-        (unsigned long long) self->samples,
-        self->train_rows ? (double) self->samples / (double) self->train_rows : 0.0,
-        wall > 0 ? (double) self->samples / wall : 0.0,
-        wall > 0 ? (double) self->updates / wall : 0.0, ttl,
-        busy > 0 ? self->wait_total / busy : 0.0,
-        s_staleness_pct (self, 0.5), s_staleness_pct (self, 0.99),
-        (unsigned long long) self->dropped, (unsigned long long) self->regroups, self->reason);
+    fprintf (f, "},\n  \"wait_fraction\": %.4f,\n", busy > 0 ? self->wait_total / busy : 0.0);
+    fprintf (f, "  \"staleness_p50\": %.1f,\n  \"staleness_p99\": %.1f,\n  \"staleness_max\": %llu,\n",
+             s_staleness_pct (self, 0.5), s_staleness_pct (self, 0.99),
+             (unsigned long long) self->stale_max);
+    fprintf (f, "  \"dropped_gradients\": %llu,\n  \"regroups\": %llu,\n  \"regroup_times\": [",
+             (unsigned long long) self->dropped, (unsigned long long) self->regroups);
+    for (size_t i = 0; i < self->n_regroup_s; i++)
+        fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
+    fputs ("],\n", f);
+    kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
+    uint64_t done = sampler ? kd_sampler_epochs_completed (sampler) : 0;
+    fprintf (f, "  \"epochs_completed\": %llu,\n  \"epoch_row_share\": [", (unsigned long long) done);
+    //  Each epoch whose rows all went out and came back: exactly 1.0 when
+    //  every row was applied once.
+    for (uint64_t e = 0; sampler && e < done && e < S_MAX_EPOCH_LOG; e++)
+        fprintf (f, "%s%.6f", e ? ", " : "", kd_sampler_epoch_share (sampler, e));
+    fputs ("],\n  \"current_epoch_share\": ", f);
+    s_json_num (f, "%.6f", sampler ? kd_sampler_epoch_share (sampler, done) : NAN);
+    fputs (",\n", f);
+    s_write_workers (self, f);
+    fputs ("  \"stop_reason\": ", f);
+    s_json_str (f, self->reason);
+    fputs ("\n}\n", f);
+    fclose (f);
     const char *path = kd_config_str (self->config, "summary");
     if (*path) {
         //  Write then rename, so a reader never sees half a summary.
         char *tmp = zsys_sprintf ("%s.tmp", path);
-        FILE *f = fopen (tmp, "w");
-        if (f && fputs (json, f) >= 0 && fclose (f) == 0 && rename (tmp, path) == 0)
+        FILE *out = fopen (tmp, "w");
+        if (out && fputs (json, out) >= 0 && fclose (out) == 0 && rename (tmp, path) == 0)
             kd_info ("summary written path=%s", path);
         else
             kd_error ("cannot write summary path=%s: %s", path, strerror (errno));
         zstr_free (&tmp);
     }
-    kd_info ("summary accuracy=%s wall_seconds=%.1f updates=%llu samples=%llu",
-             acc, wall, (unsigned long long) self->updates, (unsigned long long) self->samples);
-    zstr_free (&json);
+    kd_info ("summary accuracy=%.4f wall_seconds=%.1f updates=%llu samples=%llu epochs=%llu",
+             self->accuracy, wall, (unsigned long long) self->updates,
+             (unsigned long long) self->samples, (unsigned long long) done);
+    free (json);
 }
 
 //  --------------------------------------------------------------------------
@@ -826,6 +927,26 @@ s_worker_gone (self_t *self, s_member_t *m, const char *why)
     }
 }
 
+//  Stop once the epochs are trained: enough rows applied, and every row of
+//  each whole epoch among them.
+static void
+s_check_epochs (self_t *self)
+{
+    kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
+    if (!sampler || self->state != S_TRAINING)
+        return;
+    double epochs = kd_config_double (self->config, "epochs");
+    uint64_t done = kd_sampler_epochs_completed (sampler);
+    if (done != self->epochs_done) {
+        kd_info ("epoch complete epochs=%llu applied_rows=%llu", (unsigned long long) done,
+                 (unsigned long long) kd_sampler_applied_rows (sampler));
+        self->epochs_done = done;
+    }
+    if ((double) kd_sampler_applied_rows (sampler) >= epochs * (double) self->train_rows
+    &&  (double) done >= floor (epochs))
+        s_finish (self, "epochs");
+}
+
 //  ARRIVE: a worker pushed its gradient everywhere and meets the barrier.
 static void
 s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
@@ -834,7 +955,7 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
         return;
     uint64_t clock = kd_msg_uint (msg, KD_F_CLOCK);
     uint64_t samples = kd_msg_uint (msg, KD_F_SAMPLES);
-    if (samples > 1000000) {
+    if (samples > S_MAX_BATCH) {
         s_error (self, m->routing_id, KD_ERR_MALFORMED, "samples out of range");
         return;
     }
@@ -848,6 +969,9 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
         s_send_release (self, m, &m->last_release);
         return;
     }
+    //  ASP/SSP: the staleness the shards saw when they applied it, read
+    //  by s_do_commit while the arrival is committed.
+    m->reported_tau = kd_msg_uint (msg, KD_F_STALENESS);
     if (kd_controller_arrive (self->ctl, (uint32_t) m->rank, clock, kd_msg_uint (msg, KD_F_BASE),
                               samples, now)) {
         //  A worker that rejoined can miss the RELEASE its rejoin produced
@@ -860,20 +984,28 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
             s_send_release (self, m, &m->last_release);
             return;
         }
-        char reason [96];
-        snprintf (reason, sizeof reason, "arrival rejected rank=%llu clock=%llu",
-                  (unsigned long long) m->rank, (unsigned long long) clock);
+        char reason [128];
+        snprintf (reason, sizeof reason, "arrival rejected rank=%llu clock=%llu samples=%llu "
+                  "(a gradient covers exactly its lease)", (unsigned long long) m->rank,
+                  (unsigned long long) clock, (unsigned long long) samples);
         s_error (self, m->routing_id, KD_ERR_STATE, reason);
         return;
     }
     double t = kd_now_msf ();
-    if (m->release_ms > 0)
+    if (m->release_ms > 0) {
         self->busy_total += t - m->release_ms;
+        m->iter_ms += t - m->release_ms;
+    }
     m->arrive_ms = t;
     m->waiting = true;
     m->has_arrived = true;
     m->arrive_clock = clock;
-    self->samples += samples;
+    m->iterations++;
+    double compute = kd_msg_float (msg, KD_F_COMPUTE_MS), emulated = kd_msg_float (msg, KD_F_EMULATED_MS);
+    if (isfinite (compute) && compute >= 0 && compute < 1e9)
+        m->compute_ms += compute;
+    if (isfinite (emulated) && emulated >= 0 && emulated < 1e9)
+        m->emulated_ms += emulated;
     //  The first arrival after a rejoin proves that any late push of the
     //  orphaned clock reached the shards before this clock's pushes (one
     //  connection keeps the order): dropping it again now leaves nothing
@@ -897,9 +1029,7 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
         self->have_loss = true;
     }
     s_drain (self);
-    double epochs = kd_config_double (self->config, "epochs");
-    if (self->train_rows && (double) self->samples >= epochs * (double) self->train_rows)
-        s_finish (self, "epochs");
+    s_check_epochs (self);
 }
 
 //  EVAL_OK: a test accuracy for some version.
@@ -919,9 +1049,29 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
     for (size_t i = 0; i < S_N_MILESTONES; i++)
         if (accuracy >= s_milestones [i] && (self->milestone_s [i] < 0 || at < self->milestone_s [i]))
             self->milestone_s [i] = at;
+    //  One evaluation is a noisy figure: the target is met when the mean of
+    //  the evaluations of the last second reaches it.
+    if (ts == 0)
+        ts = kd_wall_ms ();
+    self->acc_value [self->acc_at] = accuracy;
+    self->acc_ts [self->acc_at] = ts;
+    self->acc_at = (self->acc_at + 1) % S_ACC_HISTORY;
+    if (self->acc_n < S_ACC_HISTORY)
+        self->acc_n++;
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < self->acc_n; i++)
+        if (self->acc_ts [i] + S_ACC_WINDOW_MS > ts && self->acc_ts [i] <= ts) {
+            sum += self->acc_value [i];
+            n++;
+        }
+    double rolling = n > 0 ? sum / (double) n : accuracy;
     double target = kd_config_double (self->config, "target-accuracy");
-    if (self->state == S_TRAINING && target > 0 && accuracy >= target)
+    if (self->state == S_TRAINING && target > 0 && rolling >= target) {
+        self->stop_accuracy = rolling;
+        kd_info ("target met rolling_accuracy=%.4f evaluations=%zu target=%.4f", rolling, n, target);
         s_finish (self, "target-accuracy");
+    }
     if (self->state == S_FINISHING && version >= self->final_version)
         self->state = S_DONE;
 }
@@ -993,43 +1143,6 @@ s_on_message (self_t *self)
         }
     }
     kd_msg_destroy (&msg);
-}
-
-//  A "worker" message from the monitor's stream: the worker's iteration
-//  time without the barrier wait, averaged over the publish window, is its
-//  speed for ALSP's grouping.
-static void
-s_on_telemetry (self_t *self)
-{
-    zmsg_t *msg = zmsg_recv (self->telemetry);
-    zframe_t *body = msg && zmsg_size (msg) == 2 ? zmsg_last (msg) : NULL;
-    if (body && kd_msgpack_validate (zframe_data (body), zframe_size (body), 4) == 0) {
-        msgpack_unpacked up;
-        msgpack_unpacked_init (&up);
-        if (msgpack_unpack_next (&up, (const char *) zframe_data (body), zframe_size (body), NULL)
-            == MSGPACK_UNPACK_SUCCESS && up.data.type == MSGPACK_OBJECT_MAP) {
-            int64_t rank = -1;
-            double iter_ms = -1;
-            for (uint32_t i = 0; i < up.data.via.map.size; i++) {
-                msgpack_object *k = &up.data.via.map.ptr [i].key, *v = &up.data.via.map.ptr [i].val;
-                if (k->type != MSGPACK_OBJECT_STR)
-                    continue;
-                if (k->via.str.size == 4 && !memcmp (k->via.str.ptr, "rank", 4)
-                &&  v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 < S_MAX_WORKERS)
-                    rank = (int64_t) v->via.u64;
-                if (k->via.str.size == 7 && !memcmp (k->via.str.ptr, "iter_ms", 7)
-                &&  (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32))
-                    iter_ms = v->via.f64;
-            }
-            if (rank >= 0 && iter_ms > 0 && isfinite (iter_ms) && self->state == S_TRAINING
-            &&  kd_controller_is_active (self->ctl, (uint32_t) rank)) {
-                kd_controller_telemetry (self->ctl, (uint32_t) rank, iter_ms, kd_now_ms ());
-                s_drain (self);
-            }
-        }
-        msgpack_unpacked_destroy (&up);
-    }
-    zmsg_destroy (&msg);
 }
 
 //  --------------------------------------------------------------------------
@@ -1123,7 +1236,7 @@ s_on_tick (self_t *self)
 
 //  Build the controller from the config table.
 static kd_controller_t *
-s_controller_new (kd_config_t *c, uint64_t initial_version)
+s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
 {
     kd_controller_opts_t opts;
     int model = kd_consistency_parse (kd_config_str (c, "consistency"));
@@ -1136,8 +1249,14 @@ s_controller_new (kd_config_t *c, uint64_t initial_version)
     opts.group_ratio = kd_config_double (c, "group-ratio");
     opts.min_group = (uint32_t) kd_config_int (c, "min-group");
     opts.max_groups = (uint32_t) kd_config_int (c, "max-groups");
-    opts.global_sync_every = (uint32_t) kd_config_int (c, "global-sync-every");
+    opts.group_staleness = (uint32_t) kd_config_int (c, "group-staleness");
     opts.regroup_dwell_ms = (uint32_t) (kd_config_double (c, "regroup-dwell") * 1000);
+    if (kd_staleness_weight_parse (kd_config_str (c, "staleness-weight"), &opts.weight,
+                                   &opts.weight_lambda))
+        return NULL;
+    opts.rows = rows;
+    opts.batch = (uint32_t) kd_config_int (c, "batch");
+    opts.seed = (uint64_t) kd_config_int (c, "seed");
     opts.max_workers = S_MAX_WORKERS;
     opts.initial_version = initial_version;
     return kd_controller_new (&opts);
@@ -1161,13 +1280,17 @@ kd_scheduler_run (kd_config_t *config)
         kd_error ("more shards than parameters shards=%zu params=%zu", self->n_shards, self->n_params);
         return 2;
     }
-    self->ctl = s_controller_new (config, 0);
+    self->ctl = s_controller_new (config, 0, 0);
+    self->stop_accuracy = -1;
+    self->lease_rows = (uint32_t *) malloc (S_MAX_BATCH * sizeof (uint32_t));
+    assert (self->lease_rows);
     //  A fresh session id tells shards that state staged with an earlier
     //  scheduler instance will never be committed.
     uint64_t seed = kd_wall_ms () ^ ((uint64_t) getpid () << 32);
     self->session = kd_splitmix64 (&seed) | 1;
     if (!self->ctl) {
-        kd_error ("invalid consistency settings");
+        kd_error ("invalid consistency settings (staleness-weight is inverse, none or exp:LAMBDA)");
+        free (self->lease_rows);
         return 2;
     }
     self->by_name = zhashx_new ();
@@ -1184,24 +1307,11 @@ kd_scheduler_run (kd_config_t *config)
              zsock_endpoint (self->router), self->n_shards, self->min_workers,
              kd_model_kind_name (self->kind), kd_config_str (config, "consistency"));
 
-    //  ALSP groups workers by the speeds the monitor publishes.
-    if (!strcmp (kd_config_str (config, "consistency"), "alsp")) {
-        self->telemetry = zsock_new (ZMQ_SUB);
-        kd_socket_harden (self->telemetry, kd_config_int (config, "max-msg-bytes"));
-        kd_curve_client (kd_curve_process (), self->telemetry);
-        zsock_set_subscribe (self->telemetry, "worker");
-        if (zsock_connect (self->telemetry, "%s", kd_config_str (config, "monitor-pub")) != 0) {
-            kd_error ("cannot connect to monitor stream endpoint=%s", kd_config_str (config, "monitor-pub"));
-            goto cleanup;
-        }
-    }
     uint64_t now = kd_now_ms ();
     int status_ms = (int) kd_config_int (config, "status-ms");
     self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
     self->next_status = now + (uint64_t) status_ms;
     zpoller_t *poller = zpoller_new (self->router, NULL);
-    if (self->telemetry)
-        zpoller_add (poller, self->telemetry);
     while (self->state != S_DONE && !zsys_interrupted) {
         //  A short tick bounds LSP windows and run-time limits.
         void *which = zpoller_wait (poller, 20);
@@ -1213,9 +1323,6 @@ kd_scheduler_run (kd_config_t *config)
                     break;
             }
         }
-        else
-        if (which && which == self->telemetry)
-            s_on_telemetry (self);
         else
         if (zpoller_terminated (poller))
             break;
@@ -1246,11 +1353,11 @@ kd_scheduler_run (kd_config_t *config)
     zsock_set_linger (self->router, 1000);
     rc = 0;
 cleanup:
-    zsock_destroy (&self->telemetry);
     zsock_destroy (&self->router);
     zhashx_destroy (&self->by_id);
     zhashx_destroy (&self->by_name);
     kd_controller_destroy (&self->ctl);
     free (self->groups);
+    free (self->lease_rows);
     return rc;
 }

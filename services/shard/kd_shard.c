@@ -4,9 +4,11 @@
     range [lo, hi) and the optimizer settings.  Workers PUSH gradient slices
     that are only staged, keyed by (rank, clock); nothing is applied until the
     scheduler's COMMIT names them with their weights.  That keeps every shard
-    making the same decision for a given gradient.  A PULL that asks for a
-    version the shard does not have yet is parked and answered when a commit
-    creates it.
+    making the same decision for a given gradient.  Under ASP and SSP there
+    is no such decision to wait for: the shard applies each PUSH as it
+    arrives, as ps-lite's and Bosen's servers do, and its version counts
+    the gradients it applied.  A PULL that asks for a version the shard does
+    not have yet is parked and answered when a commit creates it.
 */
 #include "kd_shard.h"
 #include "kd_checkpoint.h"
@@ -91,6 +93,13 @@ typedef struct {
     uint64_t ckpt_version;      //  version of the last checkpoint
     uint64_t ckpt_at_ms;        //  monotonic ms of the last checkpoint
     uint64_t ckpt_written;      //  checkpoints written
+    bool direct;                //  ASP/SSP: apply pushes on arrival
+    uint64_t *last_push;        //  direct: by rank, clock + 1 and base of
+                                //  the last push applied (2 per rank), so a
+                                //  retry is acknowledged, not applied again
+    const float **step_grads;   //  s_on_commit scratch: gradients of a step
+    double *step_weights;       //  s_on_commit scratch: their weights
+    size_t step_cap;            //  entries the scratch holds
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -327,6 +336,7 @@ s_send_params (self_t *self, zframe_t *routing_id)
     kd_msg_set_uint (reply, KD_F_VERSION, self->version);
     kd_msg_set_uint (reply, KD_F_LO, self->lo);
     kd_msg_set_uint (reply, KD_F_TS_MS, self->version_ts);
+    kd_msg_set_uint (reply, KD_F_SAMPLES, self->samples);
     //  No copy: the frame borrows our buffer and holds a reference to it,
     //  and a commit that comes before ZeroMQ has sent it writes a copy
     //  (s_params_writable).
@@ -462,6 +472,8 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     }
     self->lr = kd_msg_float (msg, KD_F_LR);
     self->momentum = kd_msg_float (msg, KD_F_MOMENTUM);
+    const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+    self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
     if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
         kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
     //  A new scheduler instance will never commit what the old one saw
@@ -514,6 +526,26 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
              (unsigned long long) hi, self->lr, self->momentum);
 }
 
+//  One optimizer step from n weighted gradients.  With momentum:
+//  v = mu v + sum w_i g_i; x -= lr v.  Without, each gradient is applied
+//  straight from its received frame: x -= lr w_i g_i.
+static void
+s_apply_step (self_t *self, size_t n, const float *const *grads, const double *weights)
+{
+    s_params_writable (self);
+    if (self->momentum > 0)
+        cblas_sscal ((int) self->n, (float) self->momentum, self->velocity, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (self->momentum > 0)
+            cblas_saxpy ((int) self->n, (float) weights [i], grads [i], 1, self->velocity, 1);
+        else
+            cblas_saxpy ((int) self->n, (float) (-self->lr * weights [i]), grads [i], 1,
+                         self->params, 1);
+    }
+    if (self->momentum > 0)
+        cblas_saxpy ((int) self->n, (float) -self->lr, self->velocity, 1, self->params, 1);
+}
+
 //  COMMIT: apply the named gradients as one step.  Commits arrive in order
 //  on one connection, so a gap or a missing gradient only happens after we
 //  lost state (a restart, restored from a checkpoint): we then apply what
@@ -563,24 +595,21 @@ s_on_commit (self_t *self, kd_msg_t *msg)
                      (unsigned long long) version, missing, n);
             self->lost += missing;
         }
-        //  With momentum: v = mu v + sum w_i g_i; x -= lr v.  Without, apply
-        //  each gradient straight from its received frame: x -= lr w_i g_i.
-        s_params_writable (self);
-        if (self->momentum > 0)
-            cblas_sscal ((int) self->n, (float) self->momentum, self->velocity, 1);
+        if (n > self->step_cap) {
+            self->step_cap = n;
+            self->step_grads = (const float **) realloc (self->step_grads, n * sizeof (float *));
+            self->step_weights = (double *) realloc (self->step_weights, n * sizeof (double));
+            assert (self->step_grads && self->step_weights);
+        }
+        size_t found = 0;
         for (size_t i = 0; i < n; i++) {
             zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
             if (!g || zframe_size (g) != self->n * sizeof (float))
                 continue;
-            if (self->momentum > 0)
-                cblas_saxpy ((int) self->n, (float) weights [i],
-                             (const float *) zframe_data (g), 1, self->velocity, 1);
-            else
-                cblas_saxpy ((int) self->n, (float) (-self->lr * weights [i]),
-                             (const float *) zframe_data (g), 1, self->params, 1);
+            self->step_grads [found] = (const float *) zframe_data (g);
+            self->step_weights [found++] = weights [i];
         }
-        if (self->momentum > 0)
-            cblas_saxpy ((int) self->n, (float) -self->lr, self->velocity, 1, self->params, 1);
+        s_apply_step (self, found, self->step_grads, self->step_weights);
         self->version = version;
         self->version_ts = kd_msg_has (msg, KD_F_TS_MS) ? kd_msg_uint (msg, KD_F_TS_MS)
                                                          : kd_wall_ms ();
@@ -607,7 +636,6 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     s_checkpoint (self, false);
     s_release_parked (self);
     (void) nc;
-    (void) nw;
 }
 
 //  A message from the scheduler.
@@ -645,6 +673,49 @@ s_on_scheduler (self_t *self)
     kd_msg_destroy (&msg);
 }
 
+//  ASP/SSP PUSH: apply the gradient now, as its own step with weight 1, and
+//  answer with the version it made and the staleness it had here.  A retry
+//  (same rank, clock and base as the last push applied for that rank) is
+//  acknowledged without applying it again; a worker that rejoined and
+//  computes an old clock again does so on a newer base, and is applied.
+static void
+s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock)
+{
+    uint64_t base = kd_msg_uint (msg, KD_F_BASE);
+    if (!self->last_push) {
+        self->last_push = (uint64_t *) calloc (2 * S_MAX_RANKS, sizeof (uint64_t));
+        assert (self->last_push);
+    }
+    uint64_t *last = &self->last_push [2 * rank];
+    uint64_t tau = base <= self->version ? self->version - base : 0;
+    if (last [0] == clock + 1 && last [1] == base)
+        kd_debug ("push retry rank=%llu clock=%llu", (unsigned long long) rank,
+                  (unsigned long long) clock);
+    else {
+        size_t count = 0;
+        const float *g = kd_msg_data_floats (msg, &count);
+        double one = 1.0;
+        s_apply_step (self, 1, &g, &one);
+        self->version++;
+        self->version_ts = kd_wall_ms ();
+        self->samples += kd_msg_uint (msg, KD_F_SAMPLES);
+        self->commits++;
+        last [0] = clock + 1;
+        last [1] = base;
+    }
+    self->pushes++;
+    kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
+    kd_msg_set_routing_id (ok, kd_msg_routing_id (msg));
+    kd_msg_set_uint (ok, KD_F_CLOCK, clock);
+    kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+    kd_msg_set_uint (ok, KD_F_STALENESS, tau);
+    kd_msg_send (&ok, self->router);
+    kd_peer_set_version (self->peer, self->version);
+    kd_peer_set_samples (self->peer, self->samples);
+    s_checkpoint (self, false);
+    s_release_parked (self);
+}
+
 //  PUSH: stage a gradient slice.  Idempotent per (rank, clock).
 static void
 s_on_push (self_t *self, kd_msg_t *msg)
@@ -672,6 +743,10 @@ s_on_push (self_t *self, kd_msg_t *msg)
     //  received frame itself is staged, and a commit hands it to BLAS.
     if (!s_staged_find (self, rank, clock) && s_staged_count (self) >= S_MAX_STAGED) {
         s_error (self, id, KD_ERR_UNAVAILABLE, "too many staged gradients");
+        return;
+    }
+    if (self->direct) {
+        s_push_direct (self, msg, rank, clock);
         return;
     }
     zframe_t *data = kd_msg_take_data (msg);
@@ -854,6 +929,9 @@ kd_shard_run (kd_config_t *config)
     rc = 0;
 cleanup:
     s_staged_destroy (self);
+    free (self->last_push);
+    free (self->step_grads);
+    free (self->step_weights);
     zlistx_destroy (&self->parked);
     kd_peer_destroy (&self->peer);
     zsock_destroy (&self->router);

@@ -1,14 +1,18 @@
 /*  kd_worker: the training worker.
 
-    One iteration:  compute a gradient on the local model (version v_r) ->
-    PUSH each shard its slice -> ARRIVE at the scheduler -> wait for RELEASE
-    (the consistency decision) -> PULL the released version -> TELEMETRY.
+    One iteration:  compute a gradient on the rows of its lease, on the
+    local model (version v_r) -> PUSH each shard its slice -> ARRIVE at the
+    scheduler -> wait for RELEASE (the consistency decision, with the next
+    lease) -> PULL the released version -> TELEMETRY.  Under SSP the pull
+    is skipped while the cached model is fresh enough for the next clock,
+    as in Bosen's client cache.
     A worker is a client, so it waits for replies, but every wait polls the
     scheduler too (STOP, heartbeats) and has a deadline: a request that is
     not answered in time is sent again, which is safe because the shards
     de-duplicate pushes by (rank, clock) and pulls have no side effects.
 */
 #include "kd_worker.h"
+#include "kd_speed.h"
 #include <cblas.h>
 #include <math.h>
 
@@ -47,10 +51,8 @@ typedef struct {
     float *xbuf;                //  gathered batch rows
     uint8_t *ybuf;              //  gathered labels
     kd_dataset_t *data;         //  the whole training set
-    uint64_t part_lo, part_hi;  //  our partition of it
-    uint32_t *order;            //  shuffled row indices of the partition
-    size_t cursor;              //  next position in order
-    uint64_t rng;               //  xorshift state for shuffling
+    uint32_t *lease;            //  rows of the current lease
+    size_t lease_n;             //  rows in it
     uint64_t version;           //  version of params (min over shards)
     uint64_t clock;             //  clock we may compute
     uint64_t released_version;  //  version named by the last RELEASE
@@ -63,24 +65,22 @@ typedef struct {
     bool hetero;                //  dynamic heterogeneity on
     double hetero_period;       //  seconds between speed changes
     int timeout_ms;             //  request deadline before a retry
+    bool direct;                //  ASP/SSP: shards apply pushes on arrival
+    bool ssp;                   //  SSP: pull only when the cache is too old
+    uint64_t staleness;         //  SSP: s, clocks of slack
+    uint64_t min_clock;         //  min_clock named by the last RELEASE
+    bool cached;                //  SSP: params hold a pulled model
+    uint64_t cache_clock;       //  SSP: min_clock when it was pulled; it
+                                //  holds every update of earlier clocks
+    uint64_t push_tau;          //  direct: largest staleness the shards saw
+    uint64_t pulls_skipped;     //  SSP: iterations served from the cache
+    kd_speed_t *speed;          //  speed schedule, NULL = constant
     kd_msg_t *early_release;    //  a readmission RELEASE that came while we
                                 //  were not waiting for one (see s_on_scheduler)
 } self_t;
 
 //  --------------------------------------------------------------------------
 //  Small helpers
-
-//  xorshift64*: a fast seeded generator for the data order.
-static uint64_t
-s_rand (uint64_t *state)
-{
-    uint64_t x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
 
 //  One splitmix64 step from z, for stateless seeded choices.
 static uint64_t
@@ -104,57 +104,20 @@ kd_worker_hetero_factor (uint64_t seed, uint64_t rank, uint64_t period)
     return factor;
 }
 
-//  Current slowdown: static factor times the dynamic one.
+//  Current slowdown: the static factor times the dynamic one times the
+//  speed schedule's (which draws its per-iteration noise here).
 static double
 s_speed_factor (self_t *self)
 {
     double factor = self->slowdown;
-    if (self->hetero && self->t0_ms) {
-        uint64_t now = kd_wall_ms ();
-        double elapsed = now > self->t0_ms ? (double) (now - self->t0_ms) / 1000.0 : 0;
+    uint64_t now = kd_wall_ms ();
+    double elapsed = self->t0_ms && now > self->t0_ms ? (double) (now - self->t0_ms) / 1000.0 : 0;
+    if (self->hetero && self->t0_ms)
         factor *= kd_worker_hetero_factor (self->seed, self->rank,
                                            (uint64_t) (elapsed / self->hetero_period));
-    }
+    if (self->speed)
+        factor *= kd_speed_factor (self->speed, elapsed);
     return factor;
-}
-
-//  Reshuffle the partition's row order.
-static void
-s_shuffle (self_t *self)
-{
-    size_t n = (size_t) (self->part_hi - self->part_lo);
-    for (size_t i = 0; i < n; i++)
-        self->order [i] = (uint32_t) (self->part_lo + i);
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t) (s_rand (&self->rng) % i);
-        uint32_t t = self->order [i - 1];
-        self->order [i - 1] = self->order [j];
-        self->order [j] = t;
-    }
-    self->cursor = 0;
-}
-
-//  Take a new partition of the training set.
-static int
-s_set_partition (self_t *self, uint64_t lo, uint64_t hi)
-{
-    size_t total = kd_dataset_count (self->data);
-    if (hi > total || lo >= hi) {
-        kd_error ("bad partition lo=%llu hi=%llu rows=%zu",
-                  (unsigned long long) lo, (unsigned long long) hi, total);
-        return -1;
-    }
-    if (lo == self->part_lo && hi == self->part_hi && self->order)
-        return 0;
-    free (self->order);
-    self->part_lo = lo;
-    self->part_hi = hi;
-    self->order = (uint32_t *) malloc ((size_t) (hi - lo) * sizeof (uint32_t));
-    assert (self->order);
-    s_shuffle (self);
-    kd_info ("partition rank=%llu lo=%llu hi=%llu", (unsigned long long) self->rank,
-             (unsigned long long) lo, (unsigned long long) hi);
-    return 0;
 }
 
 //  --------------------------------------------------------------------------
@@ -190,13 +153,29 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     self->n_params = kd_model_param_count (kind, hidden);
     self->batch = batch;
     self->seed = kd_msg_uint (msg, KD_F_SEED);
-    self->rng = s_mix (self->seed ^ (self->rank + 1) * 0x9E3779B97F4A7C15ULL) | 1;
+    const char *spec = kd_config_str (self->config, "speed");
+    if (*spec) {
+        //  Seeded by the run's seed and our name: each run draws other
+        //  noise, and two workers with one schedule do not draw the same.
+        uint64_t seed = 0xcbf29ce484222325ull;
+        for (const char *p = kd_config_str (self->config, "name"); *p; p++)
+            seed = (seed ^ (uint8_t) *p) * 0x100000001b3ull;
+        char err [256];
+        self->speed = kd_speed_new (spec, kd_mix64 (seed ^ kd_mix64 (self->seed)), err, sizeof err);
+        if (!self->speed)
+            kd_error ("setting 'speed': %s", err);
+    }
+    const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+    self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
+    self->ssp = !strcmp (consistency, "ssp");
+    self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
     self->model = kd_model_new (kind, hidden, batch);
     self->params = (float *) calloc (self->n_params, sizeof (float));
     self->grad = (float *) calloc (self->n_params, sizeof (float));
     self->xbuf = (float *) malloc (batch * KD_INPUT_DIM * sizeof (float));
     self->ybuf = (uint8_t *) malloc (batch);
-    assert (self->model && self->params && self->grad && self->xbuf && self->ybuf);
+    self->lease = (uint32_t *) malloc (batch * sizeof (uint32_t));
+    assert (self->model && self->params && self->grad && self->xbuf && self->ybuf && self->lease);
     self->welcomed = true;
     kd_info ("registered rank=%llu model=%s batch=%zu", (unsigned long long) self->rank,
              kd_model_kind_name (kind), batch);
@@ -241,12 +220,6 @@ s_on_start (self_t *self, kd_msg_t *msg)
     }
     self->n_shards = n;
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
-    if (kd_msg_has (msg, KD_F_PART_HI)
-    &&  s_set_partition (self, kd_msg_uint (msg, KD_F_PART_LO), kd_msg_uint (msg, KD_F_PART_HI))) {
-        self->stop = true;
-        self->exit_code = 1;
-        return;
-    }
     self->started = true;
     kd_info ("start shards=%zu", n);
 }
@@ -433,8 +406,11 @@ s_push_request (self_t *self, size_t i)
     kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
     kd_msg_set_uint (msg, KD_F_RANK, self->rank);
     kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
-    kd_msg_set_uint (msg, KD_F_BASE, self->version);
+    //  Under ASP and SSP each shard counts its own versions and measures
+    //  staleness against the version we pulled from it.
+    kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
     kd_msg_set_uint (msg, KD_F_LO, s->lo);
+    kd_msg_set_uint (msg, KD_F_SAMPLES, self->lease_n);
     const float *slice = self->grad + s->lo;
     size_t bytes = (size_t) (s->hi - s->lo) * sizeof (float);
     //  The first push of a clock borrows the gradient: the next gradient is
@@ -457,7 +433,11 @@ static int
 s_push_reply (self_t *self, size_t i, kd_msg_t *reply)
 {
     (void) i;
-    return kd_msg_uint (reply, KD_F_CLOCK) == self->clock ? 0 : -1;
+    if (kd_msg_uint (reply, KD_F_CLOCK) != self->clock)
+        return -1;
+    if (kd_msg_uint (reply, KD_F_STALENESS) > self->push_tau)
+        self->push_tau = kd_msg_uint (reply, KD_F_STALENESS);
+    return 0;
 }
 
 //  PULL of the released version from one shard.
@@ -466,7 +446,8 @@ s_pull_request (self_t *self, size_t i)
 {
     (void) i;
     kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
-    kd_msg_set_uint (msg, KD_F_VERSION, self->released_version);
+    //  ASP and SSP take whatever each shard has: its versions are its own.
+    kd_msg_set_uint (msg, KD_F_VERSION, self->direct ? 0 : self->released_version);
     return msg;
 }
 
@@ -476,7 +457,7 @@ s_pull_reply (self_t *self, size_t i, kd_msg_t *reply)
     s_shard_t *s = &self->shards [i];
     size_t count = 0;
     const float *values = kd_msg_data_floats (reply, &count);
-    if (kd_msg_uint (reply, KD_F_VERSION) < self->released_version
+    if ((!self->direct && kd_msg_uint (reply, KD_F_VERSION) < self->released_version)
     ||  kd_msg_uint (reply, KD_F_LO) != s->lo || count != (size_t) (s->hi - s->lo))
         return -1;
     memcpy (self->params + s->lo, values, count * sizeof (float));
@@ -488,8 +469,17 @@ s_pull_reply (self_t *self, size_t i, kd_msg_t *reply)
 static int
 s_pull (self_t *self)
 {
+    //  SSP reads its cache while it holds every update of clocks below
+    //  clock - s: that is all the model SSP promises a worker at `clock`.
+    if (self->ssp && self->cached && self->cache_clock + self->staleness >= self->clock) {
+        self->pulls_skipped++;
+        return 0;
+    }
+    uint64_t known = self->min_clock;
     if (s_shard_round (self, s_pull_request, KD_MSG_PULL_OK, s_pull_reply))
         return -1;
+    self->cached = true;
+    self->cache_clock = known;
     //  Shards may be a commit apart; the gradient is then computed on a
     //  model at least as new as the oldest slice, which is what we report.
     uint64_t v = UINT64_MAX;
@@ -510,8 +500,22 @@ s_take_release (self_t *self, kd_msg_t *release)
     if (kd_msg_uint (release, KD_F_DROPPED))
         self->dropped++;
     self->group = kd_msg_uint (release, KD_F_GROUP);
-    if (kd_msg_has (release, KD_F_PART_HI))
-        s_set_partition (self, kd_msg_uint (release, KD_F_PART_LO), kd_msg_uint (release, KD_F_PART_HI));
+    self->min_clock = kd_msg_uint (release, KD_F_MIN_CLOCK);
+    //  The lease: the rows to train on next.  A row outside the training
+    //  set is a broken scheduler; it is left out and logged, and the
+    //  scheduler then refuses the arrival with a clear error.
+    size_t n = 0;
+    const uint64_t *rows = kd_msg_uints (release, KD_F_ROWS, &n);
+    size_t total = kd_dataset_count (self->data);
+    self->lease_n = 0;
+    for (size_t i = 0; i < n && self->lease_n < self->batch; i++) {
+        if (rows [i] < total)
+            self->lease [self->lease_n++] = (uint32_t) rows [i];
+        else
+            kd_error ("lease row out of range row=%llu rows=%zu", (unsigned long long) rows [i], total);
+    }
+    if (n > self->batch)
+        kd_error ("lease of %zu rows exceeds the batch of %zu", n, self->batch);
 }
 
 //  Sleep while still answering the scheduler (STOP, heartbeats).
@@ -536,23 +540,19 @@ s_sleep (self_t *self, double ms)
 //  --------------------------------------------------------------------------
 //  The training loop
 
-//  Gather the next minibatch of our partition.
+//  Gather the rows of our lease.
 static size_t
 s_next_batch (self_t *self)
 {
-    size_t n = (size_t) (self->part_hi - self->part_lo);
-    size_t rows = self->batch < n ? self->batch : n;
     const float *images = kd_dataset_images (self->data);
     const uint8_t *labels = kd_dataset_labels (self->data);
-    for (size_t r = 0; r < rows; r++) {
-        if (self->cursor >= n)
-            s_shuffle (self);
-        uint32_t row = self->order [self->cursor++];
+    for (size_t r = 0; r < self->lease_n; r++) {
+        uint32_t row = self->lease [r];
         memcpy (self->xbuf + r * KD_INPUT_DIM, images + (size_t) row * KD_INPUT_DIM,
                 KD_INPUT_DIM * sizeof (float));
         self->ybuf [r] = labels [row];
     }
-    return rows;
+    return self->lease_n;
 }
 
 //  Iterate until STOP.
@@ -565,16 +565,19 @@ s_train (self_t *self)
             break;
         double t_compute = kd_now_msf ();
         size_t rows = s_next_batch (self);
-        float loss = kd_model_gradient (self->model, self->params, self->xbuf, self->ybuf,
-                                        rows, self->grad);
+        float loss = rows > 0 ? kd_model_gradient (self->model, self->params, self->xbuf,
+                                                   self->ybuf, rows, self->grad)
+                              : 0;
         double real_ms = kd_now_msf () - t_compute;
         //  Injected heterogeneity: an emulated compute time, scaled by this
-        //  worker's speed factor, or a stretch of the real work.
+        //  worker's speed factor, which the real work counts toward; or,
+        //  without one, a stretch of the real work.
         double factor = s_speed_factor (self);
-        double extra = self->delay_ms > 0 ? self->delay_ms * factor : real_ms * (factor - 1);
-        if (extra > 0)
-            s_sleep (self, extra);
+        double emulated = self->delay_ms > 0 ? self->delay_ms * factor : real_ms * factor;
+        if (emulated > real_ms)
+            s_sleep (self, emulated - real_ms);
         double t_push = kd_now_msf ();
+        self->push_tau = 0;
         //  After a readmission the gradient is superseded: not pushed, so
         //  that no shard stages it after the scheduler dropped it.
         if (!self->early_release
@@ -594,9 +597,15 @@ s_train (self_t *self)
             }
             kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
             kd_msg_set_uint (arrive, KD_F_CLOCK, computed_clock);
-            kd_msg_set_uint (arrive, KD_F_BASE, self->version);
+            //  Under ASP and SSP the scheduler's version is only a count:
+            //  the base is the version it released us on.
+            kd_msg_set_uint (arrive, KD_F_BASE, self->direct ? self->released_version
+                                                             : self->version);
             kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
             kd_msg_set_float (arrive, KD_F_LOSS, isfinite (loss) ? loss : 1e30);
+            kd_msg_set_uint (arrive, KD_F_STALENESS, self->push_tau);
+            kd_msg_set_float (arrive, KD_F_COMPUTE_MS, t_push - t_compute);
+            kd_msg_set_float (arrive, KD_F_EMULATED_MS, emulated);
             kd_peer_send (self->peer, &arrive);
             release = s_wait_scheduler (self, KD_MSG_RELEASE, self->timeout_ms);
         }
@@ -636,6 +645,15 @@ kd_worker_run (kd_config_t *config)
     self->hetero_period = kd_config_double (config, "hetero-period");
     self->timeout_ms = (int) kd_config_int (config, "request-timeout-ms");
     self->exit_code = 0;
+    //  Checked now, built at WELCOME, which brings the run's seed.
+    if (*kd_config_str (config, "speed")) {
+        self->speed = kd_speed_new (kd_config_str (config, "speed"), 0, err, sizeof err);
+        if (!self->speed) {
+            kd_error ("setting 'speed': %s", err);
+            return 2;
+        }
+        kd_speed_destroy (&self->speed);
+    }
 
     self->data = kd_dataset_load_dir (kd_config_str (config, "data-dir"), "train", 0, 0,
                                       err, sizeof err);
@@ -659,6 +677,8 @@ kd_worker_run (kd_config_t *config)
         goto cleanup;
     }
     kd_peer_set_samples (self->peer, kd_dataset_count (self->data));
+    if (kd_config_int (config, "rank") >= 0)
+        kd_peer_set_rank (self->peer, (uint64_t) kd_config_int (config, "rank"));
     kd_peer_hello (self->peer);
     //  Registration: WELCOME, then START once the cluster is complete, then
     //  a first RELEASE that names our starting version and clock.
@@ -682,8 +702,9 @@ kd_worker_run (kd_config_t *config)
         kd_info ("leave rank=%llu clock=%llu", (unsigned long long) self->rank,
                  (unsigned long long) self->clock);
     }
-    kd_info ("exit rank=%llu clock=%llu version=%llu", (unsigned long long) self->rank,
-             (unsigned long long) self->clock, (unsigned long long) self->version);
+    kd_info ("exit rank=%llu clock=%llu version=%llu pulls_skipped=%llu", (unsigned long long) self->rank,
+             (unsigned long long) self->clock, (unsigned long long) self->version,
+             (unsigned long long) self->pulls_skipped);
 cleanup:
     for (size_t i = 0; i < self->n_shards; i++) {
         zsock_destroy (&self->shards [i].sock);
@@ -698,6 +719,7 @@ cleanup:
     free (self->grad);
     free (self->xbuf);
     free (self->ybuf);
-    free (self->order);
+    free (self->lease);
+    kd_speed_destroy (&self->speed);
     return self->exit_code;
 }

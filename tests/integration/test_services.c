@@ -487,38 +487,7 @@ Test (services, sigterm_to_local_leaves_no_orphans)
     cr_expect_eq (s_count_procs (needle), 0, "services left running after kudus local stopped");
 }
 
-Test (services, experiment_writes_csv_plot_and_table)
-{
-    char out [256], port [16], log [256], path [320];
-    snprintf (out, sizeof out, "%s/exp", s_dir);
-    snprintf (port, sizeof port, "%d", s_port);
-    snprintf (log, sizeof log, "%s/experiment.log", s_dir);
-    const char *argv [] = { "kudus", "experiment", "static-straggler", "--out", out, "--seeds", "1",
-                            "--workers", "3", "--epochs", "0.3", "--delay-ms", "1", "--base-port", port,
-                            NULL };
-    pid_t pid = kd_test_spawn (argv, log);
-    int status = -1;
-    bool exited = kd_test_wait (pid, 150000, &status);
-    kd_test_kill (pid);
-    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
-        s_dump (log);
-    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "experiment failed");
-    snprintf (path, sizeof path, "%s/results.md", out);
-    char *md = kd_test_slurp (path);
-    cr_assert (md, "no results.md");
-    const char *models [] = { "| bsp |", "| asp |", "| ssp |", "| lsp |", "| alsp |" };
-    for (int i = 0; i < 5; i++)
-        cr_expect (strstr (md, models [i]), "results.md lacks %s", models [i]);
-    free (md);
-    snprintf (path, sizeof path, "%s/accuracy.csv", out);
-    char *csv = kd_test_slurp (path);
-    cr_assert (csv, "no accuracy.csv");
-    cr_expect (strstr (csv, "static-straggler,alsp,1,"), "curve has no alsp points");
-    free (csv);
-    snprintf (path, sizeof path, "%s/accuracy.png", out);
-    struct stat st;
-    cr_expect (stat (path, &st) == 0 && st.st_size > 1000, "no plot");
-}
+//  `kudus experiment` has its own suite: tests/integration/test_experiment.c.
 
 //  Pid of the process whose command line holds both strings; 0 if none.
 static pid_t
