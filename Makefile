@@ -6,12 +6,15 @@ CMAKE_FLAGS ?=
 JOBS ?= 2
 RUN_FLAGS ?=
 
-.PHONY: all deps build run test sanitize clean
+.PHONY: all deps test-deps build run test sanitize clean
 
 all: build
 
 deps:
 	@bash deploy/install-deps.sh
+
+test-deps:
+	@bash deploy/install-deps.sh test
 
 build: deps
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
@@ -20,7 +23,7 @@ build: deps
 run: build
 	$(BUILD_DIR)/kudus local --summary $(BUILD_DIR)/summary.json $(RUN_FLAGS)
 
-test: build
+test: test-deps build
 	cd $(BUILD_DIR) && ctest --output-on-failure $(CTEST_FLAGS)
 
 sanitize:

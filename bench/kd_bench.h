@@ -12,7 +12,7 @@
 #ifndef KD_BENCH_H_INCLUDED
 #define KD_BENCH_H_INCLUDED
 
-#include "kudus.h"
+#include "kd_internal.h"
 #include <signal.h>
 #include <sys/types.h>
 

@@ -17,7 +17,8 @@
 #   error "checkpoints store float32 arrays in host order, which must be little-endian"
 #endif
 
-#define S_MAGIC         "KDCKPT01"
+#define S_MAGIC         "KDCKPT02"
+#define S_MAGIC_V1      "KDCKPT01"      //  read only: n_state 1, no optimizer fields
 #define S_MAX_FILES     4096            //  checkpoints listed in one directory
 #define S_PREFIX        "ckpt-"
 #define S_SUFFIX        ".kdc"
@@ -26,7 +27,7 @@
 enum {
     S_OFF_VERSION = 8, S_OFF_SAMPLES = 16, S_OFF_RANK = 24, S_OFF_LO = 32,
     S_OFF_HI = 40, S_OFF_N_PARAMS = 48, S_OFF_KIND = 56, S_OFF_HIDDEN = 60,
-    S_OFF_TS = 64
+    S_OFF_TS = 64, S_OFF_N_STATE = 72, S_OFF_OPT_KIND = 76, S_OFF_OPT_STEPS = 80
 };
 
 static void
@@ -173,7 +174,7 @@ s_free_names (char **names, int n)
 
 int
 kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
-                     const float *params, const float *velocity,
+                     const float *params, const float *state,
                      int keep, char *err, size_t err_size)
 {
     if (meta->hi <= meta->lo || meta->hi - meta->lo > KD_CHECKPOINT_MAX_KEYS) {
@@ -181,7 +182,12 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
                   (unsigned long long) meta->lo, (unsigned long long) meta->hi);
         return -1;
     }
+    if (meta->n_state > KD_CHECKPOINT_MAX_STATE || (meta->n_state > 0 && !state)) {
+        snprintf (err, err_size, "bad optimizer state: %u buffers", meta->n_state);
+        return -1;
+    }
     size_t count = (size_t) (meta->hi - meta->lo);
+    size_t state_bytes = (size_t) meta->n_state * count * sizeof (float);
     uint8_t header [KD_CHECKPOINT_HEADER] = { 0 };
     memcpy (header, S_MAGIC, 8);
     s_put64 (header + S_OFF_VERSION, meta->version);
@@ -193,11 +199,15 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
     s_put32 (header + S_OFF_KIND, meta->kind);
     s_put32 (header + S_OFF_HIDDEN, meta->hidden);
     s_put64 (header + S_OFF_TS, meta->ts_ms);
+    s_put32 (header + S_OFF_N_STATE, meta->n_state);
+    s_put32 (header + S_OFF_OPT_KIND, meta->opt_kind);
+    s_put64 (header + S_OFF_OPT_STEPS, meta->opt_steps);
 
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
     crc = s_crc (crc, params, count * sizeof (float));
-    crc = s_crc (crc, velocity, count * sizeof (float));
+    if (state_bytes > 0)
+        crc = s_crc (crc, state, state_bytes);
     uint8_t trailer [4];
     s_put32 (trailer, (uint32_t) crc);
 
@@ -213,7 +223,7 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
     }
     if (s_write_all (fd, header, sizeof header)
     ||  s_write_all (fd, params, count * sizeof (float))
-    ||  s_write_all (fd, velocity, count * sizeof (float))
+    ||  (state_bytes > 0 && s_write_all (fd, state, state_bytes))
     ||  s_write_all (fd, trailer, sizeof trailer)
     ||  fsync (fd)) {
         snprintf (err, err_size, "cannot write %s: %s", tmp, strerror (errno));
@@ -242,24 +252,25 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
 
 int
 kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
-                    float **params_p, float **velocity_p,
+                    float **params_p, float **state_p,
                     char *err, size_t err_size)
 {
-    *params_p = *velocity_p = NULL;
+    *params_p = *state_p = NULL;
     FILE *f = fopen (path, "rb");
     if (!f) {
         snprintf (err, err_size, "cannot open %s: %s", path, strerror (errno));
         return -1;
     }
     int rc = -2;
-    float *params = NULL, *velocity = NULL;
+    float *params = NULL, *state = NULL;
     uint8_t header [KD_CHECKPOINT_HEADER], trailer [4];
     struct stat st;
     if (fstat (fileno (f), &st) || fread (header, 1, sizeof header, f) != sizeof header) {
         snprintf (err, err_size, "%s: shorter than a header", path);
         goto done;
     }
-    if (memcmp (header, S_MAGIC, 8) != 0) {
+    bool v1 = memcmp (header, S_MAGIC_V1, 8) == 0;
+    if (!v1 && memcmp (header, S_MAGIC, 8) != 0) {
         snprintf (err, err_size, "%s: not a Kudus checkpoint (bad magic)", path);
         goto done;
     }
@@ -272,8 +283,16 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
         .n_params = s_get64 (header + S_OFF_N_PARAMS),
         .kind = s_get32 (header + S_OFF_KIND),
         .hidden = s_get32 (header + S_OFF_HIDDEN),
-        .ts_ms = s_get64 (header + S_OFF_TS)
+        .ts_ms = s_get64 (header + S_OFF_TS),
+        .n_state = v1 ? 1 : s_get32 (header + S_OFF_N_STATE),
+        .opt_kind = v1 ? 0 : s_get32 (header + S_OFF_OPT_KIND),
+        .opt_steps = v1 ? s_get64 (header + S_OFF_VERSION) : s_get64 (header + S_OFF_OPT_STEPS)
     };
+    if (m.n_state > KD_CHECKPOINT_MAX_STATE) {
+        snprintf (err, err_size, "%s: %u optimizer state buffers, at most %d", path, m.n_state,
+                  KD_CHECKPOINT_MAX_STATE);
+        goto done;
+    }
     //  Check the declared sizes against the file before allocating.
     if (m.hi <= m.lo || m.hi > m.n_params || m.hi - m.lo > KD_CHECKPOINT_MAX_KEYS) {
         snprintf (err, err_size, "%s: bad range lo=%llu hi=%llu params=%llu", path,
@@ -282,21 +301,22 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
         goto done;
     }
     size_t count = (size_t) (m.hi - m.lo);
-    uint64_t expect = KD_CHECKPOINT_HEADER + 2 * (uint64_t) count * sizeof (float) + 4;
+    uint64_t expect = KD_CHECKPOINT_HEADER + (1 + (uint64_t) m.n_state) * count * sizeof (float) + 4;
     if ((uint64_t) st.st_size != expect) {
         snprintf (err, err_size, "%s: %lld bytes, expected %llu (truncated or padded)", path,
                   (long long) st.st_size, (unsigned long long) expect);
         goto done;
     }
+    size_t n_state = (size_t) m.n_state * count;
     params = (float *) malloc (count * sizeof (float));
-    velocity = (float *) malloc (count * sizeof (float));
-    if (!params || !velocity) {
+    state = n_state > 0 ? (float *) malloc (n_state * sizeof (float)) : NULL;
+    if (!params || (n_state > 0 && !state)) {
         snprintf (err, err_size, "%s: out of memory for %zu keys", path, count);
         rc = -1;
         goto done;
     }
     if (fread (params, sizeof (float), count, f) != count
-    ||  fread (velocity, sizeof (float), count, f) != count
+    ||  (n_state > 0 && fread (state, sizeof (float), n_state, f) != n_state)
     ||  fread (trailer, 1, 4, f) != 4) {
         snprintf (err, err_size, "%s: short read", path);
         goto done;
@@ -304,26 +324,27 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
     crc = s_crc (crc, params, count * sizeof (float));
-    crc = s_crc (crc, velocity, count * sizeof (float));
+    if (n_state > 0)
+        crc = s_crc (crc, state, n_state * sizeof (float));
     if ((uint32_t) crc != s_get32 (trailer)) {
         snprintf (err, err_size, "%s: CRC mismatch", path);
         goto done;
     }
     *meta = m;
     *params_p = params;
-    *velocity_p = velocity;
-    params = velocity = NULL;
+    *state_p = state;
+    params = state = NULL;
     rc = 0;
 done:
     free (params);
-    free (velocity);
+    free (state);
     fclose (f);
     return rc;
 }
 
 int
 kd_checkpoint_load_latest (const char *dir, kd_checkpoint_meta_t *meta,
-                           float **params, float **velocity,
+                           float **params, float **state,
                            char *path, size_t path_size,
                            char *err, size_t err_size)
 {
@@ -338,7 +359,7 @@ kd_checkpoint_load_latest (const char *dir, kd_checkpoint_meta_t *meta,
     for (int i = n - 1; i >= 0 && rc != 0; i--) {
         char file [4096], why [512];
         snprintf (file, sizeof file, "%s/%s", dir, names [i]);
-        if (kd_checkpoint_read (file, meta, params, velocity, why, sizeof why) == 0) {
+        if (kd_checkpoint_read (file, meta, params, state, why, sizeof why) == 0) {
             if (path)
                 snprintf (path, path_size, "%s", file);
             rc = 0;

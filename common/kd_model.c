@@ -88,6 +88,29 @@ s_layout (kd_model_kind_t kind, uint32_t hidden)
     return l;
 }
 
+//  The model's tensors, from the same layout.
+size_t
+kd_model_tensors (kd_model_kind_t kind, uint32_t hidden, kd_tensor_t *out, size_t max)
+{
+    s_layout_t l = s_layout (kind, hidden);
+    size_t h = kind == KD_MODEL_SOFTMAX ? KD_CLASSES : hidden;
+    kd_tensor_t all [4] = {
+        { "W1", l.w1, l.b1 - l.w1, KD_INPUT_DIM, h },
+        { "b1", l.b1, h, h, 1 },
+        { "W2", l.w2, l.b2 - l.w2, h, KD_CLASSES },
+        { "b2", l.b2, KD_CLASSES, KD_CLASSES, 1 }
+    };
+    size_t n = 4;
+    if (kind == KD_MODEL_SOFTMAX) {
+        all [0] = (kd_tensor_t) { "W", l.w1, l.b1 - l.w1, KD_INPUT_DIM, KD_CLASSES };
+        all [1] = (kd_tensor_t) { "b", l.b1, KD_CLASSES, KD_CLASSES, 1 };
+        n = 2;
+    }
+    for (size_t i = 0; i < n && i < max; i++)
+        out [i] = all [i];
+    return n;
+}
+
 //  Number of parameters of a model.
 size_t
 kd_model_param_count (kd_model_kind_t kind, uint32_t hidden)

@@ -105,6 +105,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (ROWS,          "rows",         UINTS),
     S_FIELD (MIN_CLOCK,     "min_clock",    UINT),
     S_FIELD (EMULATED_MS,   "emulated_ms",  FLOAT),
+    S_FIELD (OPTIMIZER,     "optimizer",    STR),
 };
 
 typedef enum {

@@ -27,13 +27,14 @@ struct _kd_peer_t {
 //  Connect to the scheduler.
 kd_peer_t *
 kd_peer_new (const char *scheduler, const char *role, const char *name,
-             int64_t max_msg_bytes, int heartbeat_ms, int liveness)
+             int64_t max_msg_bytes, int heartbeat_ms, int liveness, kd_curve_t *curve)
 {
     zsock_t *sock = zsock_new (ZMQ_DEALER);
     if (!sock)
         return NULL;
     kd_socket_harden (sock, max_msg_bytes);
-    kd_curve_client (kd_curve_process (), sock);
+    //  CURVE options must be set before the connect.
+    kd_curve_client (curve ? curve : kd_curve_process (), sock);
     if (zsock_connect (sock, "%s", scheduler) != 0) {
         zsock_destroy (&sock);
         return NULL;

@@ -13,6 +13,11 @@ packages=(
     gnuplot-nox
     python3
 )
+# `install-deps.sh test`: also what the test suites need beyond the build
+# (the optimizer is checked against PyTorch's).
+if [ "${1:-}" = "test" ]; then
+    packages+=(python3-numpy python3-torch python3-pytest)
+fi
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then
     read -r -a extra <<< "$KUDUS_EXTRA_PACKAGES"

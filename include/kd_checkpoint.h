@@ -1,6 +1,7 @@
 /*  kd_checkpoint: durable snapshots of one shard's key range.
 
-    A checkpoint holds a shard's parameters, its momentum buffer, its
+    A checkpoint holds a shard's parameters, its optimizer's state
+    (kd_optimizer: none, one or two buffers, and its step count), its
     version and enough of the model's identity to refuse a checkpoint that
     belongs to another model or range.  Writing is atomic: the bytes go to a
     temporary file in the same directory, which is fsynced, renamed over its
@@ -10,11 +11,13 @@
     torn write on a filesystem that lies about fsync, bit rot).
 
     File layout (little-endian):
-        header   128 bytes: magic "KDCKPT01", then the fields of
+        header   128 bytes: magic "KDCKPT02", then the fields of
                  kd_checkpoint_meta_t, zero padding
         params   count float32
-        velocity count float32
+        state    n_state * count float32
         crc      uint32, CRC-32 of everything before it
+    Version 1 files ("KDCKPT01", written before optimizers were chosen per
+    run) are read as n_state 1, the momentum buffer of SGD.
     Files are named ckpt-<version, 20 digits>.kdc, so the newest sorts last.
 */
 #ifndef KD_CHECKPOINT_H_INCLUDED
@@ -30,6 +33,7 @@ extern "C" {
 
 #define KD_CHECKPOINT_HEADER   128
 #define KD_CHECKPOINT_MAX_KEYS (1ULL << 32)    //  floats per range at most
+#define KD_CHECKPOINT_MAX_STATE 2               //  optimizer state buffers at most
 
 //  What a checkpoint says about itself.
 typedef struct {
@@ -41,31 +45,36 @@ typedef struct {
     uint32_t kind;              //  kd_model_kind_t
     uint32_t hidden;            //  mlp hidden units
     uint64_t ts_ms;             //  wall clock ms when written
+    uint32_t n_state;           //  optimizer state buffers (0..KD_CHECKPOINT_MAX_STATE)
+    uint32_t opt_kind;          //  kd_opt_kind_t of the optimizer (0: unknown, v1)
+    uint64_t opt_steps;         //  optimizer steps taken
 } kd_checkpoint_meta_t;
 
-//  Write a checkpoint of hi - lo params and velocity into dir, then delete
-//  all but the newest `keep` checkpoints.  Returns 0, or -1 with a reason
-//  in err.
+//  Write a checkpoint of hi - lo params and meta->n_state buffers of
+//  state (one block of n_state * (hi - lo) floats; NULL when n_state is 0)
+//  into dir, then delete all but the newest `keep` checkpoints.  Returns
+//  0, or -1 with a reason in err.
 int
     kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
-                         const float *params, const float *velocity,
+                         const float *params, const float *state,
                          int keep, char *err, size_t err_size);
 
 //  Read and verify one checkpoint file.  On success returns 0 and sets
-//  meta and two new arrays (caller frees).  Returns -1 if the file cannot
+//  meta, params and state (a block of n_state * count floats, NULL when
+//  n_state is 0): new arrays, caller frees.  Returns -1 if the file cannot
 //  be read, -2 if it is malformed, truncated or fails its CRC.
 int
     kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
-                        float **params, float **velocity,
+                        float **params, float **state,
                         char *err, size_t err_size);
 
 //  Load the newest valid checkpoint in dir, skipping (and logging) corrupt
 //  or truncated ones and deleting leftover temporary files.  Returns 0 and
-//  fills meta, params, velocity and path (if not NULL); 1 if dir holds no
+//  fills meta, params, state and path (if not NULL); 1 if dir holds no
 //  valid checkpoint; -1 if dir cannot be read.
 int
     kd_checkpoint_load_latest (const char *dir, kd_checkpoint_meta_t *meta,
-                               float **params, float **velocity,
+                               float **params, float **state,
                                char *path, size_t path_size,
                                char *err, size_t err_size);
 

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kd_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,11 @@ const char *
 //  Number of parameters of a model (hidden is ignored for softmax).
 size_t
     kd_model_param_count (kd_model_kind_t kind, uint32_t hidden);
+
+//  The model's tensors, in flat order: W, b for softmax; W1, b1, W2, b2
+//  for mlp.  Writes at most max into out; returns how many there are.
+size_t
+    kd_model_tensors (kd_model_kind_t kind, uint32_t hidden, kd_tensor_t *out, size_t max);
 
 //  Deterministic initial values for keys [lo, hi) of the flat vector, from
 //  a seed.  Key i's value depends only on (kind, hidden, seed, i), so any

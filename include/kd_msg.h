@@ -159,6 +159,7 @@ typedef enum {
     KD_F_ROWS,          //  uints  training rows of a lease (RELEASE)
     KD_F_MIN_CLOCK,     //  uint   cluster min_clock at a RELEASE (SSP cache)
     KD_F_EMULATED_MS,   //  float  emulated compute the worker aimed for
+    KD_F_OPTIMIZER,     //  str    the shards' update rule, a kd_optimizer spec
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 

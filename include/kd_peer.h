@@ -11,6 +11,7 @@
 #define KD_PEER_H_INCLUDED
 
 #include "kd_msg.h"
+#include "kd_curve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,11 +19,12 @@ extern "C" {
 
 typedef struct _kd_peer_t kd_peer_t;
 
-//  Connect to the scheduler.  role is "worker", "shard" or "monitor".
-//  NULL if the endpoint is invalid.  Caller owns return value.
+//  Connect to the scheduler.  role is "worker", "shard" or "monitor";
+//  curve is the CURVE instance to use, NULL for the process's.  NULL if
+//  the endpoint is invalid.  Caller owns return value.
 kd_peer_t *
     kd_peer_new (const char *scheduler, const char *role, const char *name,
-                 int64_t max_msg_bytes, int heartbeat_ms, int liveness);
+                 int64_t max_msg_bytes, int heartbeat_ms, int liveness, kd_curve_t *curve);
 
 //  Destroy and null the caller's pointer.
 void

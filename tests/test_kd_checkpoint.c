@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "kd_checkpoint.h"
+#include <zlib.h>
 #include "kd_testutil.h"
 
 #define N 1000
@@ -20,7 +21,8 @@ s_meta (uint64_t version)
 {
     return (kd_checkpoint_meta_t) {
         .version = version, .samples = version * 32, .rank = 1, .lo = 500,
-        .hi = 500 + N, .n_params = 7850, .kind = 0, .hidden = 0, .ts_ms = 1234
+        .hi = 500 + N, .n_params = 7850, .kind = 0, .hidden = 0, .ts_ms = 1234,
+        .n_state = 1, .opt_kind = 1, .opt_steps = version + 3
     };
 }
 
@@ -79,6 +81,9 @@ Test (kd_checkpoint, round_trip)
     cr_assert_eq (meta.hi, 500 + N);
     cr_assert_eq (meta.rank, 1);
     cr_assert_eq (meta.n_params, 7850);
+    cr_assert_eq (meta.n_state, 1);
+    cr_assert_eq (meta.opt_kind, 1);
+    cr_assert_eq (meta.opt_steps, 10);
     float ep [N], ev [N];
     s_fill (ep, ev, 7);
     cr_assert_arr_eq (p, ep, sizeof ep);
@@ -220,4 +225,97 @@ Test (kd_checkpoint, parse_every)
     cr_assert_eq (kd_checkpoint_parse_every ("2.5", &s, &v), -1);
     cr_assert_eq (kd_checkpoint_parse_every ("10m", &s, &v), -1);
     cr_assert_eq (kd_checkpoint_parse_every ("abc", &s, &v), -1);
+}
+
+Test (kd_checkpoint, optimizer_state_of_zero_and_two_buffers)
+{
+    char *dir = kd_test_tmpdir ();
+    static float p [N], st [2 * N];
+    for (int i = 0; i < N; i++) {
+        p [i] = (float) i;
+        st [i] = 0.25f * (float) i;
+        st [N + i] = -1.0f - (float) i;
+    }
+    kd_checkpoint_meta_t meta = s_meta (40);
+    meta.n_state = 2;
+    meta.opt_kind = 4;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, p, st, 3, err, sizeof err), 0, "%s", err);
+    float *rp = NULL, *rs = NULL;
+    kd_checkpoint_meta_t got;
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.n_state, 2);
+    cr_expect_eq (got.opt_kind, 4);
+    cr_expect_eq (got.opt_steps, 43);
+    cr_expect_arr_eq (rp, p, sizeof p);
+    cr_expect_arr_eq (rs, st, sizeof st);
+    free (rp);
+    free (rs);
+    //  Plain SGD keeps no state: no block, and none comes back.
+    meta = s_meta (41);
+    meta.n_state = 0;
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, p, NULL, 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.version, 41);
+    cr_expect_eq (got.n_state, 0);
+    cr_expect_null (rs);
+    free (rp);
+    //  More buffers than any optimizer keeps is refused on write.
+    meta.n_state = 3;
+    cr_expect_eq (kd_checkpoint_write (dir, &meta, p, st, 3, err, sizeof err), -1);
+    free (dir);
+}
+
+Test (kd_checkpoint, version_1_files_still_load)
+{
+    //  A version 1 file: magic KDCKPT01, params then one velocity buffer,
+    //  no optimizer fields; written here byte by byte.
+    char *dir = kd_test_tmpdir ();
+    char *path = s_path (dir, 9);
+    unsigned char header [128] = "KDCKPT01";
+    uint64_t fields [7] = { 9, 288, 1, 0, 4, 4, 0 };   //  version samples rank lo hi n_params kind|hidden
+    memcpy (header + 8, fields, sizeof fields);
+    float body [8] = { 1, 2, 3, 4, -1, -2, -3, -4 };
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    crc = crc32 (crc, header, sizeof header);
+    crc = crc32 (crc, (const Bytef *) body, sizeof body);
+    uint32_t c32 = (uint32_t) crc;
+    FILE *f = fopen (path, "w");
+    fwrite (header, 1, sizeof header, f);
+    fwrite (body, 1, sizeof body, f);
+    fwrite (&c32, 1, 4, f);
+    fclose (f);
+    float *p = NULL, *v = NULL;
+    kd_checkpoint_meta_t meta;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (meta.n_state, 1);
+    cr_expect_eq (meta.opt_kind, 0);
+    cr_expect_eq (meta.opt_steps, 9);
+    cr_expect_float_eq (v [3], -4.0f, 0);
+    free (p);
+    free (v);
+    free (path);
+    free (dir);
+}
+
+Test (kd_checkpoint, too_many_state_buffers_is_malformed)
+{
+    char *dir = kd_test_tmpdir ();
+    s_write (dir, 30, 3);
+    char *path = s_path (dir, 30);
+    //  Claim 3 state buffers in the header (offset 72).
+    int fd = open (path, O_RDWR);
+    cr_assert (fd >= 0);
+    unsigned char three = 3;
+    cr_assert_eq (pwrite (fd, &three, 1, 72), 1);
+    close (fd);
+    float *p = NULL, *v = NULL;
+    kd_checkpoint_meta_t meta;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_read (path, &meta, &p, &v, err, sizeof err), -2);
+    cr_expect (strstr (err, "state"), "%s", err);
+    cr_expect_null (p);
+    free (path);
+    free (dir);
 }

@@ -5,7 +5,7 @@
 #include <criterion/criterion.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_testutil.h"
 
 static char *s_dir;             //  fresh temporary directory per test

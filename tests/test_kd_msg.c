@@ -496,6 +496,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_SESSION, "session", KD_FT_UINT }, { KD_F_LOST, "lost", KD_FT_UINT },
         { KD_F_ROWS, "rows", KD_FT_UINTS }, { KD_F_MIN_CLOCK, "min_clock", KD_FT_UINT },
         { KD_F_EMULATED_MS, "emulated_ms", KD_FT_FLOAT },
+        { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

@@ -2,7 +2,7 @@
 */
 #ifndef KD_CLI_H_INCLUDED
 #define KD_CLI_H_INCLUDED
-#include "kudus.h"
+#include "kd_internal.h"
 #include <msgpack.h>
 
 //  kudus local: a whole cluster as child processes on loopback.

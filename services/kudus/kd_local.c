@@ -326,6 +326,7 @@ kd_local_main (int argc, char **argv)
         return rc;
     char err [512];
     int workers = (int) kd_config_int (c, "workers");
+    int external = (int) kd_config_int (c, "external-workers");
     int shards = (int) kd_config_int (c, "shards");
     int port = (int) kd_config_int (c, "base-port");
     bool quiet = kd_config_bool (c, "quiet");
@@ -339,6 +340,11 @@ kd_local_main (int argc, char **argv)
     const char *speeds = kd_config_str (c, "speeds");
     if (s_check_speeds (speeds, workers, err, sizeof err)) {
         fprintf (stderr, "kudus local: %s\n", err);
+        kd_config_destroy (&c);
+        return 2;
+    }
+    if (workers + external == 0) {
+        fprintf (stderr, "kudus local: settings 'workers' and 'external-workers': no worker at all\n");
         kd_config_destroy (&c);
         return 2;
     }
@@ -432,6 +438,7 @@ kd_local_main (int argc, char **argv)
     //  Scheduler, with every training and consistency setting.
     static const char *sched_settings [] = {
         "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
+        "optimizer", "beta1", "beta2", "eps", "weight-decay", "lr-schedule", "warmup-steps",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "group-ratio", "min-group", "max-groups", "group-staleness",
         "staleness-weight",
@@ -440,7 +447,7 @@ kd_local_main (int argc, char **argv)
     s_arg (&a, "%s/kudus-scheduler", bindir);
     s_arg (&a, "--bind"); s_arg (&a, "%s", sched_ep);
     s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", pub_ep);
-    s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers);
+    s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers + external);
     s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
@@ -495,6 +502,9 @@ kd_local_main (int argc, char **argv)
         printf ("kudus: local cluster: scheduler %s, monitor %s (stream %s), %d shards, %d workers, "
                 "%s/%s\n", sched_ep, intake_ep, pub_ep, shards, workers,
                 kd_config_str (c, "model"), kd_config_str (c, "consistency"));
+    if (rc == 0 && external > 0)
+        printf ("kudus: waiting for %d external worker(s): connect them to scheduler %s, "
+                "telemetry to %s\n", external, sched_ep, intake_ep);
     fflush (stdout);
 
     zsock_t *sub = zsock_new (ZMQ_SUB);
@@ -558,7 +568,8 @@ kd_local_main (int argc, char **argv)
         }
         //  Workers exit 0 on STOP, just before the scheduler's final
         //  evaluation; only a scheduler that outlives them for long is stuck.
-        if (sched_status < 0 && live_workers == 0 && !failure) {
+        //  External workers are not our children: we cannot see them go.
+        if (sched_status < 0 && live_workers == 0 && external == 0 && !failure) {
             if (!workers_gone_at)
                 workers_gone_at = kd_now_ms ();
             if (kd_now_ms () - workers_gone_at > S_STUCK_MS) {
@@ -571,6 +582,10 @@ kd_local_main (int argc, char **argv)
             fprintf (stderr, "kudus local: no new model version for %d s; stopping\n", S_STALL_MS / 1000);
             rc = 1;
         }
+        //  A scheduler that failed (a bad setting, a port in use) leaves the
+        //  others waiting for ever: stop them now, not after the grace.
+        if (sched_status >= 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0))
+            break;
         if (sched_status >= 0) {
             size_t left = 0;
             for (size_t i = 0; i < n_children; i++)
@@ -587,7 +602,11 @@ kd_local_main (int argc, char **argv)
         }
     zsock_destroy (&sub);
     if (rc == 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0)) {
-        fprintf (stderr, "kudus local: scheduler failed (status %d)\n", sched_status);
+        if (WIFEXITED (sched_status))
+            fprintf (stderr, "kudus local: scheduler failed (exit code %d; its log is above)\n",
+                     WEXITSTATUS (sched_status));
+        else
+            fprintf (stderr, "kudus local: scheduler failed (status %d)\n", sched_status);
         rc = 1;
     }
     if (rc == 0) {

@@ -183,7 +183,7 @@ static int
 s_int (s_ctx_t *ctx, json_object *obj, const char *key, const char *where, bool required,
        int def, int *out)
 {
-    double v;
+    double v = 0;
     if (s_number (ctx, obj, key, where, required, def, &v))
         return -1;
     if (v != floor (v) || fabs (v) > 1e9)
@@ -695,6 +695,10 @@ s_parse_shape (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
     ||  s_number (ctx, root, "cap_seconds", w, false, 180, &self->cap))
         return -1;
     self->model_kind = s_strdup (model);
+    //  'workers' is the local cluster's built-in workers, which may be 0
+    //  beside external ones; a scenario has no external workers.
+    if (self->workers < 1)
+        return s_err (ctx, "%s: 'workers' is out of range: %d, at least 1", w, self->workers);
     struct {
         const char *key, *setting;
         double value;

@@ -757,7 +757,7 @@ kd_monitor_run (kd_config_t *config)
     self->peer = kd_peer_new (kd_config_str (config, "scheduler"), "monitor",
                               kd_config_str (config, "name"), max_msg,
                               (int) kd_config_int (config, "heartbeat-ms"),
-                              (int) kd_config_int (config, "liveness"));
+                              (int) kd_config_int (config, "liveness"), NULL);
     if (!self->peer) {
         kd_error ("cannot connect to scheduler endpoint=%s", kd_config_str (config, "scheduler"));
         goto cleanup;

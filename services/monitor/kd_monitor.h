@@ -2,7 +2,7 @@
 */
 #ifndef KD_MONITOR_H_INCLUDED
 #define KD_MONITOR_H_INCLUDED
-#include "kudus.h"
+#include "kd_internal.h"
 
 //  Run the monitor until STOP or a signal.  Returns the exit code.
 int

@@ -90,6 +90,7 @@ typedef struct {
     kd_model_kind_t kind;       //  model
     uint32_t hidden;            //  mlp hidden units
     size_t n_params;            //  flat parameter count
+    char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
     uint64_t t0_ms;             //  wall ms at START
     double t0_mono;             //  monotonic ms at START
@@ -243,6 +244,7 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_set_uint (msg, KD_F_N_PARAMS, self->n_params);
     kd_msg_set_float (msg, KD_F_LR, kd_config_double (c, "lr"));
     kd_msg_set_float (msg, KD_F_MOMENTUM, kd_config_double (c, "momentum"));
+    kd_msg_set_str (msg, KD_F_OPTIMIZER, self->optimizer);
     kd_msg_set_uint (msg, KD_F_BATCH, (uint64_t) kd_config_int (c, "batch"));
     kd_msg_set_uint (msg, KD_F_SEED, (uint64_t) kd_config_int (c, "seed"));
     kd_msg_set_float (msg, KD_F_EPOCHS, kd_config_double (c, "epochs"));
@@ -1263,6 +1265,35 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
 }
 
 int
+kd_scheduler_optimizer (kd_config_t *config, char *spec, size_t spec_size,
+                        char *err, size_t err_size)
+{
+    int kind = kd_optimizer_kind_parse (kd_config_str (config, "optimizer"));
+    if (kind < 0) {
+        snprintf (err, err_size, "setting 'optimizer': unknown rule '%s'", kd_config_str (config, "optimizer"));
+        return -1;
+    }
+    kd_optimizer_opts_t o = kd_optimizer_defaults ((kd_opt_kind_t) kind);
+    o.lr = kd_config_double (config, "lr");
+    o.momentum = kd_config_double (config, "momentum");
+    o.beta1 = kd_config_double (config, "beta1");
+    o.beta2 = kd_config_double (config, "beta2");
+    o.eps = kd_config_double (config, "eps");
+    o.weight_decay = kd_config_double (config, "weight-decay");
+    o.warmup = (uint64_t) kd_config_int (config, "warmup-steps");
+    char why [200];
+    if (kd_optimizer_schedule_parse (kd_config_str (config, "lr-schedule"), &o, why, sizeof why)) {
+        snprintf (err, err_size, "setting 'lr-schedule': %s", why);
+        return -1;
+    }
+    if (kd_optimizer_opts_check (&o, why, sizeof why)) {
+        snprintf (err, err_size, "settings of the optimizer: %s", why);
+        return -1;
+    }
+    return kd_optimizer_format (&o, spec, spec_size);
+}
+
+int
 kd_scheduler_run (kd_config_t *config)
 {
     int rc = 1;
@@ -1280,6 +1311,12 @@ kd_scheduler_run (kd_config_t *config)
         kd_error ("more shards than parameters shards=%zu params=%zu", self->n_shards, self->n_params);
         return 2;
     }
+    char err [256];
+    if (kd_scheduler_optimizer (config, self->optimizer, sizeof self->optimizer, err, sizeof err)) {
+        kd_error ("%s", err);
+        return 2;
+    }
+    kd_info ("optimizer %s", self->optimizer);
     self->ctl = s_controller_new (config, 0, 0);
     self->stop_accuracy = -1;
     self->lease_rows = (uint32_t *) malloc (S_MAX_BATCH * sizeof (uint32_t));

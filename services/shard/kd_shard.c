@@ -68,9 +68,11 @@ typedef struct {
     uint64_t lo, hi;            //  key range
     size_t n;                   //  hi - lo
     float *params;              //  values of our range
-    float *velocity;            //  momentum buffer
-    double lr;                  //  learning rate
-    double momentum;            //  momentum (0 = plain SGD)
+    kd_optimizer_t *opt;        //  the update rule and its state
+    char opt_spec [KD_OPTIMIZER_SPEC_MAX];  //  its spec, as WELCOME named it
+    float *gsum;                //  a commit's combined gradient
+    float *ckpt_state;          //  restored optimizer state, until WELCOME
+    kd_checkpoint_meta_t ckpt_meta;  //  what the restored checkpoint said
     uint64_t version;           //  model version
     uint64_t version_ts;        //  wall ms of the commit that made it
     s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
@@ -221,6 +223,56 @@ s_tune_allocator (void)
 
 static void s_params_free (self_t *self);
 
+//  Build the optimizer WELCOME names, or keep ours when it names the same
+//  rule (registered again).  A checkpoint's state is adopted when it was
+//  written by the same rule for a range of our size.  Returns 0, or -1
+//  (logged) when the spec is malformed: the WELCOME is then refused.
+static int
+s_optimizer_adopt (self_t *self, kd_msg_t *msg)
+{
+    char spec [KD_OPTIMIZER_SPEC_MAX], err [256];
+    if (kd_msg_has (msg, KD_F_OPTIMIZER))
+        snprintf (spec, sizeof spec, "%s", kd_msg_str (msg, KD_F_OPTIMIZER));
+    else
+        //  A scheduler that names only lr and momentum means SGD.
+        snprintf (spec, sizeof spec, "sgd lr=%.17g momentum=%.17g",
+                  kd_msg_float (msg, KD_F_LR), kd_msg_float (msg, KD_F_MOMENTUM));
+    kd_optimizer_opts_t o;
+    if (kd_optimizer_parse (spec, &o, err, sizeof err)) {
+        kd_error ("welcome rejected: %s", err);
+        return -1;
+    }
+    if (self->opt && !strcmp (spec, self->opt_spec))
+        return 0;
+    kd_optimizer_t *opt = kd_optimizer_new (&o, self->n);
+    if (!opt) {
+        kd_error ("welcome rejected: optimizer \"%s\" for %zu keys", spec, self->n);
+        return -1;
+    }
+    if (self->opt)
+        kd_warn ("optimizer changed from \"%s\" to \"%s\": its state starts again", self->opt_spec, spec);
+    kd_optimizer_destroy (&self->opt);
+    self->opt = opt;
+    snprintf (self->opt_spec, sizeof self->opt_spec, "%s", spec);
+    if (self->restored) {
+        const kd_checkpoint_meta_t *m = &self->ckpt_meta;
+        size_t n_state = kd_optimizer_state_count (opt);
+        //  Version 1 checkpoints (opt_kind 0) hold SGD's momentum buffer.
+        bool same = m->n_state == n_state && m->hi - m->lo == self->n
+                 && (m->opt_kind == (uint32_t) o.kind || (m->opt_kind == 0 && o.kind == KD_OPT_SGD));
+        if (same && n_state > 0)
+            memcpy (kd_optimizer_state (opt), self->ckpt_state, n_state * self->n * sizeof (float));
+        if (same)
+            kd_optimizer_set_steps (opt, m->opt_steps);
+        else
+            kd_warn ("the checkpoint's optimizer state (rule %u, %u buffers) is not %s's: "
+                     "it starts again", m->opt_kind, m->n_state, kd_optimizer_kind_name (o.kind));
+    }
+    free (self->ckpt_state);
+    self->ckpt_state = NULL;
+    return 0;
+}
+
 //  Benchmarks only (--bench-floats n, from kudus bench pushpull): take the
 //  rank from a real scheduler's WELCOME but hold n zeros at [rank * n,
 //  rank * n + n) whatever the model, so that values of any size go through
@@ -232,21 +284,22 @@ s_bench_welcome (self_t *self, kd_msg_t *msg)
     if (floats == 0)
         return false;
     self->rank = kd_msg_uint (msg, KD_F_RANK);
-    self->lr = kd_msg_float (msg, KD_F_LR);
-    self->momentum = kd_msg_float (msg, KD_F_MOMENTUM);
     kd_peer_set_rank (self->peer, self->rank);
     if (self->registered && self->lo == self->rank * floats)
         return true;
     s_staged_purge (self);
     zlistx_purge (self->parked);
     s_params_free (self);
-    free (self->velocity);
+    kd_optimizer_destroy (&self->opt);
+    free (self->gsum);
+    self->gsum = NULL;
     self->n = (size_t) floats;
     self->lo = self->rank * floats;
     self->hi = self->lo + floats;
     self->params = (float *) calloc (self->n, sizeof (float));
-    self->velocity = (float *) calloc (self->n, sizeof (float));
-    assert (self->params && self->velocity);
+    assert (self->params);
+    if (s_optimizer_adopt (self, msg))
+        return true;
     self->version = 0;
     self->version_ts = kd_wall_ms ();
     self->registered = true;
@@ -390,11 +443,15 @@ s_checkpoint (self_t *self, bool force)
     kd_checkpoint_meta_t meta = {
         .version = self->version, .samples = self->samples, .rank = self->rank,
         .lo = self->lo, .hi = self->hi, .n_params = self->n_params,
-        .kind = (uint32_t) self->kind, .hidden = self->hidden, .ts_ms = kd_wall_ms ()
+        .kind = (uint32_t) self->kind, .hidden = self->hidden, .ts_ms = kd_wall_ms (),
+        .n_state = self->opt ? (uint32_t) kd_optimizer_state_count (self->opt) : 0,
+        .opt_kind = self->opt ? (uint32_t) kd_optimizer_opts (self->opt)->kind : 0,
+        .opt_steps = self->opt ? kd_optimizer_steps (self->opt) : 0
     };
     char err [512];
     double t0 = kd_now_msf ();
-    if (kd_checkpoint_write (self->ckpt_dir, &meta, self->params, self->velocity,
+    if (kd_checkpoint_write (self->ckpt_dir, &meta, self->params,
+                             self->opt ? kd_optimizer_state (self->opt) : NULL,
                              self->ckpt_keep, err, sizeof err)) {
         kd_error ("checkpoint failed version=%llu: %s", (unsigned long long) self->version, err);
         self->ckpt_at_ms = now;
@@ -418,10 +475,10 @@ s_restore (self_t *self)
         return -1;
     }
     kd_checkpoint_meta_t meta;
-    float *params = NULL, *velocity = NULL;
+    float *params = NULL, *state = NULL;
     char path [4096], err [512];
     double t0 = kd_now_msf ();
-    int rc = kd_checkpoint_load_latest (self->ckpt_dir, &meta, &params, &velocity,
+    int rc = kd_checkpoint_load_latest (self->ckpt_dir, &meta, &params, &state,
                                         path, sizeof path, err, sizeof err);
     if (rc < 0) {
         kd_error ("cannot read checkpoints: %s", err);
@@ -432,7 +489,10 @@ s_restore (self_t *self)
         return 0;
     }
     self->params = params;
-    self->velocity = velocity;
+    //  The optimizer is built at WELCOME, which names the run's rule; its
+    //  state waits here until then.
+    self->ckpt_state = state;
+    self->ckpt_meta = meta;
     self->version = self->ckpt_version = meta.version;
     self->samples = meta.samples;
     self->rank = meta.rank;
@@ -470,8 +530,6 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
                   (unsigned long long) lo, (unsigned long long) hi, kd_msg_str (msg, KD_F_MODEL));
         return;
     }
-    self->lr = kd_msg_float (msg, KD_F_LR);
-    self->momentum = kd_msg_float (msg, KD_F_MOMENTUM);
     const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
     self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
     if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
@@ -490,6 +548,8 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         self->rank = kd_msg_uint (msg, KD_F_RANK);
         kd_info ("registered %s rank=%llu version=%llu", self->registered ? "again" : "from checkpoint",
                  (unsigned long long) self->rank, (unsigned long long) self->version);
+        if (s_optimizer_adopt (self, msg))
+            return;
         self->registered = true;
         kd_peer_set_rank (self->peer, self->rank);
         return;
@@ -509,41 +569,49 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     self->kind = (kd_model_kind_t) kind;
     self->hidden = (uint32_t) hidden;
     s_params_free (self);
-    free (self->velocity);
+    free (self->ckpt_state);
+    self->ckpt_state = NULL;
+    kd_optimizer_destroy (&self->opt);
+    free (self->gsum);
+    self->gsum = NULL;
     self->params = (float *) malloc (self->n * sizeof (float));
-    self->velocity = (float *) calloc (self->n, sizeof (float));
-    assert (self->params && self->velocity);
+    assert (self->params);
     kd_model_init_range (kind, (uint32_t) hidden, kd_msg_uint (msg, KD_F_SEED), lo, hi, self->params);
     self->version = self->ckpt_version = 0;
     self->samples = 0;
     self->restored = false;
+    if (s_optimizer_adopt (self, msg))
+        return;
     self->version_ts = kd_wall_ms ();
     self->registered = true;
     kd_peer_set_rank (self->peer, self->rank);
     kd_peer_set_range (self->peer, lo, hi);
-    kd_info ("registered rank=%llu lo=%llu hi=%llu lr=%g momentum=%g",
+    kd_info ("registered rank=%llu lo=%llu hi=%llu optimizer=\"%s\"",
              (unsigned long long) self->rank, (unsigned long long) lo,
-             (unsigned long long) hi, self->lr, self->momentum);
+             (unsigned long long) hi, self->opt_spec);
 }
 
-//  One optimizer step from n weighted gradients.  With momentum:
-//  v = mu v + sum w_i g_i; x -= lr v.  Without, each gradient is applied
-//  straight from its received frame: x -= lr w_i g_i.
+//  One optimizer step from n weighted gradients: they are combined into
+//  g = sum w_i g_i, and kd_optimizer takes the step.  A lone gradient of
+//  weight 1 (ASP, SSP) is used straight from its received frame.
 static void
 s_apply_step (self_t *self, size_t n, const float *const *grads, const double *weights)
 {
+    if (n == 0)
+        return;
     s_params_writable (self);
-    if (self->momentum > 0)
-        cblas_sscal ((int) self->n, (float) self->momentum, self->velocity, 1);
-    for (size_t i = 0; i < n; i++) {
-        if (self->momentum > 0)
-            cblas_saxpy ((int) self->n, (float) weights [i], grads [i], 1, self->velocity, 1);
-        else
-            cblas_saxpy ((int) self->n, (float) (-self->lr * weights [i]), grads [i], 1,
-                         self->params, 1);
+    const float *g = grads [0];
+    if (n != 1 || weights [0] != 1.0) {
+        if (!self->gsum) {
+            self->gsum = (float *) malloc (self->n * sizeof (float));
+            assert (self->gsum);
+        }
+        memset (self->gsum, 0, self->n * sizeof (float));
+        for (size_t i = 0; i < n; i++)
+            cblas_saxpy ((int) self->n, (float) weights [i], grads [i], 1, self->gsum, 1);
+        g = self->gsum;
     }
-    if (self->momentum > 0)
-        cblas_saxpy ((int) self->n, (float) -self->lr, self->velocity, 1, self->params, 1);
+    kd_optimizer_step (self->opt, self->params, g);
 }
 
 //  COMMIT: apply the named gradients as one step.  Commits arrive in order
@@ -879,7 +947,7 @@ kd_shard_run (kd_config_t *config)
     self->peer = kd_peer_new (kd_config_str (config, "scheduler"), "shard",
                               kd_config_str (config, "name"), max_msg,
                               (int) kd_config_int (config, "heartbeat-ms"),
-                              (int) kd_config_int (config, "liveness"));
+                              (int) kd_config_int (config, "liveness"), NULL);
     if (!self->peer) {
         kd_error ("cannot connect to scheduler endpoint=%s", kd_config_str (config, "scheduler"));
         goto cleanup;
@@ -936,6 +1004,8 @@ cleanup:
     kd_peer_destroy (&self->peer);
     zsock_destroy (&self->router);
     s_params_free (self);
-    free (self->velocity);
+    kd_optimizer_destroy (&self->opt);
+    free (self->gsum);
+    free (self->ckpt_state);
     return rc;
 }

@@ -3,7 +3,7 @@
 */
 #ifndef KD_SHARD_H_INCLUDED
 #define KD_SHARD_H_INCLUDED
-#include "kudus.h"
+#include "kd_internal.h"
 
 //  Run the shard until STOP or a signal.  Returns the process exit code.
 int

@@ -4,7 +4,7 @@
 */
 #ifndef KD_WORKER_H_INCLUDED
 #define KD_WORKER_H_INCLUDED
-#include "kudus.h"
+#include "kd_internal.h"
 
 //  Run the worker until STOP, a signal or a fatal error.  Returns the exit
 //  code.

@@ -41,9 +41,10 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     if (rc == 0) {
         //  A file that passes must describe exactly the arrays it returned.
         size_t n = (size_t) (meta.hi - meta.lo);
-        if (!params || !velocity || meta.hi <= meta.lo || meta.hi > meta.n_params)
+        if (!params || meta.hi <= meta.lo || meta.hi > meta.n_params || meta.n_state > 2
+        ||  (meta.n_state > 0) != (velocity != NULL))
             abort ();
-        volatile float sink = params [0] + velocity [n - 1];
+        volatile float sink = params [n - 1] + (velocity ? velocity [meta.n_state * n - 1] : 0);
         (void) sink;
     }
     else

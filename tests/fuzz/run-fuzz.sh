@@ -9,7 +9,7 @@ out=$2/fuzz
 seconds=${3:-30}
 mkdir -p "$out"
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$src/include")
+       -I"$src/include" -I"$src/include/kudus")
 declare -A sources=(
     [kd_msg]="$src/common/kd_msg.c"
     [kd_dataset]="$src/common/kd_dataset.c"

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <msgpack.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_testutil.h"
 
 #define S_TIMEOUT_MS    180000      //  a smoke run must end by then

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_testutil.h"
 
 #define S_ROUNDS        3       //  request + garbage pairs per DEALER attacker

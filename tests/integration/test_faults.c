@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <msgpack.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_testutil.h"
 
 #define S_MAX_WORKERS   8       //  workers one test starts at most

@@ -14,7 +14,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_checkpoint.h"
 #include "kd_testutil.h"
 

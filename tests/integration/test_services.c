@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <msgpack.h>
-#include "kudus.h"
+#include "kd_internal.h"
 #include "kd_testutil.h"
 
 static char *s_dir;

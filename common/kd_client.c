@@ -1,0 +1,926 @@
+/*  kd_client: a worker's link to a Kudus cluster.
+
+    The protocol a worker speaks, in one place: HELLO/WELCOME through
+    kd_peer, START's address book, rounds of PUSH and PULL to every shard
+    with resends and backoff, ARRIVE and RELEASE, and TELEMETRY.
+    Every wait polls the scheduler too (STOP, heartbeats) and has a
+    deadline: a request that is not answered in time is sent again, which
+    is safe because shards de-duplicate pushes by (rank, clock) and pulls
+    have no side effects.
+*/
+#include "kd_internal.h"
+#include "kd_client.h"
+#include <math.h>
+
+#define S_MAX_SHARDS     64     //  shards in the address book at most
+#define S_MAX_TENSORS    4      //  tensors of a built-in model
+#define S_RETRY_MAX_MS   5000   //  ceiling of the retry backoff
+#define S_RETRY_BUSY_MS  200    //  retry after a shard said "not now"
+#define S_RETRY_FIRST_MS 1000   //  first resend to a silent shard
+#define S_MAX_BATCH      65536  //  largest batch a WELCOME may ask for
+#define S_DEFAULT_TIMEOUT_MS 10000
+#define S_DEFAULT_MAX_MSG (1ll << 30)
+
+typedef struct {
+    zsock_t *sock;              //  DEALER to this shard
+    char *endpoint;             //  its advertised endpoint
+    uint64_t lo, hi;            //  its key range
+    bool done;                  //  replied in the current round
+    uint64_t version;           //  version it last returned
+    uint64_t borrowed;          //  clock + 1 of the last push that borrowed
+} s_shard_t;
+
+struct _kd_client_t {
+    char *scheduler;            //  scheduler endpoint
+    char *name;                 //  name we register with
+    kd_peer_t *peer;            //  link to the scheduler (made at register)
+    zsock_t *monitor;           //  DEALER to the monitor's intake, or NULL
+    kd_curve_t *curve;          //  own CURVE keys, or NULL: the process's
+    int64_t max_msg;            //  ZMQ_MAXMSGSIZE of every socket
+    int timeout_ms;             //  request deadline before a retry
+    int liveness;               //  missed heartbeats before a new HELLO
+    uint64_t samples;           //  training rows we can read (HELLO)
+    bool has_rank;              //  a rank hint was set
+    uint64_t rank_hint;         //  that hint
+    s_shard_t shards [S_MAX_SHARDS];  //  address book
+    size_t n_shards;            //  entries in use
+    bool welcomed, started;     //  registration stages
+    uint64_t t0_ms;             //  wall clock start of training (START)
+    bool stop;                  //  STOP came, or we left
+    bool failed;                //  WELCOME or START we cannot serve
+    //  What WELCOME said
+    uint64_t rank;              //  our worker rank
+    char model [32];            //  model name
+    uint32_t hidden;            //  mlp hidden units
+    size_t n_params;            //  flat parameter count
+    size_t batch;               //  largest lease
+    uint64_t seed;              //  the run's seed
+    char consistency [16];      //  consistency model
+    uint64_t staleness;         //  SSP: s, clocks of slack
+    bool direct;                //  ASP/SSP: shards apply pushes on arrival
+    bool ssp;                   //  SSP: pull only when the cache is too old
+    kd_tensor_t tensors [S_MAX_TENSORS];    //  the layout
+    size_t n_tensors;           //  tensors in it
+    //  The iteration
+    uint64_t clock;             //  clock we compute
+    uint64_t version;           //  version of the model pulled (min over shards)
+    uint64_t released_version;  //  version named by the last RELEASE
+    uint64_t min_clock;         //  min_clock named by the last RELEASE
+    uint64_t last_staleness;    //  staleness of our last applied gradient
+    uint64_t group;             //  ALSP group
+    uint64_t dropped;           //  our gradients dropped so far
+    uint64_t *lease;            //  rows of the current lease
+    size_t lease_n;             //  rows in it
+    uint64_t pushed_samples;    //  rows of the gradient pushed this clock
+    bool pushed;                //  a gradient was pushed this clock
+    uint64_t push_tau;          //  direct: largest staleness the shards saw
+    const float *cache;         //  SSP: the buffer last pulled into
+    uint64_t cache_clock;       //  SSP: min_clock when it was pulled
+    uint64_t pulls_skipped;     //  SSP: pulls the cache saved
+    kd_msg_t *early_release;    //  a readmission RELEASE (see s_on_scheduler)
+    //  Timings of the last iteration, for ARRIVE and TELEMETRY
+    double t_pull, t_pulled;    //  pull started, ended
+    double t_push, t_pushed;    //  push started, ended
+    double t_wait;              //  ARRIVE went
+    double t_released;          //  RELEASE came
+    double emulated_ms;         //  emulated compute declared by the caller
+    float loss;                 //  loss of the last arrival
+    uint64_t arrived_clock;     //  clock of the last arrival
+    uint64_t arrived_samples;   //  rows of the last arrival
+};
+
+const char *
+kudus_version (void)
+{
+    return KUDUS_VERSION_STRING;
+}
+
+//  --------------------------------------------------------------------------
+//  Life cycle and settings
+
+kd_client_t *
+kd_client_new (const char *scheduler, const char *name)
+{
+    if (!scheduler || !*scheduler) {
+        kd_error ("kd_client: a scheduler endpoint is required");
+        return NULL;
+    }
+    kd_client_t *self = (kd_client_t *) zmalloc (sizeof (kd_client_t));
+    self->scheduler = strdup (scheduler);
+    //  kd_peer names a nameless worker worker-HOST-PID.
+    self->name = strdup (name ? name : "");
+    self->max_msg = S_DEFAULT_MAX_MSG;
+    self->timeout_ms = S_DEFAULT_TIMEOUT_MS;
+    self->liveness = 3;
+    return self;
+}
+
+void
+kd_client_destroy (kd_client_t **self_p)
+{
+    assert (self_p);
+    kd_client_t *self = *self_p;
+    if (!self)
+        return;
+    //  A client that is still a member leaves, so a BSP barrier stops
+    //  counting it now rather than after the liveness timeout.
+    if (self->welcomed && !self->stop)
+        kd_client_leave (self, "client closed");
+    for (size_t i = 0; i < self->n_shards; i++) {
+        zsock_destroy (&self->shards [i].sock);
+        free (self->shards [i].endpoint);
+    }
+    zsock_destroy (&self->monitor);
+    kd_msg_destroy (&self->early_release);
+    kd_peer_destroy (&self->peer);
+    kd_curve_destroy (&self->curve);
+    free (self->lease);
+    free (self->scheduler);
+    free (self->name);
+    free (self);
+    *self_p = NULL;
+}
+
+void
+kd_client_set_samples (kd_client_t *self, uint64_t samples)
+{
+    assert (self);
+    self->samples = samples;
+}
+
+void
+kd_client_set_rank (kd_client_t *self, uint64_t rank)
+{
+    assert (self);
+    self->has_rank = true;
+    self->rank_hint = rank;
+}
+
+void
+kd_client_set_timeout (kd_client_t *self, int timeout_ms)
+{
+    assert (self);
+    self->timeout_ms = timeout_ms > 0 ? timeout_ms : S_DEFAULT_TIMEOUT_MS;
+}
+
+void
+kd_client_set_liveness (kd_client_t *self, int liveness)
+{
+    assert (self);
+    self->liveness = liveness > 0 ? liveness : 3;
+}
+
+void
+kd_client_set_max_msg_bytes (kd_client_t *self, int64_t bytes)
+{
+    assert (self);
+    self->max_msg = bytes > 0 ? bytes : S_DEFAULT_MAX_MSG;
+}
+
+//  The CURVE instance our sockets use.
+static kd_curve_t *
+s_curve (kd_client_t *self)
+{
+    return self->curve ? self->curve : kd_curve_process ();
+}
+
+int
+kd_client_set_curve_keys (kd_client_t *self, const char *dir)
+{
+    assert (self);
+    char err [512];
+    kd_curve_t *curve = kd_curve_new_dir (dir, KD_CURVE_CLIENT, err, sizeof err);
+    if (!curve) {
+        kd_error ("kd_client: CURVE keys: %s", err);
+        return -1;
+    }
+    kd_curve_destroy (&self->curve);
+    self->curve = curve;
+    return 0;
+}
+
+int
+kd_client_set_monitor (kd_client_t *self, const char *endpoint)
+{
+    assert (self);
+    zsock_destroy (&self->monitor);
+    if (!endpoint || !*endpoint)
+        return 0;
+    self->monitor = zsock_new (ZMQ_DEALER);
+    if (!self->monitor)
+        return -1;
+    kd_socket_harden (self->monitor, self->max_msg);
+    kd_curve_client (s_curve (self), self->monitor);
+    //  Telemetry is best effort: a slow monitor never blocks training.
+    zsock_set_sndtimeo (self->monitor, 0);
+    if (zsock_connect (self->monitor, "%s", endpoint) != 0) {
+        kd_error ("kd_client: cannot connect to monitor endpoint=%s", endpoint);
+        zsock_destroy (&self->monitor);
+        return -1;
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Messages from the scheduler
+
+//  Adopt WELCOME: rank, model, batch, consistency.
+static void
+s_on_welcome (kd_client_t *self, kd_msg_t *msg)
+{
+    const char *model = kd_msg_str (msg, KD_F_MODEL);
+    int kind = kd_model_kind_parse (model);
+    uint64_t hidden64 = kd_msg_uint (msg, KD_F_HIDDEN);
+    uint32_t hidden = (uint32_t) hidden64;
+    size_t batch = (size_t) kd_msg_uint (msg, KD_F_BATCH);
+    const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+    if (kind < 0 || batch == 0 || batch > S_MAX_BATCH || hidden64 > KD_MODEL_MAX_HIDDEN
+    ||  strlen (consistency) >= sizeof self->consistency
+    ||  kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
+        kd_error ("welcome rejected: model=%s hidden=%u batch=%zu", model, hidden, batch);
+        self->failed = true;
+        return;
+    }
+    self->rank = kd_msg_uint (msg, KD_F_RANK);
+    //  Asked for again if the scheduler restarts, so our staged gradients
+    //  keep their meaning.
+    kd_peer_set_rank (self->peer, self->rank);
+    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
+        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
+    if (self->welcomed) {
+        kd_info ("registered again rank=%llu", (unsigned long long) self->rank);
+        return;
+    }
+    snprintf (self->model, sizeof self->model, "%s", kd_model_kind_name (kind));
+    self->hidden = kind == KD_MODEL_MLP ? hidden : 0;
+    self->n_params = kd_model_param_count (kind, hidden);
+    self->n_tensors = kd_model_tensors (kind, hidden, self->tensors, S_MAX_TENSORS);
+    self->batch = batch;
+    self->seed = kd_msg_uint (msg, KD_F_SEED);
+    snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
+    self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
+    self->ssp = !strcmp (consistency, "ssp");
+    self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
+    self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
+    self->welcomed = true;
+    kd_info ("registered rank=%llu model=%s batch=%zu consistency=%s",
+             (unsigned long long) self->rank, self->model, batch, self->consistency);
+}
+
+//  Adopt START's address book: connect to every shard.
+static void
+s_on_start (kd_client_t *self, kd_msg_t *msg)
+{
+    size_t n = 0, nlo = 0, nhi = 0;
+    const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
+    const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nlo);
+    const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nhi);
+    if (self->started || !self->welcomed)
+        return;
+    if (n == 0 || n > S_MAX_SHARDS || n != nlo || n != nhi || his [n - 1] != self->n_params) {
+        kd_error ("start rejected: bad address book shards=%zu", n);
+        self->failed = true;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (los [i] >= his [i] || los [i] != (i == 0 ? 0 : his [i - 1])) {
+            kd_error ("start rejected: shard ranges do not tile the model");
+            self->failed = true;
+            return;
+        }
+    for (size_t i = 0; i < n; i++) {
+        s_shard_t *s = &self->shards [i];
+        s->sock = zsock_new (ZMQ_DEALER);
+        s->endpoint = strdup (endpoints [i]);
+        s->lo = los [i];
+        s->hi = his [i];
+        self->n_shards = i + 1;
+        kd_socket_harden (s->sock, self->max_msg);
+        kd_curve_client (s_curve (self), s->sock);
+        if (zsock_connect (s->sock, "%s", endpoints [i]) != 0) {
+            kd_error ("cannot connect to shard endpoint=%s", endpoints [i]);
+            self->failed = true;
+            return;
+        }
+    }
+    self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
+    self->started = true;
+    kd_info ("start shards=%zu", n);
+}
+
+//  True when the socket has a message within timeout_ms.
+static bool
+s_readable (zsock_t *sock, int timeout_ms)
+{
+    zmq_pollitem_t item = { zsock_resolve (sock), 0, ZMQ_POLLIN, 0 };
+    return zmq_poll (&item, 1, timeout_ms) > 0 && (item.revents & ZMQ_POLLIN);
+}
+
+//  Handle one message from the scheduler; returns it if the caller waits for
+//  its type, else NULL.
+static kd_msg_t *
+s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
+{
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    int rc = kd_msg_recv (kd_peer_socket (self->peer), &msg, NULL, &err);
+    if (rc == -2)
+        kd_warn ("malformed message from scheduler code=%d reason=\"%s\"", err.code, err.reason);
+    if (rc != 0)
+        return NULL;
+    kd_peer_heard (self->peer);
+    kd_msg_type_t type = kd_msg_type (msg);
+    if (type == KD_MSG_WELCOME)
+        s_on_welcome (self, msg);
+    else
+    if (type == KD_MSG_START)
+        s_on_start (self, msg);
+    else
+    if (type == KD_MSG_STOP) {
+        kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
+        self->stop = true;
+    }
+    else
+    if (type == KD_MSG_ERROR) {
+        if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
+        &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+            kd_peer_unknown (self->peer);
+        kd_warn ("scheduler error code=%llu reason=\"%s\"",
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+    }
+    //  A RELEASE we did not wait for, with a newer clock than the one we
+    //  compute, is a readmission: we were declared dead (a SIGSTOP, a
+    //  partition) and registered again while computing or pushing.  It
+    //  supersedes the iteration in progress, whose gradient the scheduler
+    //  no longer expects; thrown away, it would leave us sending an ARRIVE
+    //  the scheduler rejects, every deadline, while BSP waits for us.  A
+    //  repeat of the RELEASE we work on is only a duplicate.
+    if (type == KD_MSG_RELEASE && waiting_for != KD_MSG_RELEASE && self->started
+    &&  kd_msg_uint (msg, KD_F_CLOCK) > self->clock) {
+        kd_info ("readmitted rank=%llu clock=%llu superseded_clock=%llu", (unsigned long long) self->rank,
+                 (unsigned long long) kd_msg_uint (msg, KD_F_CLOCK), (unsigned long long) self->clock);
+        kd_msg_destroy (&self->early_release);
+        self->early_release = msg;
+        return NULL;
+    }
+    if (type == waiting_for)
+        return msg;
+    kd_msg_destroy (&msg);
+    return NULL;
+}
+
+//  True when a wait must end: STOP, a signal, or a refused registration.
+static bool
+s_over (kd_client_t *self)
+{
+    return self->stop || self->failed || zsys_interrupted;
+}
+
+//  Wait up to timeout_ms (-1: for ever) for a message of one type from the
+//  scheduler, keeping heartbeats going.  Returns it, or NULL on stop or
+//  timeout.
+static kd_msg_t *
+s_wait_scheduler (kd_client_t *self, kd_msg_type_t type, int timeout_ms)
+{
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : kd_now_ms () + (uint64_t) timeout_ms;
+    zsock_t *sock = kd_peer_socket (self->peer);
+    while (!s_over (self)) {
+        uint64_t now = kd_now_ms ();
+        if (now >= deadline)
+            return NULL;
+        int wait = kd_peer_timeout (self->peer) + 1;
+        if ((uint64_t) wait > deadline - now)
+            wait = (int) (deadline - now);
+        if (s_readable (sock, wait)) {
+            kd_msg_t *msg = s_on_scheduler (self, type);
+            if (msg)
+                return msg;
+        }
+        kd_peer_tick (self->peer);
+    }
+    return NULL;
+}
+
+//  Adopt a RELEASE and describe it in *out.
+static void
+s_take_release (kd_client_t *self, kd_msg_t *release, kd_release_t *out)
+{
+    self->released_version = kd_msg_uint (release, KD_F_VERSION);
+    self->clock = kd_msg_uint (release, KD_F_CLOCK);
+    self->last_staleness = kd_msg_uint (release, KD_F_STALENESS);
+    bool dropped = kd_msg_uint (release, KD_F_DROPPED) != 0;
+    if (dropped)
+        self->dropped++;
+    self->group = kd_msg_uint (release, KD_F_GROUP);
+    self->min_clock = kd_msg_uint (release, KD_F_MIN_CLOCK);
+    self->pushed = false;
+    //  The lease: at most a batch of rows.  More is a broken scheduler; the
+    //  excess is left out and logged, and the scheduler then refuses the
+    //  arrival with a clear error.
+    size_t n = 0;
+    const uint64_t *rows = kd_msg_uints (release, KD_F_ROWS, &n);
+    if (n > self->batch)
+        kd_error ("lease of %zu rows exceeds the batch of %zu", n, self->batch);
+    self->lease_n = n < self->batch ? n : self->batch;
+    if (self->lease_n > 0)
+        memcpy (self->lease, rows, self->lease_n * sizeof (uint64_t));
+    self->t_released = kd_now_msf ();
+    if (out)
+        *out = (kd_release_t) {
+            .version = self->released_version, .clock = self->clock,
+            .min_clock = self->min_clock, .group = self->group,
+            .staleness = self->last_staleness, .dropped = dropped,
+            .rows = self->lease, .n_rows = self->lease_n
+        };
+}
+
+//  --------------------------------------------------------------------------
+//  Registration
+
+int
+kd_client_register (kd_client_t *self, int timeout_ms)
+{
+    assert (self);
+    if (self->welcomed)
+        return 0;
+    if (!self->peer) {
+        self->peer = kd_peer_new (self->scheduler, "worker", self->name, self->max_msg,
+                                  1000, self->liveness, self->curve);
+        if (!self->peer) {
+            kd_error ("kd_client: cannot connect to scheduler endpoint=%s", self->scheduler);
+            return -1;
+        }
+        kd_peer_set_samples (self->peer, self->samples);
+        if (self->has_rank)
+            kd_peer_set_rank (self->peer, self->rank_hint);
+        kd_peer_hello (self->peer);
+    }
+    kd_msg_destroy (&(kd_msg_t *) { s_wait_scheduler (self, KD_MSG_WELCOME, timeout_ms) });
+    return self->welcomed && !self->failed ? 0 : -1;
+}
+
+int
+kd_client_wait_start (kd_client_t *self, kd_release_t *release, int timeout_ms)
+{
+    assert (self);
+    if (!self->welcomed)
+        return -1;
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : kd_now_ms () + (uint64_t) timeout_ms;
+    //  START, then a first RELEASE that names our starting version, clock
+    //  and lease.
+    while (!self->started && !s_over (self) && kd_now_ms () < deadline)
+        kd_msg_destroy (&(kd_msg_t *) { s_wait_scheduler (self, KD_MSG_START, 200) });
+    kd_msg_t *msg = NULL;
+    while (self->started && !msg && !s_over (self) && kd_now_ms () < deadline)
+        msg = s_wait_scheduler (self, KD_MSG_RELEASE, 200);
+    if (!msg)
+        return -1;
+    s_take_release (self, msg, release);
+    kd_msg_destroy (&msg);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Accessors
+
+uint64_t
+kd_client_rank (kd_client_t *self)
+{
+    assert (self);
+    return self->rank;
+}
+
+size_t
+kd_client_param_count (kd_client_t *self)
+{
+    assert (self);
+    return self->n_params;
+}
+
+const char *
+kd_client_model (kd_client_t *self)
+{
+    assert (self);
+    return self->model;
+}
+
+uint32_t
+kd_client_hidden (kd_client_t *self)
+{
+    assert (self);
+    return self->hidden;
+}
+
+size_t
+kd_client_batch (kd_client_t *self)
+{
+    assert (self);
+    return self->batch;
+}
+
+uint64_t
+kd_client_seed (kd_client_t *self)
+{
+    assert (self);
+    return self->seed;
+}
+
+const char *
+kd_client_consistency (kd_client_t *self)
+{
+    assert (self);
+    return self->consistency;
+}
+
+uint64_t
+kd_client_start_ms (kd_client_t *self)
+{
+    assert (self);
+    return self->t0_ms;
+}
+
+size_t
+kd_client_tensor_count (kd_client_t *self)
+{
+    assert (self);
+    return self->n_tensors;
+}
+
+const kd_tensor_t *
+kd_client_tensor (kd_client_t *self, size_t i)
+{
+    assert (self);
+    return i < self->n_tensors ? &self->tensors [i] : NULL;
+}
+
+uint64_t
+kd_client_version (kd_client_t *self)
+{
+    assert (self);
+    return self->version;
+}
+
+bool
+kd_client_stopped (kd_client_t *self)
+{
+    assert (self);
+    return self->stop || zsys_interrupted;
+}
+
+uint64_t
+kd_client_dropped (kd_client_t *self)
+{
+    assert (self);
+    return self->dropped;
+}
+
+uint64_t
+kd_client_pulls_skipped (kd_client_t *self)
+{
+    assert (self);
+    return self->pulls_skipped;
+}
+
+//  --------------------------------------------------------------------------
+//  Rounds of requests to every shard
+
+typedef kd_msg_t *(s_request_fn) (kd_client_t *self, size_t shard, void *arg);
+typedef int (s_reply_fn) (kd_client_t *self, size_t shard, kd_msg_t *reply, void *arg);
+
+//  Send a request to every shard and wait until each has answered, resending
+//  with backoff to shards that stay silent.  Returns 0, or -1 on stop.
+static int
+s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_type,
+               s_reply_fn *on_reply, void *arg)
+{
+    size_t n = self->n_shards, pending = n;
+    uint64_t resend_at [S_MAX_SHARDS];
+    int backoff [S_MAX_SHARDS];
+    zmq_pollitem_t items [S_MAX_SHARDS + 1];
+    uint64_t now = kd_now_ms ();
+    for (size_t i = 0; i < n; i++) {
+        self->shards [i].done = false;
+        kd_msg_t *req = request (self, i, arg);
+        kd_msg_send (&req, self->shards [i].sock);
+        //  The first resend comes soon: a shard that restarted lost the
+        //  request, and waiting the whole deadline would be the RTO.
+        backoff [i] = self->timeout_ms < S_RETRY_FIRST_MS ? self->timeout_ms : S_RETRY_FIRST_MS;
+        resend_at [i] = now + (uint64_t) backoff [i];
+        items [i + 1] = (zmq_pollitem_t) { zsock_resolve (self->shards [i].sock), 0, ZMQ_POLLIN, 0 };
+    }
+    items [0] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
+    while (pending > 0) {
+        if (s_over (self))
+            return -1;
+        now = kd_now_ms ();
+        int wait = kd_peer_timeout (self->peer) + 1;
+        for (size_t i = 0; i < n; i++)
+            if (!self->shards [i].done) {
+                if (resend_at [i] <= now) {
+                    kd_warn ("shard silent, resending endpoint=%s type=%s after_ms=%d",
+                             self->shards [i].endpoint, kd_msg_type_name (reply_type), backoff [i]);
+                    kd_msg_t *req = request (self, i, arg);
+                    kd_msg_send (&req, self->shards [i].sock);
+                    backoff [i] = backoff [i] * 2 > S_RETRY_MAX_MS ? S_RETRY_MAX_MS : backoff [i] * 2;
+                    resend_at [i] = now + (uint64_t) backoff [i];
+                }
+                if ((int) (resend_at [i] - now) < wait)
+                    wait = (int) (resend_at [i] - now);
+            }
+        if (zmq_poll (items, (int) n + 1, wait) < 0)
+            return -1;
+        if (items [0].revents & ZMQ_POLLIN)
+            s_on_scheduler (self, 0);
+        for (size_t i = 0; i < n; i++) {
+            if (!(items [i + 1].revents & ZMQ_POLLIN))
+                continue;
+            kd_msg_t *reply = NULL;
+            kd_msg_err_t err;
+            int rc = kd_msg_recv (self->shards [i].sock, &reply, NULL, &err);
+            if (rc == -2) {
+                kd_warn ("malformed reply from shard endpoint=%s reason=\"%s\"",
+                         self->shards [i].endpoint, err.reason);
+                continue;
+            }
+            if (rc != 0)
+                continue;
+            if (kd_msg_type (reply) == KD_MSG_ERROR) {
+                //  A shard that is not ready yet, or full, is asked again
+                //  after a short pause rather than the full deadline.
+                kd_warn ("shard error endpoint=%s code=%llu reason=\"%s\"", self->shards [i].endpoint,
+                         (unsigned long long) kd_msg_uint (reply, KD_F_CODE),
+                         kd_msg_str (reply, KD_F_REASON));
+                if (!self->shards [i].done)
+                    resend_at [i] = kd_now_ms () + S_RETRY_BUSY_MS;
+            }
+            else
+            if (kd_msg_type (reply) == reply_type && !self->shards [i].done
+            &&  on_reply (self, i, reply, arg) == 0) {
+                self->shards [i].done = true;
+                pending--;
+            }
+            kd_msg_destroy (&reply);
+        }
+        kd_peer_tick (self->peer);
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Pull
+
+typedef struct {
+    float *params;              //  caller's buffer
+    uint64_t version;           //  least version wanted (0: any)
+} s_pull_arg_t;
+
+//  PULL of at least a version from one shard.
+static kd_msg_t *
+s_pull_request (kd_client_t *self, size_t i, void *arg)
+{
+    (void) self, (void) i;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (msg, KD_F_VERSION, ((s_pull_arg_t *) arg)->version);
+    return msg;
+}
+
+//  A shard's slice, copied straight from its frame into the caller's buffer.
+static int
+s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
+{
+    s_pull_arg_t *pull = (s_pull_arg_t *) arg;
+    s_shard_t *s = &self->shards [i];
+    size_t count = 0;
+    const float *values = kd_msg_data_floats (reply, &count);
+    if (kd_msg_uint (reply, KD_F_VERSION) < pull->version
+    ||  kd_msg_uint (reply, KD_F_LO) != s->lo || count != (size_t) (s->hi - s->lo))
+        return -1;
+    memcpy (pull->params + s->lo, values, count * sizeof (float));
+    s->version = kd_msg_uint (reply, KD_F_VERSION);
+    return 0;
+}
+
+int
+kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
+{
+    assert (self);
+    assert (params);
+    if (!self->started)
+        return -1;
+    self->t_pull = kd_now_msf ();
+    s_pull_arg_t arg = { params, version };
+    uint64_t known = self->min_clock;
+    if (s_shard_round (self, s_pull_request, KD_MSG_PULL_OK, s_pull_reply, &arg))
+        return -1;
+    self->cache = params;
+    self->cache_clock = known;
+    //  Shards may be a commit apart; a gradient is then computed on a model
+    //  at least as new as the oldest slice, which is what we report.
+    uint64_t v = UINT64_MAX;
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i].version < v)
+            v = self->shards [i].version;
+    self->version = v;
+    self->t_pulled = kd_now_msf ();
+    return 0;
+}
+
+int
+kd_client_pull (kd_client_t *self, float *params)
+{
+    assert (self);
+    assert (params);
+    //  SSP reads its cache while it holds every update of clocks below
+    //  clock - s: that is all the model SSP promises a worker at `clock`.
+    if (self->ssp && self->cache == params && self->cache_clock + self->staleness >= self->clock) {
+        self->pulls_skipped++;
+        self->t_pull = self->t_pulled = kd_now_msf ();
+        return 0;
+    }
+    //  ASP and SSP take whatever each shard has: its versions are its own.
+    return kd_client_pull_version (self, params, self->direct ? 0 : self->released_version);
+}
+
+//  --------------------------------------------------------------------------
+//  Push
+
+//  PUSH of our gradient slice for one shard.
+static kd_msg_t *
+s_push_request (kd_client_t *self, size_t i, void *arg)
+{
+    const float *gradient = (const float *) arg;
+    s_shard_t *s = &self->shards [i];
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (msg, KD_F_RANK, self->rank);
+    kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
+    //  Under ASP and SSP each shard counts its own versions and measures
+    //  staleness against the version we pulled from it.
+    kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
+    kd_msg_set_uint (msg, KD_F_LO, s->lo);
+    kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
+    const float *slice = gradient + s->lo;
+    size_t bytes = (size_t) (s->hi - s->lo) * sizeof (float);
+    //  The first push of a clock borrows the gradient: the caller may write
+    //  it again only after every shard answered PUSH_OK, and a shard can
+    //  only answer once ZeroMQ has written this message, which goes out
+    //  before any retry on the same connection.  A retry copies: it may
+    //  still be queued when the first copy's answer lets us move on.
+    if (s->borrowed != self->clock + 1) {
+        s->borrowed = self->clock + 1;
+        kd_msg_set_data_ref (msg, slice, bytes, NULL, NULL);
+    }
+    else {
+        zframe_t *data = zframe_new (slice, bytes);
+        kd_msg_set_data (msg, &data);
+    }
+    return msg;
+}
+
+static int
+s_push_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
+{
+    (void) i, (void) arg;
+    if (kd_msg_uint (reply, KD_F_CLOCK) != self->clock)
+        return -1;
+    if (kd_msg_uint (reply, KD_F_STALENESS) > self->push_tau)
+        self->push_tau = kd_msg_uint (reply, KD_F_STALENESS);
+    return 0;
+}
+
+int
+kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
+{
+    assert (self);
+    assert (gradient);
+    if (!self->started)
+        return -1;
+    self->t_push = kd_now_msf ();
+    self->push_tau = 0;
+    self->pushed_samples = samples;
+    //  After a readmission the gradient is superseded: not pushed, so that
+    //  no shard stages it after the scheduler dropped it.
+    if (!self->early_release
+    &&  s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply, (void *) gradient))
+        return -1;
+    self->pushed = true;
+    self->t_pushed = kd_now_msf ();
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Arrive, sleep, telemetry, leave
+
+void
+kd_client_set_emulated_ms (kd_client_t *self, double ms)
+{
+    assert (self);
+    self->emulated_ms = ms;
+}
+
+int
+kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
+{
+    assert (self);
+    if (!self->started)
+        return -1;
+    double t_wait = kd_now_msf ();
+    self->t_wait = t_wait;
+    if (!self->pushed)
+        self->t_push = self->t_pushed = t_wait;
+    uint64_t computed_clock = self->clock;
+    uint64_t rows = self->pushed ? self->pushed_samples : 0;
+    self->loss = isfinite (loss) ? loss : 1e30f;
+    self->arrived_clock = computed_clock;
+    self->arrived_samples = rows;
+    kd_msg_t *msg = NULL;
+    //  ARRIVE, and again after every silent deadline: the scheduler ignores
+    //  a repeat while we wait, and resends a RELEASE it already sent, so a
+    //  lost message costs one deadline, not the run.
+    while (!msg && !s_over (self)) {
+        if (self->early_release) {
+            msg = self->early_release;
+            self->early_release = NULL;
+            break;
+        }
+        kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
+        kd_msg_set_uint (arrive, KD_F_CLOCK, computed_clock);
+        //  Under ASP and SSP the scheduler's version is only a count: the
+        //  base is the version it released us on.
+        kd_msg_set_uint (arrive, KD_F_BASE, self->direct ? self->released_version : self->version);
+        kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
+        kd_msg_set_float (arrive, KD_F_LOSS, self->loss);
+        kd_msg_set_uint (arrive, KD_F_STALENESS, self->push_tau);
+        kd_msg_set_float (arrive, KD_F_COMPUTE_MS, self->t_push - self->t_pulled);
+        kd_msg_set_float (arrive, KD_F_EMULATED_MS, self->emulated_ms);
+        kd_peer_send (self->peer, &arrive);
+        msg = s_wait_scheduler (self, KD_MSG_RELEASE, self->timeout_ms);
+    }
+    self->emulated_ms = 0;
+    if (!msg)
+        return -1;
+    s_take_release (self, msg, release);
+    kd_msg_destroy (&msg);
+    return 0;
+}
+
+int
+kd_client_sleep (kd_client_t *self, double ms)
+{
+    assert (self);
+    double until = kd_now_msf () + ms;
+    while (!s_over (self)) {
+        double left = until - kd_now_msf ();
+        if (left <= 0)
+            return 0;
+        if (!self->peer) {
+            zclock_sleep ((int) ceil (left));
+            continue;
+        }
+        int wait = kd_peer_timeout (self->peer) + 1;
+        if (left < wait)
+            wait = (int) ceil (left);
+        if (s_readable (kd_peer_socket (self->peer), wait))
+            s_on_scheduler (self, 0);
+        kd_peer_tick (self->peer);
+    }
+    return -1;
+}
+
+int
+kd_client_telemetry (kd_client_t *self)
+{
+    assert (self);
+    if (!self->monitor || !self->started)
+        return -1;
+    kd_msg_t *t = kd_msg_new (KD_MSG_TELEMETRY);
+    kd_msg_set_uint (t, KD_F_RANK, self->rank);
+    kd_msg_set_uint (t, KD_F_CLOCK, self->arrived_clock);
+    kd_msg_set_float (t, KD_F_PULL_MS, self->t_pulled - self->t_pull);
+    kd_msg_set_float (t, KD_F_COMPUTE_MS, self->t_push - self->t_pulled);
+    kd_msg_set_float (t, KD_F_PUSH_MS, self->t_pushed - self->t_push);
+    kd_msg_set_float (t, KD_F_WAIT_MS, self->t_released - self->t_wait);
+    kd_msg_set_float (t, KD_F_LOSS, self->loss);
+    kd_msg_set_uint (t, KD_F_SAMPLES, self->arrived_samples);
+    kd_msg_set_uint (t, KD_F_STALENESS, self->last_staleness);
+    kd_msg_set_uint (t, KD_F_DROPPED, self->dropped);
+    kd_msg_set_uint (t, KD_F_GROUP, self->group);
+    kd_msg_set_uint (t, KD_F_VERSION, self->version);
+    return kd_msg_send (&t, self->monitor);
+}
+
+int
+kd_client_leave (kd_client_t *self, const char *reason)
+{
+    assert (self);
+    if (!self->peer || !self->welcomed)
+        return -1;
+    kd_msg_t *leave = kd_msg_new (KD_MSG_LEAVE);
+    kd_msg_set_str (leave, KD_F_REASON, reason && *reason ? reason : "leave");
+    int rc = kd_peer_send (self->peer, &leave);
+    kd_info ("leave rank=%llu clock=%llu reason=\"%s\"", (unsigned long long) self->rank,
+             (unsigned long long) self->clock, reason ? reason : "");
+    //  Once we left, the scheduler no longer knows us: no second LEAVE.
+    self->welcomed = false;
+    self->stop = true;
+    return rc;
+}

@@ -1,0 +1,26 @@
+/*  kd_internal.h: umbrella header of the classes the Kudus services share.
+
+    Internal: not installed, and no API promise.  Programs outside this tree
+    use the public <kudus/kudus.h>.
+*/
+#ifndef KD_INTERNAL_H_INCLUDED
+#define KD_INTERNAL_H_INCLUDED
+
+#include <czmq.h>
+#include "kudus/kudus.h"
+#include "kd_log.h"
+#include "kd_util.h"
+#include "kd_config.h"
+#include "kd_msg.h"
+#include "kd_range.h"
+#include "kd_dataset.h"
+#include "kd_model.h"
+#include "kd_controller.h"
+#include "kd_peer.h"
+#include "kd_curve.h"
+#include "kd_service.h"
+#include "kd_speed.h"
+#include "kd_optimizer.h"
+#include "kd_checkpoint.h"
+
+#endif

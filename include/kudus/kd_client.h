@@ -1,0 +1,196 @@
+/*  kd_client: a worker's link to a Kudus cluster.  Public API.
+
+    Any program that computes gradients can be a Kudus worker through this
+    class: the built-in kudus-worker is one, the Python binding is another.
+    The client owns the protocol: registration, the address book of shards,
+    retries with backoff, heartbeats, CURVE, the SSP cache and the direct
+    (ASP/SSP) bookkeeping.  The caller owns the model's arithmetic.
+
+    One iteration, after kd_client_register and kd_client_wait_start:
+
+        kd_client_pull (client, params);            //  the released version
+        loss = my_gradient (params, rows, grad);    //  on the lease's rows
+        kd_client_push (client, grad, n_rows);      //  every shard its slice
+        kd_client_arrive (client, loss, &release);  //  consistency decision
+        kd_client_telemetry (client);               //  optional, best effort
+
+    The release names the next lease: the training rows to compute on.  A
+    call returns -1 when the cluster stopped the run (STOP), on SIGINT or
+    SIGTERM, or when a reply never came; kd_client_stopped tells the first
+    two apart from an error.  Nothing here asserts on what the network
+    sends: a malformed or unexpected message is logged and ignored.
+
+    The client is not thread safe: one thread drives it.
+*/
+#ifndef KD_CLIENT_H_INCLUDED
+#define KD_CLIENT_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "kd_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _kd_client_t kd_client_t;
+
+//  What a RELEASE tells the worker.  rows is borrowed from the client and
+//  valid until its next call.
+typedef struct {
+    uint64_t version;           //  pull at least this model version
+    uint64_t clock;             //  the clock to compute next
+    uint64_t min_clock;         //  slowest member's clock (SSP's horizon)
+    uint64_t group;             //  ALSP group, 0 otherwise
+    uint64_t staleness;         //  staleness of our last applied gradient
+    bool dropped;               //  our last gradient was dropped
+    const uint64_t *rows;       //  the lease: training rows to compute on
+    size_t n_rows;              //  rows in the lease
+} kd_release_t;
+
+//  Create a client for the scheduler at endpoint ("tcp://host:7000").  name
+//  identifies the worker (unique per cluster; a restart with the same name
+//  gets its rank back); NULL or "" means worker-HOST-PID.  NULL if the
+//  endpoint is missing.  Caller owns return value.
+kd_client_t *
+    kd_client_new (const char *scheduler, const char *name);
+
+//  Leave the cluster if still in it, close every socket, and null the
+//  caller's pointer.
+void
+    kd_client_destroy (kd_client_t **self_p);
+
+//  Settings; call before kd_client_register.
+//  Rows of the training set this worker can read (sent with HELLO, so the
+//  scheduler can size its lease book).
+void
+    kd_client_set_samples (kd_client_t *self, uint64_t samples);
+//  The monitor's intake endpoint for kd_client_telemetry; none by default.
+int
+    kd_client_set_monitor (kd_client_t *self, const char *endpoint);
+//  The rank to ask for (a hint the scheduler honours when it is free).
+void
+    kd_client_set_rank (kd_client_t *self, uint64_t rank);
+//  Request deadline before a retry, in ms (default 10000).
+void
+    kd_client_set_timeout (kd_client_t *self, int timeout_ms);
+//  Heartbeats the scheduler may miss before we say HELLO again (default
+//  3); the interval itself comes from the scheduler's WELCOME.
+void
+    kd_client_set_liveness (kd_client_t *self, int liveness);
+//  Largest message accepted from a peer, in bytes (default 1 GiB).
+void
+    kd_client_set_max_msg_bytes (kd_client_t *self, int64_t bytes);
+//  Use CURVE with the keys of `kudus keygen DIR` (client.cert_secret and
+//  server.cert).  Returns 0, or -1 with the reason logged when a key is
+//  missing or malformed.  Without it, the process's CURVE setting applies
+//  (a kudus service's "curve" and "keys-dir").
+int
+    kd_client_set_curve_keys (kd_client_t *self, const char *dir);
+
+//  Send HELLO and wait up to timeout_ms for WELCOME (-1: for ever).
+//  Returns 0, or -1 on stop, timeout or a WELCOME this client cannot
+//  serve (its reason is logged).
+int
+    kd_client_register (kd_client_t *self, int timeout_ms);
+
+//  Wait up to timeout_ms (-1: for ever) for START, connect to every shard,
+//  and wait for the first RELEASE, returned in *release.  Returns 0 or -1.
+int
+    kd_client_wait_start (kd_client_t *self, kd_release_t *release, int timeout_ms);
+
+//  What WELCOME said; valid after kd_client_register.
+uint64_t
+    kd_client_rank (kd_client_t *self);
+//  Floats in the flat parameter vector.
+size_t
+    kd_client_param_count (kd_client_t *self);
+//  The built-in model's name ("softmax", "mlp"), its hidden units, the
+//  batch (largest lease), the run's seed and consistency model.
+const char *
+    kd_client_model (kd_client_t *self);
+uint32_t
+    kd_client_hidden (kd_client_t *self);
+size_t
+    kd_client_batch (kd_client_t *self);
+uint64_t
+    kd_client_seed (kd_client_t *self);
+const char *
+    kd_client_consistency (kd_client_t *self);
+//  Wall-clock ms since the epoch when the run started (from START), 0
+//  before it.
+uint64_t
+    kd_client_start_ms (kd_client_t *self);
+//  The model's layout: tensor i of kd_client_tensor_count.  NULL when i is
+//  out of range.
+size_t
+    kd_client_tensor_count (kd_client_t *self);
+const kd_tensor_t *
+    kd_client_tensor (kd_client_t *self, size_t i);
+
+//  Pull the version named by the last release into params (param_count
+//  floats), straight from each shard's reply frame.  Under SSP the pull is
+//  skipped while params, the same buffer as the last pull, holds every
+//  update SSP promises for the next clock, as in Bosen's client cache.
+//  Returns 0 or -1.
+int
+    kd_client_pull (kd_client_t *self, float *params);
+
+//  Pull at least version (0: whatever each shard has) into params.
+int
+    kd_client_pull_version (kd_client_t *self, float *params, uint64_t version);
+
+//  Version of the model last pulled (the oldest shard's, if they differ).
+uint64_t
+    kd_client_version (kd_client_t *self);
+
+//  Push gradient (param_count floats, the mean over samples rows) to every
+//  shard, and wait until each has taken it.  The gradient is borrowed until
+//  the call returns.  Returns 0 or -1.
+int
+    kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples);
+
+//  Tell the scheduler this clock is done, and wait for its decision: the
+//  next RELEASE, in *release.  loss is the batch's mean loss.  Returns 0
+//  or -1.
+int
+    kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release);
+
+//  Sleep ms while still answering the scheduler (heartbeats, STOP).  For
+//  emulated compute.  Returns 0, or -1 if the run stopped meanwhile.
+int
+    kd_client_sleep (kd_client_t *self, double ms);
+
+//  Declare ms of the compute just done as emulated (reported beside the
+//  real compute time with the next arrival).
+void
+    kd_client_set_emulated_ms (kd_client_t *self, double ms);
+
+//  Send the last iteration's telemetry to the monitor: its pull, compute,
+//  push and wait times as measured by the client, loss, rows, staleness,
+//  drops and group.  Best effort: never blocks.  Returns 0 or -1.
+int
+    kd_client_telemetry (kd_client_t *self);
+
+//  Leave the cluster now: the scheduler stops counting us at once.
+//  reason is logged by the scheduler.  Returns 0 or -1.
+int
+    kd_client_leave (kd_client_t *self, const char *reason);
+
+//  True once the scheduler sent STOP or a signal arrived.
+bool
+    kd_client_stopped (kd_client_t *self);
+
+//  Counters: gradients of ours the scheduler dropped, and pulls the SSP
+//  cache saved.
+uint64_t
+    kd_client_dropped (kd_client_t *self);
+uint64_t
+    kd_client_pulls_skipped (kd_client_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

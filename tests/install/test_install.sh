@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# libkudus installs and other programs link against it: install into a
+# temporary prefix, build examples/c_worker out of tree with pkg-config and
+# with find_package (kudus), then train with two of those workers against a
+# cluster started by the installed `kudus local --external-workers 2`.
+#
+#   tests/install/test_install.sh SOURCE_DIR BUILD_DIR [BASE_PORT]
+set -euo pipefail
+src=$1
+bin=$2
+port=${3:-17400}
+tmp=$(mktemp -d /tmp/kudus-install.XXXXXX)
+pids=()
+cleanup () {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail () { echo "test_install: FAIL: $*" >&2; exit 1; }
+
+prefix=$tmp/prefix
+cmake --install "$bin" --prefix "$prefix" >/dev/null
+for f in bin/kudus bin/kudus-worker include/kudus/kudus.h include/kudus/kd_client.h; do
+    [ -e "$prefix/$f" ] || fail "cmake --install did not install $f"
+done
+# Internal headers stay out of the public API.
+[ ! -e "$prefix/include/kudus/kd_msg.h" ] || fail "internal header kd_msg.h was installed"
+pc=$(find "$prefix" -name kudus.pc | head -1)
+[ -n "$pc" ] || fail "kudus.pc not installed"
+libdir=$(dirname "$(dirname "$pc")")
+soname=$(objdump -p "$libdir/libkudus.so" | awk '/SONAME/ {print $2}')
+[ "$soname" = "libkudus.so.0" ] || fail "SONAME is '$soname', expected libkudus.so.0"
+[ -e "$libdir/libkudus.a" ] || fail "static library not installed"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+
+# Out of tree with pkg-config.
+# shellcheck disable=SC2046
+cc -Wall -Wextra -Werror -o "$tmp/c_worker" "$src/examples/c_worker/worker.c" \
+    $(pkg-config --cflags --libs kudus) -lm
+# A program may not reach an internal symbol through the shared library.
+if nm -D --defined-only "$libdir/libkudus.so" | grep -q ' kd_msg_new'; then
+    fail "libkudus.so exports internal symbols"
+fi
+# And with CMake's find_package.
+cmake -S "$src/examples/c_worker" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/cmake-build" >/dev/null
+[ -x "$tmp/cmake-build/c_worker" ] || fail "find_package (kudus) build made no c_worker"
+
+export LD_LIBRARY_PATH=$libdir
+ldd "$tmp/c_worker" | grep -q "$libdir/libkudus.so.0" || fail "c_worker does not load the installed libkudus"
+
+# Train: two external C workers, nothing built in.
+summary=$tmp/summary.json
+"$prefix/bin/kudus" local --workers 0 --external-workers 2 --model softmax --shards 2 \
+    --target-accuracy 0.78 --max-seconds 120 --base-port "$port" --quiet true \
+    --summary "$summary" > "$tmp/local.log" 2>&1 &
+local_pid=$!
+pids+=("$local_pid")
+for i in 0 1; do
+    "$tmp/c_worker" "tcp://127.0.0.1:$port" "c-worker-$i" /usr/share/datasets/fashion-mnist \
+        "tcp://127.0.0.1:$((port + 1))" > "$tmp/worker-$i.log" 2>&1 &
+    pids+=("$!")
+done
+rc=0
+wait "$local_pid" || rc=$?
+for i in 0 1; do
+    wait "${pids[$((i + 1))]}" || fail "c_worker $i exited with an error: $(tail -5 "$tmp/worker-$i.log")"
+done
+[ $rc -eq 0 ] || fail "kudus local exited $rc: $(tail -20 "$tmp/local.log")"
+python3 - "$summary" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+acc, reason = s["stop_accuracy"], s["stop_reason"]
+workers = s["per_worker"]
+print(f"test_install: stop_reason={reason} stop_accuracy={acc} workers={len(workers)}")
+assert reason == "target-accuracy", f"stopped by {reason}, not by reaching 0.78"
+assert acc >= 0.78, acc
+assert len(workers) == 2 and all(w["applied_samples"] > 0 for w in workers), workers
+PY
+grep -h "c_worker: rank" "$tmp"/worker-*.log
+echo "test_install: OK"

@@ -1,0 +1,321 @@
+/*  test_kd_client: the public worker API against a fake scheduler and a
+    fake shard, ROUTER sockets driven by the test.
+
+    The client must register, adopt the layout, pull into the caller's
+    buffer, push with the lease's rows, and turn ARRIVE into the next
+    RELEASE.  Every bad thing a peer can send (a WELCOME for an unknown
+    model, an address book whose ranges do not tile the model, silence)
+    must end in -1 and a log line, never in a crash or a hang.
+*/
+#include <criterion/criterion.h>
+#include "kd_internal.h"
+
+TestSuite (kd_client, .timeout = 30);
+
+#define S_EP "tcp://127.0.0.1:%d"
+
+//  A fake peer: a bound ROUTER and the routing id of the last sender.
+typedef struct {
+    zsock_t *sock;
+    zframe_t *from;
+    int port;
+} s_fake_t;
+
+static s_fake_t
+s_fake_new (void)
+{
+    s_fake_t f = { .sock = zsock_new (ZMQ_ROUTER) };
+    cr_assert (f.sock);
+    f.port = zsock_bind (f.sock, "tcp://127.0.0.1:*[30000-]");
+    cr_assert (f.port > 0);
+    zsock_set_rcvtimeo (f.sock, 5000);
+    return f;
+}
+
+static void
+s_fake_destroy (s_fake_t *f)
+{
+    zframe_destroy (&f->from);
+    zsock_destroy (&f->sock);
+}
+
+//  Receive the next message of a type, skipping heartbeats.
+static kd_msg_t *
+s_expect (s_fake_t *f, kd_msg_type_t type)
+{
+    for (int i = 0; i < 20; i++) {
+        kd_msg_t *msg = NULL;
+        zframe_t *from = NULL;
+        kd_msg_err_t err;
+        int rc = kd_msg_recv (f->sock, &msg, &from, &err);
+        cr_assert_eq (rc, 0, "no message (rc %d) while waiting for %s", rc, kd_msg_type_name (type));
+        zframe_destroy (&from);
+        zframe_destroy (&f->from);
+        f->from = zframe_dup (kd_msg_routing_id (msg));
+        if (kd_msg_type (msg) == type)
+            return msg;
+        kd_msg_destroy (&msg);
+    }
+    cr_assert_fail ("no %s", kd_msg_type_name (type));
+    return NULL;
+}
+
+//  Send msg to the last sender.
+static void
+s_reply (s_fake_t *f, kd_msg_t *msg)
+{
+    kd_msg_set_routing_id (msg, zframe_dup (f->from));
+    cr_assert_eq (kd_msg_send (&msg, f->sock), 0);
+}
+
+static kd_msg_t *
+s_welcome (const char *model, uint64_t n_params, const char *consistency)
+{
+    kd_msg_t *msg = kd_msg_new (KD_MSG_WELCOME);
+    kd_msg_set_uint (msg, KD_F_RANK, 3);
+    kd_msg_set_str (msg, KD_F_ROLE, "worker");
+    kd_msg_set_str (msg, KD_F_MODEL, model);
+    kd_msg_set_uint (msg, KD_F_HIDDEN, 16);
+    kd_msg_set_uint (msg, KD_F_N_PARAMS, n_params);
+    kd_msg_set_uint (msg, KD_F_BATCH, 4);
+    kd_msg_set_uint (msg, KD_F_SEED, 9);
+    kd_msg_set_str (msg, KD_F_CONSISTENCY, consistency);
+    kd_msg_set_uint (msg, KD_F_STALENESS, 2);
+    return msg;
+}
+
+static kd_msg_t *
+s_start (const char *endpoint, uint64_t lo, uint64_t hi)
+{
+    kd_msg_t *msg = kd_msg_new (KD_MSG_START);
+    kd_msg_set_strs (msg, KD_F_ENDPOINTS, &endpoint, 1);
+    kd_msg_set_uints (msg, KD_F_LOS, &lo, 1);
+    kd_msg_set_uints (msg, KD_F_HIS, &hi, 1);
+    kd_msg_set_uint (msg, KD_F_T0_MS, 1234);
+    return msg;
+}
+
+static kd_msg_t *
+s_release (uint64_t version, uint64_t clock, const uint64_t *rows, size_t n)
+{
+    kd_msg_t *msg = kd_msg_new (KD_MSG_RELEASE);
+    kd_msg_set_uint (msg, KD_F_VERSION, version);
+    kd_msg_set_uint (msg, KD_F_CLOCK, clock);
+    kd_msg_set_uint (msg, KD_F_GROUP, 1);
+    kd_msg_set_uints (msg, KD_F_ROWS, rows, n);
+    return msg;
+}
+
+static kd_client_t *
+s_client (s_fake_t *sched)
+{
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, sched->port);
+    kd_client_t *client = kd_client_new (ep, "test-worker");
+    cr_assert (client);
+    kd_client_set_samples (client, 100);
+    kd_client_set_timeout (client, 2000);
+    return client;
+}
+
+Test (kd_client, new_refuses_missing_arguments)
+{
+    cr_expect_null (kd_client_new ("", "w"));
+    cr_expect_null (kd_client_new (NULL, "w"));
+    //  A nameless worker is named by its host and pid.
+    kd_client_t *client = kd_client_new ("tcp://127.0.0.1:1", NULL);
+    cr_expect_not_null (client);
+    kd_client_destroy (&client);
+}
+
+Test (kd_client, register_times_out_without_a_scheduler)
+{
+    s_fake_t sched = s_fake_new ();     //  binds, never answers
+    kd_client_t *client = s_client (&sched);
+    uint64_t t0 = kd_now_ms ();
+    cr_expect_eq (kd_client_register (client, 300), -1);
+    cr_expect_lt (kd_now_ms () - t0, 3000);
+    cr_expect_not (kd_client_stopped (client));
+    kd_client_destroy (&client);
+    cr_expect_null (client);
+    s_fake_destroy (&sched);
+}
+
+Test (kd_client, welcome_for_an_unknown_model_is_refused)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    //  The first call sends HELLO and times out; the next one reads our
+    //  answer: a model this client cannot serve.
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_destroy (&(kd_msg_t *) { s_expect (&sched, KD_MSG_HELLO) });
+    s_reply (&sched, s_welcome ("resnet", 10, "bsp"));
+    cr_expect_eq (kd_client_register (client, 2000), -1);
+    cr_expect_eq (kd_client_param_count (client), 0);
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+//  Register with the fake scheduler: HELLO, then a WELCOME for softmax.
+static void
+s_register (s_fake_t *sched, kd_client_t *client, const char *consistency)
+{
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_t *hello = s_expect (sched, KD_MSG_HELLO);
+    cr_expect_eq (kd_msg_uint (hello, KD_F_SAMPLES), 100);
+    kd_msg_destroy (&hello);
+    s_reply (sched, s_welcome ("softmax", 7850, consistency));
+    cr_assert_eq (kd_client_register (client, 2000), 0);
+}
+
+Test (kd_client, start_with_ranges_that_do_not_tile_is_refused)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register (&sched, client, "bsp");
+    cr_expect_eq (kd_client_rank (client), 3);
+    s_reply (&sched, s_start ("tcp://127.0.0.1:1", 0, 7000));     //  short of 7850
+    kd_release_t release;
+    cr_expect_eq (kd_client_wait_start (client, &release, 2000), -1);
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+//  What the fake cluster saw during one iteration.
+typedef struct {
+    zsock_t *sched, *shard;     //  handed over to the actor
+    uint64_t push_samples;      //  PUSH's samples
+    float push_first;           //  first float pushed
+    uint64_t arrive_samples;    //  ARRIVE's samples
+    double arrive_loss;         //  ARRIVE's loss
+    int pulls;                  //  PULLs answered
+} s_cluster_t;
+
+//  Plays the scheduler and the shard until told to stop.
+static void
+s_cluster_actor (zsock_t *pipe, void *args)
+{
+    s_cluster_t *c = (s_cluster_t *) args;
+    zsock_signal (pipe, 0);
+    zpoller_t *poller = zpoller_new (pipe, c->sched, c->shard, NULL);
+    while (true) {
+        zsock_t *which = (zsock_t *) zpoller_wait (poller, 5000);
+        if (!which || which == pipe)
+            break;
+        kd_msg_t *msg = NULL;
+        zframe_t *from = NULL;
+        if (kd_msg_recv (which, &msg, &from, NULL) != 0)
+            continue;
+        kd_msg_t *reply = NULL;
+        if (kd_msg_type (msg) == KD_MSG_PULL) {
+            reply = kd_msg_new (KD_MSG_PULL_OK);
+            kd_msg_set_uint (reply, KD_F_VERSION, 7);
+            kd_msg_set_uint (reply, KD_F_LO, 0);
+            zframe_t *data = zframe_new (NULL, 7850 * sizeof (float));
+            float *v = (float *) zframe_data (data);
+            for (size_t i = 0; i < 7850; i++)
+                v [i] = (float) i;
+            kd_msg_set_data (reply, &data);
+            c->pulls++;
+        }
+        else
+        if (kd_msg_type (msg) == KD_MSG_PUSH) {
+            size_t n = 0;
+            const float *g = kd_msg_data_floats (msg, &n);
+            c->push_samples = kd_msg_uint (msg, KD_F_SAMPLES);
+            c->push_first = n == 7850 ? g [0] : -1;
+            reply = kd_msg_new (KD_MSG_PUSH_OK);
+            kd_msg_set_uint (reply, KD_F_CLOCK, kd_msg_uint (msg, KD_F_CLOCK));
+        }
+        else
+        if (kd_msg_type (msg) == KD_MSG_ARRIVE) {
+            c->arrive_samples = kd_msg_uint (msg, KD_F_SAMPLES);
+            c->arrive_loss = kd_msg_float (msg, KD_F_LOSS);
+            uint64_t rows [2] = { 8, 9 };
+            reply = s_release (1, 1, rows, 2);
+            kd_msg_set_uint (reply, KD_F_DROPPED, 1);
+        }
+        if (reply) {
+            kd_msg_set_routing_id (reply, zframe_dup (kd_msg_routing_id (msg)));
+            kd_msg_send (&reply, which);
+        }
+        zframe_destroy (&from);
+        kd_msg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+}
+
+Test (kd_client, one_iteration_against_a_fake_cluster)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register (&sched, client, "bsp");
+    cr_expect_str_eq (kd_client_model (client), "softmax");
+    cr_expect_str_eq (kd_client_consistency (client), "bsp");
+    cr_expect_eq (kd_client_param_count (client), 7850);
+    cr_expect_eq (kd_client_batch (client), 4);
+    cr_assert_eq (kd_client_tensor_count (client), 2);
+    const kd_tensor_t *W = kd_client_tensor (client, 0), *b = kd_client_tensor (client, 1);
+    cr_expect_str_eq (W->name, "W");
+    cr_expect_eq (W->rows, 784);
+    cr_expect_eq (W->cols, 10);
+    cr_expect_str_eq (b->name, "b");
+    cr_expect_eq (b->offset, 7840);
+    cr_expect_null (kd_client_tensor (client, 2));
+
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 7850));
+    uint64_t rows [3] = { 5, 17, 42 };
+    s_reply (&sched, s_release (0, 0, rows, 3));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    cr_expect_eq (kd_client_start_ms (client), 1234);
+    cr_expect_eq (release.n_rows, 3);
+    cr_expect_eq (release.rows [2], 42);
+    cr_expect_eq (release.group, 1);
+
+    //  From here the actor owns both fake sockets.
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params = (float *) calloc (7850, sizeof (float));
+    float *grad = (float *) calloc (7850, sizeof (float));
+    grad [0] = 0.5f;
+    cr_assert_eq (kd_client_pull (client, params), 0);
+    cr_expect_eq (kd_client_version (client), 7);
+    cr_expect_float_eq (params [7849], 7849.0f, 1e-6);
+    cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+    cr_assert_eq (kd_client_arrive (client, 2.5f, &release), 0);
+    cr_expect_eq (release.clock, 1);
+    cr_expect_eq (release.n_rows, 2);
+    cr_expect_eq (release.rows [0], 8);
+    cr_expect (release.dropped);
+    cr_expect_eq (kd_client_dropped (client), 1);
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.pulls, 1);
+    cr_expect_eq (cluster.push_samples, 3);
+    cr_expect_float_eq (cluster.push_first, 0.5f, 1e-6);
+    cr_expect_eq (cluster.arrive_samples, 3);
+    cr_expect_float_eq (cluster.arrive_loss, 2.5, 1e-6);
+    free (params);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+Test (kd_client, calls_before_start_fail_cleanly)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    float buf [4] = { 0 };
+    kd_release_t release;
+    cr_expect_eq (kd_client_pull (client, buf), -1);
+    cr_expect_eq (kd_client_push (client, buf, 1), -1);
+    cr_expect_eq (kd_client_arrive (client, 0, &release), -1);
+    cr_expect_eq (kd_client_wait_start (client, &release, 10), -1);
+    cr_expect_eq (kd_client_telemetry (client), -1);
+    cr_expect_eq (kd_client_leave (client, "test"), -1);
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
