@@ -11,9 +11,10 @@
 #include "kd_internal.h"
 #include "kd_client.h"
 #include <math.h>
+#include <stdatomic.h>
 
 #define S_MAX_SHARDS     64     //  shards in the address book at most
-#define S_MAX_TENSORS    4      //  tensors of a built-in model
+#define S_MAX_TENSORS    KD_MODEL_MAX_TENSORS   //  tensors of a layout
 #define S_RETRY_MAX_MS   5000   //  ceiling of the retry backoff
 #define S_RETRY_BUSY_MS  200    //  retry after a shard said "not now"
 #define S_RETRY_FIRST_MS 1000   //  first resend to a silent shard
@@ -41,6 +42,8 @@ struct _kd_client_t {
     int liveness;               //  missed heartbeats before a new HELLO
     uint64_t samples;           //  training rows we can read (HELLO)
     bool has_rank;              //  a rank hint was set
+    kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
+    size_t n_declared;          //  tensors in it (0: none)
     uint64_t rank_hint;         //  that hint
     s_shard_t shards [S_MAX_SHARDS];  //  address book
     size_t n_shards;            //  entries in use
@@ -78,6 +81,7 @@ struct _kd_client_t {
     uint64_t cache_clock;       //  SSP: min_clock when it was pulled
     uint64_t pulls_skipped;     //  SSP: pulls the cache saved
     kd_msg_t *early_release;    //  a readmission RELEASE (see s_on_scheduler)
+    atomic_int inflight;        //  borrowed gradient frames ZeroMQ still holds
     //  Timings of the last iteration, for ARRIVE and TELEMETRY
     double t_pull, t_pulled;    //  pull started, ended
     double t_push, t_pushed;    //  push started, ended
@@ -115,6 +119,35 @@ kd_client_new (const char *scheduler, const char *name)
     return self;
 }
 
+//  The I/O thread calls this when a borrowed gradient frame is sent or
+//  dropped.
+static void
+s_ref_free (void *data, void *hint)
+{
+    (void) data;
+    atomic_fetch_sub ((atomic_int *) hint, 1);
+}
+
+//  Close every shard socket, and wait until ZeroMQ has let go of every
+//  borrowed gradient frame, so that the caller may free the gradient.
+//  Closing with linger 0 drops the frames still queued.
+static void
+s_close_shards (kd_client_t *self)
+{
+    for (size_t i = 0; i < self->n_shards; i++) {
+        zsock_destroy (&self->shards [i].sock);
+        free (self->shards [i].endpoint);
+        self->shards [i].endpoint = NULL;
+    }
+    self->n_shards = 0;
+    self->started = false;
+    for (int waited = 0; atomic_load (&self->inflight) > 0 && waited < 5000; waited++)
+        zclock_sleep (1);
+    if (atomic_load (&self->inflight) > 0)
+        kd_error ("kd_client: ZeroMQ still holds %d gradient frames after 5 s",
+                  atomic_load (&self->inflight));
+}
+
 void
 kd_client_destroy (kd_client_t **self_p)
 {
@@ -126,10 +159,7 @@ kd_client_destroy (kd_client_t **self_p)
     //  counting it now rather than after the liveness timeout.
     if (self->welcomed && !self->stop)
         kd_client_leave (self, "client closed");
-    for (size_t i = 0; i < self->n_shards; i++) {
-        zsock_destroy (&self->shards [i].sock);
-        free (self->shards [i].endpoint);
-    }
+    s_close_shards (self);
     zsock_destroy (&self->monitor);
     kd_msg_destroy (&self->early_release);
     kd_peer_destroy (&self->peer);
@@ -200,6 +230,34 @@ kd_client_set_curve_keys (kd_client_t *self, const char *dir)
 }
 
 int
+kd_client_set_layout (kd_client_t *self, const kd_tensor_t *tensors, size_t n)
+{
+    assert (self);
+    const char *names [S_MAX_TENSORS];
+    uint64_t shapes [2 * S_MAX_TENSORS];
+    size_t n_params = 0;
+    char err [256];
+    if (!tensors || n == 0 || n > S_MAX_TENSORS) {
+        kd_error ("kd_client: a layout has 1..%d tensors, not %zu", S_MAX_TENSORS, n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        names [i] = tensors [i].name;
+        shapes [2 * i] = tensors [i].rows;
+        shapes [2 * i + 1] = tensors [i].cols;
+    }
+    if (kd_model_layout_parse (names, n, shapes, 2 * n, self->declared, &n_params, err, sizeof err)) {
+        kd_error ("kd_client: %s", err);
+        self->n_declared = 0;
+        return -1;
+    }
+    self->n_declared = n;
+    if (self->peer)
+        kd_peer_set_layout (self->peer, names, n, shapes);
+    return 0;
+}
+
+int
 kd_client_set_monitor (kd_client_t *self, const char *endpoint)
 {
     assert (self);
@@ -224,6 +282,60 @@ kd_client_set_monitor (kd_client_t *self, const char *endpoint)
 //  --------------------------------------------------------------------------
 //  Messages from the scheduler
 
+//  What every WELCOME says, built-in model or not.
+static void
+s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
+{
+    const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+    self->batch = batch;
+    self->seed = kd_msg_uint (msg, KD_F_SEED);
+    snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
+    self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
+    self->ssp = !strcmp (consistency, "ssp");
+    self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
+    self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
+    self->welcomed = true;
+    kd_info ("registered rank=%llu model=%s params=%zu batch=%zu consistency=%s",
+             (unsigned long long) self->rank, self->model, self->n_params, batch, self->consistency);
+}
+
+//  WELCOME for an external model: its layout is the cluster's (the first
+//  worker's declaration), which must be ours if we declared one.
+static void
+s_on_welcome_external (kd_client_t *self, kd_msg_t *msg)
+{
+    size_t n = 0, n_shapes = 0, n_params = 0;
+    const char **names = kd_msg_strs (msg, KD_F_TENSORS, &n);
+    const uint64_t *shapes = kd_msg_uints (msg, KD_F_SHAPES, &n_shapes);
+    size_t batch = (size_t) kd_msg_uint (msg, KD_F_BATCH);
+    kd_tensor_t layout [S_MAX_TENSORS];
+    char err [256];
+    if (kd_model_layout_parse (names, n, shapes, n_shapes, layout, &n_params, err, sizeof err)
+    ||  n_params != kd_msg_uint (msg, KD_F_N_PARAMS) || batch == 0 || batch > S_MAX_BATCH
+    ||  strlen (kd_msg_str (msg, KD_F_CONSISTENCY)) >= sizeof self->consistency) {
+        kd_error ("welcome rejected: external model: %s", err [0] ? err : "bad size or batch");
+        self->failed = true;
+        return;
+    }
+    if (self->n_declared > 0 && !kd_model_layout_equal (layout, n, self->declared, self->n_declared)) {
+        kd_error ("welcome rejected: the cluster's model layout is not the one this worker declared");
+        self->failed = true;
+        return;
+    }
+    self->rank = kd_msg_uint (msg, KD_F_RANK);
+    kd_peer_set_rank (self->peer, self->rank);
+    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
+        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
+    if (self->welcomed)
+        return;
+    snprintf (self->model, sizeof self->model, "external");
+    self->hidden = 0;
+    self->n_params = n_params;
+    memcpy (self->tensors, layout, n * sizeof layout [0]);
+    self->n_tensors = n;
+    s_adopt_welcome (self, msg, batch);
+}
+
 //  Adopt WELCOME: rank, model, batch, consistency.
 static void
 s_on_welcome (kd_client_t *self, kd_msg_t *msg)
@@ -234,7 +346,12 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
     uint32_t hidden = (uint32_t) hidden64;
     size_t batch = (size_t) kd_msg_uint (msg, KD_F_BATCH);
     const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+    if (!strcmp (model, "external")) {
+        s_on_welcome_external (self, msg);
+        return;
+    }
     if (kind < 0 || batch == 0 || batch > S_MAX_BATCH || hidden64 > KD_MODEL_MAX_HIDDEN
+    ||  (kind == KD_MODEL_MLP && hidden == 0)
     ||  strlen (consistency) >= sizeof self->consistency
     ||  kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
         kd_error ("welcome rejected: model=%s hidden=%u batch=%zu", model, hidden, batch);
@@ -255,16 +372,9 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
     self->hidden = kind == KD_MODEL_MLP ? hidden : 0;
     self->n_params = kd_model_param_count (kind, hidden);
     self->n_tensors = kd_model_tensors (kind, hidden, self->tensors, S_MAX_TENSORS);
-    self->batch = batch;
-    self->seed = kd_msg_uint (msg, KD_F_SEED);
-    snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
-    self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
-    self->ssp = !strcmp (consistency, "ssp");
-    self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
-    self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
-    self->welcomed = true;
-    kd_info ("registered rank=%llu model=%s batch=%zu consistency=%s",
-             (unsigned long long) self->rank, self->model, batch, self->consistency);
+    if (self->n_tensors > S_MAX_TENSORS)
+        self->n_tensors = S_MAX_TENSORS;
+    s_adopt_welcome (self, msg, batch);
 }
 
 //  Adopt START's address book: connect to every shard.
@@ -414,16 +524,23 @@ s_take_release (kd_client_t *self, kd_msg_t *release, kd_release_t *out)
     self->group = kd_msg_uint (release, KD_F_GROUP);
     self->min_clock = kd_msg_uint (release, KD_F_MIN_CLOCK);
     self->pushed = false;
-    //  The lease: at most a batch of rows.  More is a broken scheduler; the
-    //  excess is left out and logged, and the scheduler then refuses the
-    //  arrival with a clear error.
+    self->push_tau = 0;
+    //  The lease: at most a batch of rows, each inside the training set we
+    //  declared.  Anything else is a broken scheduler; it is left out and
+    //  logged, and the scheduler then refuses the arrival with a clear
+    //  error.
     size_t n = 0;
     const uint64_t *rows = kd_msg_uints (release, KD_F_ROWS, &n);
     if (n > self->batch)
         kd_error ("lease of %zu rows exceeds the batch of %zu", n, self->batch);
-    self->lease_n = n < self->batch ? n : self->batch;
-    if (self->lease_n > 0)
-        memcpy (self->lease, rows, self->lease_n * sizeof (uint64_t));
+    self->lease_n = 0;
+    for (size_t i = 0; i < n && self->lease_n < self->batch; i++) {
+        if (self->samples > 0 && rows [i] >= self->samples)
+            kd_error ("lease row out of range row=%llu rows=%llu", (unsigned long long) rows [i],
+                      (unsigned long long) self->samples);
+        else
+            self->lease [self->lease_n++] = rows [i];
+    }
     self->t_released = kd_now_msf ();
     if (out)
         *out = (kd_release_t) {
@@ -451,6 +568,16 @@ kd_client_register (kd_client_t *self, int timeout_ms)
             return -1;
         }
         kd_peer_set_samples (self->peer, self->samples);
+        if (self->n_declared > 0) {
+            const char *names [S_MAX_TENSORS];
+            uint64_t shapes [2 * S_MAX_TENSORS];
+            for (size_t i = 0; i < self->n_declared; i++) {
+                names [i] = self->declared [i].name;
+                shapes [2 * i] = self->declared [i].rows;
+                shapes [2 * i + 1] = self->declared [i].cols;
+            }
+            kd_peer_set_layout (self->peer, names, self->n_declared, shapes);
+        }
         if (self->has_rank)
             kd_peer_set_rank (self->peer, self->rank_hint);
         kd_peer_hello (self->peer);
@@ -593,6 +720,8 @@ static int
 s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_type,
                s_reply_fn *on_reply, void *arg)
 {
+    if (s_over (self))
+        return -1;
     size_t n = self->n_shards, pending = n;
     uint64_t resend_at [S_MAX_SHARDS];
     int backoff [S_MAX_SHARDS];
@@ -708,6 +837,8 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
     if (!self->started)
         return -1;
     self->t_pull = kd_now_msf ();
+    //  A pull that fails halfway leaves params half written: no cache.
+    self->cache = NULL;
     s_pull_arg_t arg = { params, version };
     uint64_t known = self->min_clock;
     if (s_shard_round (self, s_pull_request, KD_MSG_PULL_OK, s_pull_reply, &arg))
@@ -742,6 +873,39 @@ kd_client_pull (kd_client_t *self, float *params)
 }
 
 //  --------------------------------------------------------------------------
+//  Init
+
+//  INIT of an external model's initial values for one shard: a copy, since
+//  retries may outlive the caller's buffer.
+static kd_msg_t *
+s_init_request (kd_client_t *self, size_t i, void *arg)
+{
+    s_shard_t *s = &self->shards [i];
+    kd_msg_t *msg = kd_msg_new (KD_MSG_INIT);
+    kd_msg_set_uint (msg, KD_F_LO, s->lo);
+    zframe_t *data = zframe_new ((const float *) arg + s->lo, (size_t) (s->hi - s->lo) * sizeof (float));
+    kd_msg_set_data (msg, &data);
+    return msg;
+}
+
+static int
+s_init_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
+{
+    (void) self, (void) i, (void) reply, (void) arg;
+    return 0;
+}
+
+int
+kd_client_init_params (kd_client_t *self, const float *params)
+{
+    assert (self);
+    assert (params);
+    if (!self->started)
+        return -1;
+    return s_shard_round (self, s_init_request, KD_MSG_INIT_OK, s_init_reply, (void *) params);
+}
+
+//  --------------------------------------------------------------------------
 //  Push
 
 //  PUSH of our gradient slice for one shard.
@@ -767,7 +931,8 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     //  still be queued when the first copy's answer lets us move on.
     if (s->borrowed != self->clock + 1) {
         s->borrowed = self->clock + 1;
-        kd_msg_set_data_ref (msg, slice, bytes, NULL, NULL);
+        atomic_fetch_add (&self->inflight, 1);
+        kd_msg_set_data_ref (msg, slice, bytes, s_ref_free, &self->inflight);
     }
     else {
         zframe_t *data = zframe_new (slice, bytes);
@@ -800,8 +965,13 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     //  After a readmission the gradient is superseded: not pushed, so that
     //  no shard stages it after the scheduler dropped it.
     if (!self->early_release
-    &&  s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply, (void *) gradient))
+    &&  s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply, (void *) gradient)) {
+        //  Stopped mid-round: frames of the gradient may still be queued.
+        //  This client is done; let go of them before the caller may free
+        //  the gradient.
+        s_close_shards (self);
         return -1;
+    }
     self->pushed = true;
     self->t_pushed = kd_now_msf ();
     return 0;
@@ -867,6 +1037,8 @@ int
 kd_client_sleep (kd_client_t *self, double ms)
 {
     assert (self);
+    if (!(ms > 0))
+        return s_over (self) ? -1 : 0;
     double until = kd_now_msf () + ms;
     while (!s_over (self)) {
         double left = until - kd_now_msf ();
@@ -912,7 +1084,7 @@ int
 kd_client_leave (kd_client_t *self, const char *reason)
 {
     assert (self);
-    if (!self->peer || !self->welcomed)
+    if (!self->peer || !self->welcomed || self->stop)
         return -1;
     kd_msg_t *leave = kd_msg_new (KD_MSG_LEAVE);
     kd_msg_set_str (leave, KD_F_REASON, reason && *reason ? reason : "leave");

@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,61 @@ kd_model_tensors (kd_model_kind_t kind, uint32_t hidden, kd_tensor_t *out, size_
     for (size_t i = 0; i < n && i < max; i++)
         out [i] = all [i];
     return n;
+}
+
+int
+kd_model_layout_parse (const char *const *names, size_t n, const uint64_t *shapes,
+                       size_t n_shapes, kd_tensor_t *out, size_t *n_params,
+                       char *err, size_t err_size)
+{
+    if (n == 0 || n > KD_MODEL_MAX_TENSORS || n_shapes != 2 * n || !names || !shapes) {
+        snprintf (err, err_size, "layout: %zu tensors with %zu shape entries (1..%d tensors, "
+                  "2 entries each)", n, n_shapes, KD_MODEL_MAX_TENSORS);
+        return -2;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = names [i] ? strlen (names [i]) : 0;
+        uint64_t rows = shapes [2 * i], cols = shapes [2 * i + 1];
+        if (len == 0 || len >= KD_TENSOR_NAME_MAX) {
+            snprintf (err, err_size, "layout: tensor %zu's name must be 1..%d bytes", i,
+                      KD_TENSOR_NAME_MAX - 1);
+            return -2;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp (names [i], names [j])) {
+                snprintf (err, err_size, "layout: tensor name '%s' is used twice", names [i]);
+                return -2;
+            }
+        if (rows == 0 || cols == 0 || rows > KD_MODEL_MAX_PARAMS || cols > KD_MODEL_MAX_PARAMS
+        ||  rows * cols > KD_MODEL_MAX_PARAMS - total) {
+            snprintf (err, err_size, "layout: tensor '%s' has shape %llu x %llu (at most %llu floats "
+                      "in all)", names [i], (unsigned long long) rows, (unsigned long long) cols,
+                      (unsigned long long) KD_MODEL_MAX_PARAMS);
+            return -2;
+        }
+        kd_tensor_t *t = &out [i];
+        memset (t, 0, sizeof *t);
+        memcpy (t->name, names [i], len);
+        t->offset = (size_t) total;
+        t->rows = (size_t) rows;
+        t->cols = (size_t) cols;
+        t->count = (size_t) (rows * cols);
+        total += rows * cols;
+    }
+    *n_params = (size_t) total;
+    return 0;
+}
+
+bool
+kd_model_layout_equal (const kd_tensor_t *a, size_t na, const kd_tensor_t *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp (a [i].name, b [i].name) || a [i].rows != b [i].rows || a [i].cols != b [i].cols)
+            return false;
+    return true;
 }
 
 //  Number of parameters of a model.

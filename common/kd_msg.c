@@ -106,6 +106,8 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (MIN_CLOCK,     "min_clock",    UINT),
     S_FIELD (EMULATED_MS,   "emulated_ms",  FLOAT),
     S_FIELD (OPTIMIZER,     "optimizer",    STR),
+    S_FIELD (TENSORS,       "tensors",      STRS),
+    S_FIELD (SHAPES,        "shapes",       UINTS),
 };
 
 typedef enum {
@@ -129,13 +131,15 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (HELLO,
             S_BIT (ROLE) | S_BIT (NAME),
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
-          | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION), NONE),
+          | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
+          | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
     S_TYPE (WELCOME,
             S_BIT (RANK) | S_BIT (ROLE),
             S_BIT (MODEL) | S_BIT (HIDDEN) | S_BIT (N_PARAMS) | S_BIT (LO)
           | S_BIT (HI) | S_BIT (LR) | S_BIT (MOMENTUM) | S_BIT (BATCH)
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
-          | S_BIT (CONSISTENCY) | S_BIT (SESSION), NONE),
+          | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
+          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
     S_TYPE (START,
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
@@ -182,6 +186,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (EVENT, S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
           | S_BIT (VERSION) | S_BIT (LOST), NONE),
+    S_TYPE (INIT, S_BIT (LO) | S_BIT (COUNT), 0, REQUIRED),
+    S_TYPE (INIT_OK, S_BIT (VERSION), 0, NONE),
 };
 
 //  Array fields of one type that must have the same length, because entry i

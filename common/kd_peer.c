@@ -15,6 +15,7 @@ struct _kd_peer_t {
     uint64_t samples;           //  training rows (workers), samples
                                 //  trained into version (shards)
     bool has_rank;              //  rank is a hint to send
+    kd_msg_t *layout;           //  TENSORS and SHAPES to send, or NULL
     uint64_t rank;              //  rank held before, asked for again
     uint64_t lo, hi;            //  key range held (shards), if hi > 0
     int heartbeat_ms;           //  interval
@@ -69,6 +70,7 @@ kd_peer_destroy (kd_peer_t **self_p)
     zsock_set_linger (self->sock, 500);
     zsock_destroy (&self->sock);
     free (self->role);
+    kd_msg_destroy (&self->layout);
     free (self->name);
     free (self->endpoint);
     free (self);
@@ -145,11 +147,29 @@ kd_peer_hello (kd_peer_t *self)
         kd_msg_set_uint (hello, KD_F_LO, self->lo);
         kd_msg_set_uint (hello, KD_F_HI, self->hi);
     }
+    if (self->layout) {
+        size_t n = 0, ns = 0;
+        const char **names = kd_msg_strs (self->layout, KD_F_TENSORS, &n);
+        const uint64_t *shapes = kd_msg_uints (self->layout, KD_F_SHAPES, &ns);
+        kd_msg_set_strs (hello, KD_F_TENSORS, names, n);
+        kd_msg_set_uints (hello, KD_F_SHAPES, shapes, ns);
+    }
     //  A fresh HELLO restarts the liveness clock, so that a scheduler that
     //  is still starting up is given time to answer.
     self->last_heard = kd_now_ms ();
     self->last_hello = self->last_heard;
     return kd_peer_send (self, &hello);
+}
+
+//  Declare an external model's layout with every HELLO.
+void
+kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes)
+{
+    assert (self);
+    kd_msg_destroy (&self->layout);
+    self->layout = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_strs (self->layout, KD_F_TENSORS, names, n);
+    kd_msg_set_uints (self->layout, KD_F_SHAPES, shapes, 2 * n);
 }
 
 //  Send one message to the scheduler.

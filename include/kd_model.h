@@ -11,6 +11,7 @@
 #define KD_MODEL_H_INCLUDED
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "kd_tensor.h"
 
@@ -41,6 +42,25 @@ size_t
 //  for mlp.  Writes at most max into out; returns how many there are.
 size_t
     kd_model_tensors (kd_model_kind_t kind, uint32_t hidden, kd_tensor_t *out, size_t max);
+
+//  Tensors of an external model's layout at most, and floats in all of them.
+#define KD_MODEL_MAX_TENSORS 64
+#define KD_MODEL_MAX_PARAMS  (1ULL << 31)
+
+//  Build an external model's layout from n names and 2 n shape entries
+//  ((rows, cols) per tensor) as a HELLO or WELCOME carries them: offsets
+//  run in order.  Checks every bound (1..KD_MODEL_MAX_TENSORS tensors,
+//  names 1..KD_TENSOR_NAME_MAX-1 bytes and distinct, dimensions >= 1, at
+//  most KD_MODEL_MAX_PARAMS floats).  Returns 0 and sets *n_params, or -2
+//  with a reason in err.
+int
+    kd_model_layout_parse (const char *const *names, size_t n, const uint64_t *shapes,
+                           size_t n_shapes, kd_tensor_t *out, size_t *n_params,
+                           char *err, size_t err_size);
+
+//  True when two layouts are the same: names, shapes and order.
+bool
+    kd_model_layout_equal (const kd_tensor_t *a, size_t na, const kd_tensor_t *b, size_t nb);
 
 //  Deterministic initial values for keys [lo, hi) of the flat vector, from
 //  a seed.  Key i's value depends only on (kind, hidden, seed, i), so any

@@ -87,6 +87,8 @@ typedef enum {
     KD_MSG_EVAL_OK,
     KD_MSG_ERROR,
     KD_MSG_EVENT,
+    KD_MSG_INIT,
+    KD_MSG_INIT_OK,
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -160,6 +162,8 @@ typedef enum {
     KD_F_MIN_CLOCK,     //  uint   cluster min_clock at a RELEASE (SSP cache)
     KD_F_EMULATED_MS,   //  float  emulated compute the worker aimed for
     KD_F_OPTIMIZER,     //  str    the shards' update rule, a kd_optimizer spec
+    KD_F_TENSORS,       //  strs   an external model's tensor names
+    KD_F_SHAPES,        //  uints  their shapes, (rows, cols) per tensor
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 

@@ -47,6 +47,10 @@ void
     kd_peer_set_rank (kd_peer_t *self, uint64_t rank);
 void
     kd_peer_set_range (kd_peer_t *self, uint64_t lo, uint64_t hi);
+//  An external model's layout, sent with every HELLO: n names, 2 n shape
+//  entries (rows, cols).  Copied.
+void
+    kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes);
 //  Adopt the scheduler's heartbeat interval (from WELCOME), so both ends
 //  judge silence by the same clock.
 void

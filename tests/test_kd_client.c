@@ -304,6 +304,38 @@ Test (kd_client, one_iteration_against_a_fake_cluster)
     s_fake_destroy (&sched);
 }
 
+Test (kd_client, stop_ends_the_wait_and_reads_as_stopped)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register (&sched, client, "bsp");
+    kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
+    kd_msg_set_str (stop, KD_F_REASON, "test");
+    s_reply (&sched, stop);
+    kd_release_t release;
+    cr_expect_eq (kd_client_wait_start (client, &release, 3000), -1);
+    cr_expect (kd_client_stopped (client));
+    //  After STOP the scheduler has let us go: no LEAVE, and sleep ends.
+    cr_expect_eq (kd_client_leave (client, "again"), -1);
+    cr_expect_eq (kd_client_sleep (client, 50), -1);
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+Test (kd_client, welcome_for_an_mlp_without_hidden_units_is_refused)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_destroy (&(kd_msg_t *) { s_expect (&sched, KD_MSG_HELLO) });
+    kd_msg_t *w = s_welcome ("mlp", 10, "bsp");
+    kd_msg_set_uint (w, KD_F_HIDDEN, 0);
+    s_reply (&sched, w);
+    cr_expect_eq (kd_client_register (client, 2000), -1);
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
 Test (kd_client, calls_before_start_fail_cleanly)
 {
     s_fake_t sched = s_fake_new ();

@@ -30,18 +30,19 @@ TestSuite (kd_msg);
 typedef struct {
     kd_msg_type_t type;             //  message type
     kd_field_t required [8];        //  required fields, END-terminated
-    kd_field_t optional [16];       //  optional fields, END-terminated
+    kd_field_t optional [20];       //  optional fields, END-terminated
     bool data;                      //  a data frame is required
 } s_schema_t;
 
 static const s_schema_t s_schema [] = {
     { KD_MSG_HELLO, { KD_F_ROLE, KD_F_NAME, END },
       { KD_F_ENDPOINT, KD_F_VERSION, KD_F_CLOCK, KD_F_RANK, KD_F_LO, KD_F_HI,
-        KD_F_SAMPLES, KD_F_SESSION, END }, false },
+        KD_F_SAMPLES, KD_F_SESSION, KD_F_TENSORS, KD_F_SHAPES, END }, false },
     { KD_MSG_WELCOME, { KD_F_RANK, KD_F_ROLE, END },
       { KD_F_MODEL, KD_F_HIDDEN, KD_F_N_PARAMS, KD_F_LO, KD_F_HI, KD_F_LR,
         KD_F_MOMENTUM, KD_F_BATCH, KD_F_SEED, KD_F_EPOCHS, KD_F_HEARTBEAT_MS,
-        KD_F_CONSISTENCY, KD_F_SESSION, END }, false },
+        KD_F_CONSISTENCY, KD_F_SESSION, KD_F_STALENESS, KD_F_OPTIMIZER, KD_F_TENSORS,
+        KD_F_SHAPES, END }, false },
     { KD_MSG_START, { KD_F_ENDPOINTS, KD_F_LOS, KD_F_HIS, END },
       { KD_F_PART_LO, KD_F_PART_HI, KD_F_T0_MS, KD_F_VERSION, END }, false },
     { KD_MSG_HEARTBEAT, { END }, { KD_F_RANK, END }, false },
@@ -74,6 +75,8 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_ERROR, { KD_F_CODE, KD_F_REASON, END }, { END }, false },
     { KD_MSG_EVENT, { KD_F_KIND, END },
       { KD_F_DETAIL, KD_F_RANK, KD_F_NAME, KD_F_ROLE, KD_F_VERSION, KD_F_LOST, END }, false },
+    { KD_MSG_INIT, { KD_F_LO, KD_F_COUNT, END }, { END }, true },
+    { KD_MSG_INIT_OK, { KD_F_VERSION, END }, { END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -447,7 +450,8 @@ Test (kd_msg, tables_name_every_type_and_field)
     static const char *types [] = {
         NULL, "HELLO", "WELCOME", "START", "HEARTBEAT", "ARRIVE", "RELEASE",
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
-        "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT"
+        "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
+        "INIT", "INIT_OK"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -497,6 +501,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_ROWS, "rows", KD_FT_UINTS }, { KD_F_MIN_CLOCK, "min_clock", KD_FT_UINT },
         { KD_F_EMULATED_MS, "emulated_ms", KD_FT_FLOAT },
         { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
+        { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

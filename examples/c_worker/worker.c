@@ -1,6 +1,9 @@
 /*  c_worker: an out-of-tree Kudus worker, built against the installed
-    libkudus.  It trains the cluster's softmax model on Fashion-MNIST with
-    its own gradient code (no BLAS), to show everything a worker needs.
+    libkudus.  It trains softmax regression on Fashion-MNIST with its own
+    gradient code (no BLAS), to show everything a worker needs: either the
+    cluster's built-in softmax model, or (--model external) its own model,
+    whose layout it declares and whose initial values it sends.  After the
+    run it evaluates the last model it pulled on the test set.
 
         cc worker.c $(pkg-config --cflags --libs kudus) -lm -o c_worker
         ./c_worker tcp://127.0.0.1:7000 my-worker [DATA_DIR] [MONITOR]
@@ -70,6 +73,12 @@ main (int argc, char **argv)
     kd_client_set_samples (client, kd_dataset_count (data));
     if (argc > 4)
         kd_client_set_monitor (client, argv [4]);
+    //  Our model, should the cluster run an external one: W [dim x 10], b.
+    kd_tensor_t layout [2] = {
+        { .name = "W", .rows = kd_dataset_dim (data), .cols = CLASSES },
+        { .name = "b", .rows = CLASSES, .cols = 1 }
+    };
+    kd_client_set_layout (client, layout, 2);
     int rc = 1;
     kd_release_t release;
     float *params = NULL, *grad = NULL;
@@ -77,7 +86,8 @@ main (int argc, char **argv)
         goto done;
     //  The layout names the tensors; this worker knows softmax's two.
     const kd_tensor_t *W = kd_client_tensor (client, 0);
-    if (strcmp (kd_client_model (client), "softmax") || !W || strcmp (W->name, "W")
+    bool external = !strcmp (kd_client_model (client), "external");
+    if ((!external && strcmp (kd_client_model (client), "softmax")) || !W || strcmp (W->name, "W")
     ||  W->rows != kd_dataset_dim (data)) {
         fprintf (stderr, "c_worker: this example trains the softmax model, not %s\n",
                  kd_client_model (client));
@@ -87,6 +97,11 @@ main (int argc, char **argv)
     params = calloc (n, sizeof (float));
     grad = calloc (n, sizeof (float));
     if (!params || !grad || kd_client_wait_start (client, &release, 60000) != 0)
+        goto done;
+    //  An external model starts from the values a worker sends: zeros,
+    //  which suit a convex model.  Every worker may send them; the first
+    //  one counts.
+    if (external && kd_client_init_params (client, params) != 0)
         goto done;
     printf ("c_worker: rank %llu, %zu parameters, libkudus %s\n",
             (unsigned long long) kd_client_rank (client), n, kudus_version ());
@@ -105,10 +120,33 @@ main (int argc, char **argv)
     rc = kd_client_stopped (client) ? 0 : 1;
     printf ("c_worker: %lu iterations, model version %llu\n", iterations,
             (unsigned long long) kd_client_version (client));
+    //  The last model pulled, on the test set.
+    kd_dataset_t *test = kd_dataset_load_dir (dir, "t10k", 0, 0, err, sizeof err);
+    if (test) {
+        size_t dim = kd_dataset_dim (test), right = 0;
+        for (size_t r = 0; r < kd_dataset_count (test); r++) {
+            const float *x = kd_dataset_images (test) + r * dim;
+            int best = 0;
+            float zbest = -INFINITY;
+            for (int k = 0; k < CLASSES; k++) {
+                float z = params [dim * CLASSES + k];
+                for (size_t i = 0; i < dim; i++)
+                    z += x [i] * params [i * CLASSES + k];
+                if (z > zbest) {
+                    zbest = z;
+                    best = k;
+                }
+            }
+            right += best == kd_dataset_labels (test) [r];
+        }
+        printf ("c_worker: test accuracy %.4f\n", (double) right / (double) kd_dataset_count (test));
+        kd_dataset_destroy (&test);
+    }
 done:
+    //  The client first: it lets go of the gradient it sent.
+    kd_client_destroy (&client);
     free (params);
     free (grad);
-    kd_client_destroy (&client);
     kd_dataset_destroy (&data);
     return rc;
 }

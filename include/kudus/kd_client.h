@@ -16,11 +16,17 @@
 
     The release names the next lease: the training rows to compute on.  A
     call returns -1 when the cluster stopped the run (STOP), on SIGINT or
-    SIGTERM, or when a reply never came; kd_client_stopped tells the first
-    two apart from an error.  Nothing here asserts on what the network
-    sends: a malformed or unexpected message is logged and ignored.
+    SIGTERM, after kd_client_leave, or when the cluster sent what this
+    client cannot serve; kd_client_stopped tells the first three apart
+    from an error.  kd_client_register and kd_client_wait_start also
+    return -1 at their timeout; pull, push and arrive resend for as long
+    as the run lasts.  Nothing here asserts on what the network sends: a
+    malformed or unexpected message is logged and ignored.  Lease rows are
+    checked against kd_client_set_samples when it was called.
 
-    The client is not thread safe: one thread drives it.
+    The client is not thread safe: one thread drives it.  It uses CZMQ,
+    whose first socket installs SIGINT and SIGTERM handlers (zsys), and it
+    logs to stderr.
 */
 #ifndef KD_CLIENT_H_INCLUDED
 #define KD_CLIENT_H_INCLUDED
@@ -79,6 +85,14 @@ void
 //  3); the interval itself comes from the scheduler's WELCOME.
 void
     kd_client_set_liveness (kd_client_t *self, int liveness);
+//  Declare the layout of an external model (the scheduler runs with
+//  --model external): its tensors' names and shapes, in flat order (offset
+//  and count are computed).  The first worker to register declares the
+//  cluster's layout; the others must declare the same, or none.  Returns
+//  0, or -1 (logged) for a malformed layout: 1..64 tensors, distinct names
+//  shorter than KD_TENSOR_NAME_MAX, dimensions >= 1, at most 2^31 floats.
+int
+    kd_client_set_layout (kd_client_t *self, const kd_tensor_t *tensors, size_t n);
 //  Largest message accepted from a peer, in bytes (default 1 GiB).
 void
     kd_client_set_max_msg_bytes (kd_client_t *self, int64_t bytes);
@@ -106,7 +120,7 @@ uint64_t
 //  Floats in the flat parameter vector.
 size_t
     kd_client_param_count (kd_client_t *self);
-//  The built-in model's name ("softmax", "mlp"), its hidden units, the
+//  The model's name ("softmax", "mlp", or "external"), its hidden units, the
 //  batch (largest lease), the run's seed and consistency model.
 const char *
     kd_client_model (kd_client_t *self);
@@ -129,11 +143,20 @@ size_t
 const kd_tensor_t *
     kd_client_tensor (kd_client_t *self, size_t i);
 
+//  Seed an external model with initial values (param_count floats), as
+//  user code such as PyTorch's initializes them.  The shards take the first
+//  values any worker sends, and answer no pull before: every worker may
+//  call it, and all of them then start from the same model.  A built-in
+//  model's shards hold their seeded values already and ignore it.  Call
+//  after kd_client_wait_start and before the first pull.  Returns 0 or -1.
+int
+    kd_client_init_params (kd_client_t *self, const float *params);
+
 //  Pull the version named by the last release into params (param_count
 //  floats), straight from each shard's reply frame.  Under SSP the pull is
-//  skipped while params, the same buffer as the last pull, holds every
-//  update SSP promises for the next clock, as in Bosen's client cache.
-//  Returns 0 or -1.
+//  skipped while params, the same buffer as the last pull and unchanged
+//  since, holds every update SSP promises for the next clock, as in
+//  Bosen's client cache.  Returns 0 or -1.
 int
     kd_client_pull (kd_client_t *self, float *params);
 
@@ -146,8 +169,9 @@ uint64_t
     kd_client_version (kd_client_t *self);
 
 //  Push gradient (param_count floats, the mean over samples rows) to every
-//  shard, and wait until each has taken it.  The gradient is borrowed until
-//  the call returns.  Returns 0 or -1.
+//  shard, and wait until each has taken it.  The gradient is borrowed, not
+//  copied, until the call returns (on -1 too: the client then lets go of
+//  it before returning, and can no longer push).  Returns 0 or -1.
 int
     kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples);
 

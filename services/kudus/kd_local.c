@@ -343,6 +343,12 @@ kd_local_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
+    if (!strcmp (kd_config_str (c, "model"), "external") && workers > 0) {
+        fprintf (stderr, "kudus local: model external is trained by external workers only: "
+                 "pass --workers 0 --external-workers N\n");
+        kd_config_destroy (&c);
+        return 2;
+    }
     if (workers + external == 0) {
         fprintf (stderr, "kudus local: settings 'workers' and 'external-workers': no worker at all\n");
         kd_config_destroy (&c);

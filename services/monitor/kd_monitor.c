@@ -64,6 +64,7 @@ typedef struct {
     kd_peer_t *peer;            //  link to the scheduler
     kd_dataset_t *test;         //  test set
     kd_model_t *model;          //  evaluation code
+    bool external;              //  an external model: nothing to evaluate
     float *params;              //  assembled model
     size_t n_params;            //  its length
     char model_name [16];       //  "softmax" / "mlp"
@@ -502,8 +503,17 @@ s_eval_check (self_t *self)
 static void
 s_on_welcome (self_t *self, kd_msg_t *msg)
 {
-    if (self->model)
+    if (self->model || self->external)
         return;
+    //  An external model is the workers' own: the monitor cannot evaluate
+    //  it, and streams its telemetry only.
+    if (!strcmp (kd_msg_str (msg, KD_F_MODEL), "external")) {
+        self->external = true;
+        snprintf (self->model_name, sizeof self->model_name, "external");
+        snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
+        kd_info ("registered model=external: no evaluation");
+        return;
+    }
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
     uint64_t hidden64 = kd_msg_uint (msg, KD_F_HIDDEN);
     uint32_t hidden = (uint32_t) hidden64;
@@ -528,8 +538,11 @@ s_on_start (self_t *self, kd_msg_t *msg)
     const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
     const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nlo);
     const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nhi);
-    if (self->started || !self->model)
+    if (self->started || (!self->model && !self->external))
         return;
+    //  An external model's size is what the address book says.
+    if (self->external && n > 0 && n == nhi)
+        self->n_params = (size_t) his [n - 1];
     if (n == 0 || n > S_MAX_SHARDS || n != nlo || n != nhi || his [n - 1] != self->n_params) {
         kd_error ("start rejected: bad address book shards=%zu", n);
         return;

@@ -89,7 +89,10 @@ typedef struct {
     size_t max_live_workers;    //  most workers training at once
     kd_model_kind_t kind;       //  model
     uint32_t hidden;            //  mlp hidden units
-    size_t n_params;            //  flat parameter count
+    size_t n_params;            //  flat parameter count (external: 0 until known)
+    bool external;              //  the model's layout comes from the first worker
+    kd_tensor_t layout [KD_MODEL_MAX_TENSORS];  //  external: its tensors
+    size_t n_layout;            //  external: tensors in layout
     char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
     uint64_t t0_ms;             //  wall ms at START
@@ -212,6 +215,28 @@ s_event (self_t *self, const char *kind, s_member_t *m, const char *detail)
     s_send_to (self, self->monitor, &msg);
 }
 
+//  The model's name in messages and the summary.
+static const char *
+s_model_name (self_t *self)
+{
+    return self->external ? "external" : kd_model_kind_name (self->kind);
+}
+
+//  An external model's layout into a message.
+static void
+s_set_layout (self_t *self, kd_msg_t *msg)
+{
+    const char *names [KD_MODEL_MAX_TENSORS];
+    uint64_t shapes [2 * KD_MODEL_MAX_TENSORS];
+    for (size_t i = 0; i < self->n_layout; i++) {
+        names [i] = self->layout [i].name;
+        shapes [2 * i] = self->layout [i].rows;
+        shapes [2 * i + 1] = self->layout [i].cols;
+    }
+    kd_msg_set_strs (msg, KD_F_TENSORS, names, self->n_layout);
+    kd_msg_set_uints (msg, KD_F_SHAPES, shapes, 2 * self->n_layout);
+}
+
 //  START for a worker or the monitor.
 static void
 s_send_start (self_t *self, s_member_t *m)
@@ -239,9 +264,11 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_t *msg = kd_msg_new (KD_MSG_WELCOME);
     kd_msg_set_uint (msg, KD_F_RANK, m->rank);
     kd_msg_set_str (msg, KD_F_ROLE, s_role_name (m->role));
-    kd_msg_set_str (msg, KD_F_MODEL, kd_model_kind_name (self->kind));
+    kd_msg_set_str (msg, KD_F_MODEL, s_model_name (self));
     kd_msg_set_uint (msg, KD_F_HIDDEN, self->hidden);
     kd_msg_set_uint (msg, KD_F_N_PARAMS, self->n_params);
+    if (self->external && self->n_layout > 0)
+        s_set_layout (self, msg);
     kd_msg_set_float (msg, KD_F_LR, kd_config_double (c, "lr"));
     kd_msg_set_float (msg, KD_F_MOMENTUM, kd_config_double (c, "momentum"));
     kd_msg_set_str (msg, KD_F_OPTIMIZER, self->optimizer);
@@ -492,7 +519,7 @@ s_resync_shard (self_t *self, s_member_t *m)
 static void
 s_maybe_start (self_t *self)
 {
-    if (self->state != S_WAITING)
+    if (self->state != S_WAITING || self->n_params == 0)
         return;
     for (size_t i = 0; i < self->n_shards; i++)
         if (!self->shards [i] || !self->shards [i]->alive)
@@ -647,7 +674,7 @@ s_write_summary (self_t *self)
     FILE *f = open_memstream (&json, &json_size);
     assert (f);
     fputs ("{\n  \"model\": ", f);
-    s_json_str (f, kd_model_kind_name (self->kind));
+    s_json_str (f, s_model_name (self));
     fputs (",\n  \"consistency\": ", f);
     s_json_str (f, kd_config_str (self->config, "consistency"));
     fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"wall_seconds\": %.3f,\n",
@@ -728,6 +755,51 @@ s_free_worker_rank (self_t *self)
 }
 
 //  HELLO: register a member, or recognise one that registers again.
+//  An external model's layout, from a worker's HELLO: the first one
+//  declares it, and every later one must declare the same or none.  Once
+//  it is known the shards, which waited for it, are welcomed.  Returns 0,
+//  or -1 after answering ERROR.
+static int
+s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
+{
+    size_t n = 0, n_shapes = 0;
+    const char **names = kd_msg_strs (msg, KD_F_TENSORS, &n);
+    const uint64_t *shapes = kd_msg_uints (msg, KD_F_SHAPES, &n_shapes);
+    if (n == 0 && n_shapes == 0) {
+        if (self->n_params > 0)
+            return 0;
+        s_error (self, id, KD_ERR_STATE, "the external model's layout is not known yet: the first "
+                 "worker must declare it (kd_client_set_layout)");
+        return -1;
+    }
+    kd_tensor_t layout [KD_MODEL_MAX_TENSORS];
+    size_t n_params = 0;
+    char err [256];
+    if (kd_model_layout_parse (names, n, shapes, n_shapes, layout, &n_params, err, sizeof err)) {
+        s_error (self, id, KD_ERR_MALFORMED, err);
+        return -1;
+    }
+    if (self->n_params > 0) {
+        if (kd_model_layout_equal (layout, n, self->layout, self->n_layout))
+            return 0;
+        s_error (self, id, KD_ERR_STATE, "this worker's model layout differs from the cluster's");
+        return -1;
+    }
+    if (n_params < self->n_shards) {
+        s_error (self, id, KD_ERR_STATE, "the model has fewer parameters than there are shards");
+        return -1;
+    }
+    memcpy (self->layout, layout, n * sizeof layout [0]);
+    self->n_layout = n;
+    self->n_params = n_params;
+    kd_info ("external model: %zu tensors, %zu parameters, declared by name=%s", n, n_params,
+             kd_msg_str (msg, KD_F_NAME));
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i] && self->shards [i]->alive)
+            s_send_welcome (self, self->shards [i]);
+    return 0;
+}
+
 static void
 s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
 {
@@ -754,6 +826,8 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
         return;
     }
+    if (role == S_ROLE_WORKER && self->external && s_adopt_layout (self, msg, id))
+        return;
     if (role == S_ROLE_WORKER) {
         //  Partitions index one training set, so every worker must hold the
         //  same one: the first report sets its size.
@@ -868,10 +942,12 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     }
     kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", s_role_name (role),
              name, (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
+    //  A shard of an external model waits for its layout (s_adopt_layout).
     if (rejoin && !was_alive && role != S_ROLE_MONITOR)
         s_event (self, role == S_ROLE_WORKER ? "worker-rejoin" : "shard-rejoin", m,
                  restarted ? "registered again from a new process" : "registered again");
-    s_send_welcome (self, m);
+    if (role != S_ROLE_SHARD || self->n_params > 0)
+        s_send_welcome (self, m);
     //  A worker that was declared dead while computing may have pushed that
     //  gradient after its death was handled (a SIGSTOP, a partition): drop
     //  it again now, after the push, so no shard keeps it for ever.
@@ -1203,7 +1279,7 @@ s_on_status (self_t *self)
     kd_msg_set_uint (msg, KD_F_REGROUPS, self->regroups);
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->samples);
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (self->config, "consistency"));
-    kd_msg_set_str (msg, KD_F_MODEL, kd_model_kind_name (self->kind));
+    kd_msg_set_str (msg, KD_F_MODEL, s_model_name (self));
     if (self->groups) {
         uint64_t ranks [S_MAX_WORKERS], groups [S_MAX_WORKERS];
         size_t n = 0;
@@ -1298,16 +1374,23 @@ kd_scheduler_run (kd_config_t *config)
 {
     int rc = 1;
     self_t self_s = { .config = config }, *self = &self_s;
-    self->kind = (kd_model_kind_t) kd_model_kind_parse (kd_config_str (config, "model"));
-    self->hidden = (uint32_t) kd_config_int (config, "hidden");
-    self->n_params = kd_model_param_count (self->kind, self->hidden);
+    self->external = !strcmp (kd_config_str (config, "model"), "external");
+    self->kind = self->external ? KD_MODEL_SOFTMAX
+               : (kd_model_kind_t) kd_model_kind_parse (kd_config_str (config, "model"));
+    self->hidden = self->external ? 0 : (uint32_t) kd_config_int (config, "hidden");
+    self->n_params = self->external ? 0 : kd_model_param_count (self->kind, self->hidden);
+    if (self->external && kd_config_double (config, "target-accuracy") > 0) {
+        kd_error ("setting 'target-accuracy': the monitor evaluates built-in models only, "
+                  "not model external; stop on epochs or max-seconds");
+        return 2;
+    }
     self->n_shards = (size_t) kd_config_int (config, "shards");
     self->min_workers = (size_t) kd_config_int (config, "min-workers");
     self->heartbeat_ms = (int) kd_config_int (config, "heartbeat-ms");
     self->liveness = (int) kd_config_int (config, "liveness");
     for (size_t i = 0; i < S_N_MILESTONES; i++)
         self->milestone_s [i] = -1;
-    if (self->n_shards > self->n_params) {
+    if (!self->external && self->n_shards > self->n_params) {
         kd_error ("more shards than parameters shards=%zu params=%zu", self->n_shards, self->n_params);
         return 2;
     }
@@ -1342,7 +1425,7 @@ kd_scheduler_run (kd_config_t *config)
     }
     kd_info ("listening endpoint=%s shards=%zu min_workers=%zu model=%s consistency=%s",
              zsock_endpoint (self->router), self->n_shards, self->min_workers,
-             kd_model_kind_name (self->kind), kd_config_str (config, "consistency"));
+             s_model_name (self), kd_config_str (config, "consistency"));
 
     uint64_t now = kd_now_ms ();
     int status_ms = (int) kd_config_int (config, "status-ms");

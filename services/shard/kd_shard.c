@@ -17,6 +17,8 @@
 
 #define S_MAX_STAGED    8192    //  staged gradients at most; more is refused
 #define S_MAX_PARKED    4096    //  parked pulls at most
+//  The model kind an external model's checkpoint records.
+#define S_KIND_EXTERNAL ((kd_model_kind_t) 0xFFFF)
 #define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
 #define S_MAX_RANKS     65536   //  worker ranks we keep a commit mark for
 #define S_BURST         256     //  requests read per poll at most
@@ -68,6 +70,8 @@ typedef struct {
     uint64_t lo, hi;            //  key range
     size_t n;                   //  hi - lo
     float *params;              //  values of our range
+    bool external;              //  a model whose layout and values come from workers
+    bool initialized;           //  params hold a model (external: after INIT)
     kd_optimizer_t *opt;        //  the update rule and its state
     char opt_spec [KD_OPTIMIZER_SPEC_MAX];  //  its spec, as WELCOME named it
     float *gsum;                //  a commit's combined gradient
@@ -302,6 +306,7 @@ s_bench_welcome (self_t *self, kd_msg_t *msg)
         return true;
     self->version = 0;
     self->version_ts = kd_wall_ms ();
+    self->initialized = true;
     self->registered = true;
     kd_info ("registered for a benchmark rank=%llu lo=%llu floats=%llu",
              (unsigned long long) self->rank, (unsigned long long) self->lo,
@@ -417,6 +422,8 @@ s_release_parked (self_t *self)
 {
     //  Deleting at the cursor moves it back one node, so the walk goes on
     //  from there; the list is edited in place, not rebuilt per commit.
+    if (!self->initialized)
+        return;
     s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
     while (p) {
         if (p->version <= self->version) {
@@ -504,6 +511,8 @@ s_restore (self_t *self)
     self->hidden = meta.hidden;
     self->version_ts = meta.ts_ms;
     self->restored = true;
+    self->external = self->kind == S_KIND_EXTERNAL;
+    self->initialized = true;
     kd_peer_set_rank (self->peer, meta.rank);
     kd_peer_set_range (self->peer, meta.lo, meta.hi);
     kd_peer_set_samples (self->peer, meta.samples);
@@ -521,11 +530,13 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     if (s_bench_welcome (self, msg))
         return;
     uint64_t lo = kd_msg_uint (msg, KD_F_LO), hi = kd_msg_uint (msg, KD_F_HI);
-    int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
+    bool external = !strcmp (kd_msg_str (msg, KD_F_MODEL), "external");
+    int kind = external ? (int) S_KIND_EXTERNAL : kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
     uint64_t n_params = kd_msg_uint (msg, KD_F_N_PARAMS);
-    uint64_t hidden = kd_msg_uint (msg, KD_F_HIDDEN);
+    uint64_t hidden = external ? 0 : kd_msg_uint (msg, KD_F_HIDDEN);
     if (kind < 0 || hi <= lo || hi > n_params || hidden > KD_MODEL_MAX_HIDDEN
-    ||  n_params != kd_model_param_count (kind, (uint32_t) hidden)) {
+    ||  (!external && n_params != kd_model_param_count (kind, (uint32_t) hidden))
+    ||  hi - lo > KD_CHECKPOINT_MAX_KEYS) {
         kd_error ("welcome rejected: bad range lo=%llu hi=%llu model=%s",
                   (unsigned long long) lo, (unsigned long long) hi, kd_msg_str (msg, KD_F_MODEL));
         return;
@@ -574,9 +585,14 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     kd_optimizer_destroy (&self->opt);
     free (self->gsum);
     self->gsum = NULL;
-    self->params = (float *) malloc (self->n * sizeof (float));
+    self->params = (float *) calloc (self->n, sizeof (float));
     assert (self->params);
-    kd_model_init_range (kind, (uint32_t) hidden, kd_msg_uint (msg, KD_F_SEED), lo, hi, self->params);
+    //  A built-in model starts from its seeded values; an external one from
+    //  the values a worker sends (INIT), and serves no pull before.
+    self->external = external;
+    self->initialized = !external;
+    if (!external)
+        kd_model_init_range (kind, (uint32_t) hidden, kd_msg_uint (msg, KD_F_SEED), lo, hi, self->params);
     self->version = self->ckpt_version = 0;
     self->samples = 0;
     self->restored = false;
@@ -837,7 +853,9 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_STATE, "pull asks for a version too far ahead");
         return;
     }
-    if (want <= self->version) {
+    //  An external model is served once a worker sent its initial values:
+    //  until then every pull is parked.
+    if (want <= self->version && self->initialized) {
         s_send_params (self, kd_msg_routing_id (msg));
         return;
     }
@@ -856,6 +874,38 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
     zlistx_add_end (self->parked, p);
+}
+
+//  INIT: an external model's initial values for our range, from a worker.
+//  The first one wins; later ones (every worker may send one) and ones
+//  after a restore change nothing but are answered alike.
+static void
+s_on_init (self_t *self, kd_msg_t *msg)
+{
+    size_t count = 0;
+    const float *values = kd_msg_data_floats (msg, &count);
+    if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n) {
+        s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED,
+                 "INIT must carry exactly this shard's key range");
+        return;
+    }
+    if (!self->initialized) {
+        for (size_t i = 0; i < count; i++)
+            if (!isfinite (values [i])) {
+                s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED,
+                         "INIT values must be finite");
+                return;
+            }
+        s_params_writable (self);
+        memcpy (self->params, values, count * sizeof (float));
+        self->initialized = true;
+        kd_info ("initialized by a worker lo=%llu keys=%zu", (unsigned long long) self->lo, count);
+        s_release_parked (self);
+    }
+    kd_msg_t *ok = kd_msg_new (KD_MSG_INIT_OK);
+    kd_msg_set_routing_id (ok, kd_msg_routing_id (msg));
+    kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+    kd_msg_send (&ok, self->router);
 }
 
 //  A request on the ROUTER.
@@ -882,6 +932,9 @@ s_on_request (self_t *self)
     else
     if (type == KD_MSG_PULL)
         s_on_pull (self, msg);
+    else
+    if (type == KD_MSG_INIT)
+        s_on_init (self, msg);
     else
     if (type == KD_MSG_HEARTBEAT) {
         kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);

@@ -62,7 +62,7 @@ s_speed_factor (self_t *self)
     uint64_t now = kd_wall_ms ();
     double elapsed = t0 && now > t0 ? (double) (now - t0) / 1000.0 : 0;
     if (self->hetero && t0)
-        factor *= kd_worker_hetero_factor (self->seed, self->rank,
+        factor *= kd_worker_hetero_factor (self->seed, kd_client_rank (self->client),
                                            (uint64_t) (elapsed / self->hetero_period));
     if (self->speed)
         factor *= kd_speed_factor (self->speed, elapsed);
@@ -94,11 +94,15 @@ s_setup (self_t *self)
     if (kind < 0)
         return -1;
     self->model = kd_model_new ((kd_model_kind_t) kind, kd_client_hidden (client), batch);
+    if (!self->model) {
+        kd_error ("cannot build model %s hidden=%u", kd_client_model (client), kd_client_hidden (client));
+        return -1;
+    }
     self->params = (float *) calloc (n_params, sizeof (float));
     self->grad = (float *) calloc (n_params, sizeof (float));
     self->xbuf = (float *) malloc (batch * KD_INPUT_DIM * sizeof (float));
     self->ybuf = (uint8_t *) malloc (batch);
-    assert (self->model && self->params && self->grad && self->xbuf && self->ybuf);
+    assert (self->params && self->grad && self->xbuf && self->ybuf);
     return 0;
 }
 
@@ -206,7 +210,8 @@ kd_worker_run (kd_config_t *config)
     if (zsys_interrupted)
         //  SIGTERM: leave gracefully so the barrier stops counting us now.
         kd_client_leave (self->client, "signal");
-    kd_info ("exit rank=%llu version=%llu pulls_skipped=%llu", (unsigned long long) self->rank,
+    kd_info ("exit rank=%llu version=%llu pulls_skipped=%llu",
+             (unsigned long long) kd_client_rank (self->client),
              (unsigned long long) kd_client_version (self->client),
              (unsigned long long) kd_client_pulls_skipped (self->client));
 cleanup:

@@ -1,0 +1,270 @@
+"""kudus: the Python binding of libkudus's worker API (kd_client).
+
+A ctypes binding over libkudus.so, so that there is one implementation of
+the protocol. Parameters and gradients are numpy float32 arrays passed by
+pointer: a pull writes straight into the caller's array, and a push reads
+straight from it.
+
+    import numpy as np, kudus
+    with kudus.Client("tcp://127.0.0.1:7000", "py-0", samples=60000) as c:
+        c.register()
+        release = c.wait_start()
+        params = np.zeros(c.param_count, np.float32)
+        grad = np.zeros_like(params)
+        while c.pull(params):
+            loss = my_gradient(params, release.rows, grad)
+            if not (c.push(grad, len(release.rows)) and (release := c.arrive(loss))):
+                break
+
+kudus.torch.Worker trains any torch.nn.Module this way.
+
+The library is found through KUDUS_LIB (a path to libkudus.so), then next
+to this package's build tree, then the system's library path.
+"""
+import ctypes
+import ctypes.util
+import os
+from collections import namedtuple
+
+import numpy as np
+
+__all__ = ["Client", "Release", "Tensor", "KudusError", "library_version"]
+
+_TENSOR_NAME_MAX = 32
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * _TENSOR_NAME_MAX), ("offset", ctypes.c_size_t),
+                ("count", ctypes.c_size_t), ("rows", ctypes.c_size_t), ("cols", ctypes.c_size_t)]
+
+
+class _Release(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint64), ("clock", ctypes.c_uint64),
+                ("min_clock", ctypes.c_uint64), ("group", ctypes.c_uint64),
+                ("staleness", ctypes.c_uint64), ("dropped", ctypes.c_bool),
+                ("rows", ctypes.POINTER(ctypes.c_uint64)), ("n_rows", ctypes.c_size_t)]
+
+
+Release = namedtuple("Release", "version clock min_clock group staleness dropped rows")
+Release.__doc__ = "A scheduler's decision: pull at least version, compute clock on rows (a lease)."
+Tensor = namedtuple("Tensor", "name offset count rows cols")
+Tensor.__doc__ = "One named tensor of the flat parameter vector, row-major rows x cols."
+
+
+class KudusError(RuntimeError):
+    """A call failed for a reason other than the end of the run."""
+
+
+def _find_library():
+    candidates = []
+    if os.environ.get("KUDUS_LIB"):
+        candidates.append(os.environ["KUDUS_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    for build in ("build", "build-asan"):
+        candidates.append(os.path.join(here, "..", "..", build, "libkudus.so"))
+    found = ctypes.util.find_library("kudus")
+    if found:
+        candidates.append(found)
+    for path in candidates:
+        if os.path.exists(path) or path == found:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    raise ImportError("kudus: libkudus.so not found; set KUDUS_LIB, build the tree (make build), "
+                      "or install it (cmake --install)")
+
+
+_lib = _find_library()
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(_lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_P = ctypes.c_void_p
+_FLOATS = ctypes.POINTER(ctypes.c_float)
+_new = _fn("kd_client_new", _P, ctypes.c_char_p, ctypes.c_char_p)
+_destroy = _fn("kd_client_destroy", None, ctypes.POINTER(_P))
+_set_samples = _fn("kd_client_set_samples", None, _P, ctypes.c_uint64)
+_set_monitor = _fn("kd_client_set_monitor", ctypes.c_int, _P, ctypes.c_char_p)
+_set_rank = _fn("kd_client_set_rank", None, _P, ctypes.c_uint64)
+_set_timeout = _fn("kd_client_set_timeout", None, _P, ctypes.c_int)
+_set_layout = _fn("kd_client_set_layout", ctypes.c_int, _P, ctypes.POINTER(_Tensor), ctypes.c_size_t)
+_set_curve_keys = _fn("kd_client_set_curve_keys", ctypes.c_int, _P, ctypes.c_char_p)
+_register = _fn("kd_client_register", ctypes.c_int, _P, ctypes.c_int)
+_wait_start = _fn("kd_client_wait_start", ctypes.c_int, _P, ctypes.POINTER(_Release), ctypes.c_int)
+_rank = _fn("kd_client_rank", ctypes.c_uint64, _P)
+_param_count = _fn("kd_client_param_count", ctypes.c_size_t, _P)
+_model = _fn("kd_client_model", ctypes.c_char_p, _P)
+_hidden = _fn("kd_client_hidden", ctypes.c_uint32, _P)
+_batch = _fn("kd_client_batch", ctypes.c_size_t, _P)
+_seed = _fn("kd_client_seed", ctypes.c_uint64, _P)
+_consistency = _fn("kd_client_consistency", ctypes.c_char_p, _P)
+_tensor_count = _fn("kd_client_tensor_count", ctypes.c_size_t, _P)
+_tensor = _fn("kd_client_tensor", ctypes.POINTER(_Tensor), _P, ctypes.c_size_t)
+_init_params = _fn("kd_client_init_params", ctypes.c_int, _P, _FLOATS)
+_pull = _fn("kd_client_pull", ctypes.c_int, _P, _FLOATS)
+_pull_version = _fn("kd_client_pull_version", ctypes.c_int, _P, _FLOATS, ctypes.c_uint64)
+_version = _fn("kd_client_version", ctypes.c_uint64, _P)
+_push = _fn("kd_client_push", ctypes.c_int, _P, _FLOATS, ctypes.c_uint64)
+_arrive = _fn("kd_client_arrive", ctypes.c_int, _P, ctypes.c_float, ctypes.POINTER(_Release))
+_sleep = _fn("kd_client_sleep", ctypes.c_int, _P, ctypes.c_double)
+_set_emulated = _fn("kd_client_set_emulated_ms", None, _P, ctypes.c_double)
+_telemetry = _fn("kd_client_telemetry", ctypes.c_int, _P)
+_leave = _fn("kd_client_leave", ctypes.c_int, _P, ctypes.c_char_p)
+_stopped = _fn("kd_client_stopped", ctypes.c_bool, _P)
+_dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
+_version_str = _fn("kudus_version", ctypes.c_char_p)
+
+
+def library_version():
+    """The loaded libkudus's version, "MAJOR.MINOR.PATCH"."""
+    return _version_str().decode()
+
+
+def _release(r):
+    rows = np.ctypeslib.as_array(r.rows, shape=(r.n_rows,)).copy() if r.n_rows else np.zeros(0, np.uint64)
+    return Release(r.version, r.clock, r.min_clock, r.group, r.staleness, bool(r.dropped), rows)
+
+
+class Client:
+    """A worker's link to a Kudus cluster; mirrors kd_client (docs/client.md).
+
+    Calls that talk to the cluster return a true value on success and False
+    (or None) when the run ended: STOP, a signal, or after leave(). They
+    raise KudusError when the cluster sent what this client cannot serve.
+    """
+
+    def __init__(self, scheduler, name=None, samples=0, monitor=None, layout=None,
+                 rank=None, timeout_ms=None, curve_keys=None):
+        self._c = _new(scheduler.encode(), name.encode() if name else None)
+        if not self._c:
+            raise KudusError(f"kudus: cannot create a client for scheduler {scheduler!r}")
+        self._arrays = []
+        if samples:
+            _set_samples(self._c, int(samples))
+        if rank is not None:
+            _set_rank(self._c, int(rank))
+        if timeout_ms:
+            _set_timeout(self._c, int(timeout_ms))
+        if curve_keys and _set_curve_keys(self._c, curve_keys.encode()) != 0:
+            raise KudusError(f"kudus: cannot load CURVE keys from {curve_keys!r}")
+        if monitor and _set_monitor(self._c, monitor.encode()) != 0:
+            raise KudusError(f"kudus: cannot connect to monitor {monitor!r}")
+        if layout is not None:
+            self.set_layout(layout)
+
+    # Life cycle -------------------------------------------------------
+    def close(self):
+        """Leave the cluster if still in it and close every socket."""
+        if self._c:
+            p = _P(self._c)
+            _destroy(ctypes.byref(p))
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def set_layout(self, layout):
+        """Declare an external model: a list of (name, shape) pairs, shape a
+        tuple of one or two dimensions (or more, flattened to rows x rest)."""
+        arr = (_Tensor * len(layout))()
+        for i, (name, shape) in enumerate(layout):
+            shape = tuple(int(d) for d in shape) or (1,)
+            rows, cols = shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            arr[i].name = name.encode()[:_TENSOR_NAME_MAX - 1]
+            arr[i].rows, arr[i].cols = rows, cols
+        if _set_layout(self._c, arr, len(layout)) != 0:
+            raise KudusError("kudus: malformed layout (see the log)")
+
+    def register(self, timeout_ms=-1):
+        """HELLO, then wait for WELCOME (-1: for ever)."""
+        if _register(self._c, int(timeout_ms)) != 0:
+            if self.stopped:
+                return False
+            raise KudusError("kudus: registration failed or timed out (see the log)")
+        return True
+
+    def wait_start(self, timeout_ms=-1):
+        """Wait for START and the first RELEASE, which it returns."""
+        r = _Release()
+        if _wait_start(self._c, ctypes.byref(r), int(timeout_ms)) != 0:
+            if self.stopped:
+                return None
+            raise KudusError("kudus: no START (timeout, or an address book this client refused)")
+        return _release(r)
+
+    # What WELCOME said ----------------------------------------------------
+    rank = property(lambda self: _rank(self._c))
+    param_count = property(lambda self: _param_count(self._c))
+    model = property(lambda self: _model(self._c).decode())
+    hidden = property(lambda self: _hidden(self._c))
+    batch = property(lambda self: _batch(self._c))
+    seed = property(lambda self: _seed(self._c))
+    consistency = property(lambda self: _consistency(self._c).decode())
+    version = property(lambda self: _version(self._c))
+    stopped = property(lambda self: bool(_stopped(self._c)))
+    dropped = property(lambda self: _dropped(self._c))
+
+    @property
+    def tensors(self):
+        out = []
+        for i in range(_tensor_count(self._c)):
+            t = _tensor(self._c, i).contents
+            out.append(Tensor(t.name.decode(), t.offset, t.count, t.rows, t.cols))
+        return out
+
+    # One iteration ------------------------------------------------------------
+    def _buffer(self, array, what):
+        if (not isinstance(array, np.ndarray) or array.dtype != np.float32
+                or not array.flags["C_CONTIGUOUS"] or array.size != self.param_count):
+            raise ValueError(f"kudus: {what} must be a contiguous float32 numpy array of "
+                             f"{self.param_count} values")
+        return array.ctypes.data_as(_FLOATS)
+
+    def init_params(self, params):
+        """Seed an external model with these values (the first worker's win)."""
+        return _init_params(self._c, self._buffer(params, "params")) == 0
+
+    def pull(self, params, version=None):
+        """Pull the released version (or at least version) into params, in place."""
+        buf = self._buffer(params, "params")
+        rc = _pull(self._c, buf) if version is None else _pull_version(self._c, buf, int(version))
+        return rc == 0
+
+    def push(self, gradient, samples):
+        """Push the mean gradient over samples rows; it is read, not copied."""
+        return _push(self._c, self._buffer(gradient, "gradient"), int(samples)) == 0
+
+    def arrive(self, loss):
+        """Finish the clock; returns the next Release, or None when the run ended."""
+        r = _Release()
+        if _arrive(self._c, float(loss), ctypes.byref(r)) != 0:
+            return None
+        return _release(r)
+
+    def telemetry(self):
+        return _telemetry(self._c) == 0
+
+    def sleep(self, ms):
+        """Sleep while answering the scheduler (emulated compute)."""
+        return _sleep(self._c, float(ms)) == 0
+
+    def set_emulated_ms(self, ms):
+        _set_emulated(self._c, float(ms))
+
+    def leave(self, reason="leave"):
+        return _leave(self._c, reason.encode()) == 0

@@ -1,0 +1,76 @@
+"""Shared fixtures of the Python suites: the build directory, and a local
+cluster started with `kudus local` on a free port range."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.abspath(os.environ.get("KUDUS_BIN_DIR", "build"))
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+os.environ.setdefault("KUDUS_LIB", os.path.join(BIN, "libkudus.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+
+
+def free_base_port():
+    """A base port whose 3 service ports and 2 shard ports are free now."""
+    for base in range(18000, 30000, 211):
+        ports = [base, base + 1, base + 2, base + 100, base + 101]
+        try:
+            socks = []
+            for p in ports:
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            for s in socks:
+                s.close()
+            return base
+        except OSError:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free ports")
+
+
+class Cluster:
+    def __init__(self, tmp_path, *flags):
+        self.port = free_base_port()
+        self.scheduler = f"tcp://127.0.0.1:{self.port}"
+        self.monitor = f"tcp://127.0.0.1:{self.port + 1}"
+        self.summary_path = tmp_path / "summary.json"
+        self.log = open(tmp_path / "local.log", "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "kudus"), "local", "--base-port", str(self.port), "--quiet", "true",
+             "--summary", str(self.summary_path), *flags],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout):
+        rc = self.proc.wait(timeout=timeout)
+        self.log.close()
+        return rc
+
+    def summary(self):
+        with open(self.summary_path) as f:
+            return json.load(f)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = []
+
+    def start(*flags):
+        c = Cluster(tmp_path, *flags)
+        made.append(c)
+        return c
+    yield start
+    for c in made:
+        c.kill()

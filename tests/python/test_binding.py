@@ -1,0 +1,76 @@
+"""kudus.Client, the ctypes binding of kd_client: argument checks, and a
+Python worker beside a built-in C worker in one training run."""
+import numpy as np
+import pytest
+
+import kudus
+from kudus.datasets import fashion_mnist
+
+
+def test_library_version():
+    assert kudus.library_version() == "0.1.0"
+
+
+def test_register_times_out_without_a_scheduler():
+    with kudus.Client("tcp://127.0.0.1:9", "lonely", samples=10) as c:
+        with pytest.raises(kudus.KudusError):
+            c.register(timeout_ms=200)
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(kudus.KudusError):
+        kudus.Client("")
+    with kudus.Client("tcp://127.0.0.1:9", "x") as c:
+        with pytest.raises(kudus.KudusError):
+            c.set_layout([("w", (3, 4)), ("w", (2,))])        # a name twice
+        with pytest.raises(kudus.KudusError):
+            c.set_layout([("w", (0, 4))])                     # an empty tensor
+
+
+def softmax_gradient(params, x, y, grad):
+    """Mean cross-entropy of softmax regression, W [784 x 10] then b [10]."""
+    W = params[:7840].reshape(784, 10)
+    b = params[7840:]
+    z = x @ W + b
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    loss = -np.log(p[np.arange(len(y)), y] + 1e-12).mean()
+    p[np.arange(len(y)), y] -= 1
+    p /= len(y)
+    grad[:7840] = (x.T @ p).reshape(-1)
+    grad[7840:] = p.sum(axis=0)
+    return float(loss)
+
+
+def test_python_and_c_workers_train_one_model(cluster):
+    x, y = fashion_mnist("train")
+    c = cluster("--model", "softmax", "--workers", "1", "--external-workers", "1",
+                "--epochs", "1", "--max-seconds", "120")
+    with kudus.Client(c.scheduler, "py-worker", samples=len(x), monitor=c.monitor) as client:
+        assert client.register(timeout_ms=30000)
+        assert client.model == "softmax"
+        assert [t.name for t in client.tensors] == ["W", "b"]
+        assert client.tensors[0].rows == 784 and client.tensors[0].cols == 10
+        release = client.wait_start(timeout_ms=30000)
+        params = np.zeros(client.param_count, np.float32)
+        grad = np.zeros_like(params)
+        with pytest.raises(ValueError):
+            client.pull(np.zeros(3, np.float32))
+        iterations = 0
+        while release is not None and client.pull(params):
+            loss = softmax_gradient(params, x[release.rows], y[release.rows], grad)
+            if not client.push(grad, len(release.rows)):
+                break
+            release = client.arrive(loss)
+            client.telemetry()
+            iterations += 1
+        assert client.stopped
+    assert c.wait(timeout=120) == 0
+    s = c.summary()
+    assert s["stop_reason"] == "epochs", s["stop_reason"]
+    names = {w["name"]: w for w in s["per_worker"]}
+    assert "py-worker" in names and len(names) == 2, names
+    assert all(w["applied_samples"] > 1000 for w in names.values()), names
+    assert iterations > 100
+    assert s["test_accuracy"] >= 0.75, s["test_accuracy"]
