@@ -10,10 +10,11 @@
 */
 #include "kd_internal.h"
 #include "kd_client.h"
+#include "kd_shardset.h"
 #include <math.h>
 #include <stdatomic.h>
 
-#define S_MAX_SHARDS     64     //  shards in the address book at most
+#define S_MAX_SHARDS     KD_SHARDSET_MAX    //  shards in the address book at most
 #define S_MAX_TENSORS    KD_MODEL_MAX_TENSORS   //  tensors of a layout
 #define S_RETRY_MAX_MS   5000   //  ceiling of the retry backoff
 #define S_RETRY_BUSY_MS  200    //  retry after a shard said "not now"
@@ -23,9 +24,6 @@
 #define S_DEFAULT_MAX_MSG (1ll << 30)
 
 typedef struct {
-    zsock_t *sock;              //  DEALER to this shard
-    char *endpoint;             //  its advertised endpoint
-    uint64_t lo, hi;            //  its key range
     bool done;                  //  replied in the current round
     uint64_t version;           //  version it last returned
     uint64_t borrowed;          //  clock + 1 of the last push that borrowed
@@ -45,8 +43,9 @@ struct _kd_client_t {
     kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
     size_t n_declared;          //  tensors in it (0: none)
     uint64_t rank_hint;         //  that hint
-    s_shard_t shards [S_MAX_SHARDS];  //  address book
-    size_t n_shards;            //  entries in use
+    kd_shardset_t *book;        //  the shards' address book (START), or NULL
+    s_shard_t shards [S_MAX_SHARDS];  //  per-shard round state
+    size_t n_shards;            //  shards in the book
     bool welcomed, started;     //  registration stages
     uint64_t t0_ms;             //  wall clock start of training (START)
     bool stop;                  //  STOP came, or we left
@@ -134,11 +133,7 @@ s_ref_free (void *data, void *hint)
 static void
 s_close_shards (kd_client_t *self)
 {
-    for (size_t i = 0; i < self->n_shards; i++) {
-        zsock_destroy (&self->shards [i].sock);
-        free (self->shards [i].endpoint);
-        self->shards [i].endpoint = NULL;
-    }
+    kd_shardset_destroy (&self->book);
     self->n_shards = 0;
     self->started = false;
     for (int waited = 0; atomic_load (&self->inflight) > 0 && waited < 5000; waited++)
@@ -299,6 +294,22 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
              (unsigned long long) self->rank, self->model, self->n_params, batch, self->consistency);
 }
 
+//  Adopt WELCOME's rank and heartbeat.  Returns true when we were welcomed
+//  before (a scheduler restart): nothing else changes then.
+static bool
+s_adopt_rank (kd_client_t *self, kd_msg_t *msg)
+{
+    self->rank = kd_msg_uint (msg, KD_F_RANK);
+    //  Asked for again if the scheduler restarts, so our staged gradients
+    //  keep their meaning.
+    kd_peer_set_rank (self->peer, self->rank);
+    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
+        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
+    if (self->welcomed)
+        kd_info ("registered again rank=%llu", (unsigned long long) self->rank);
+    return self->welcomed;
+}
+
 //  WELCOME for an external model: its layout is the cluster's (the first
 //  worker's declaration), which must be ours if we declared one.
 static void
@@ -322,11 +333,7 @@ s_on_welcome_external (kd_client_t *self, kd_msg_t *msg)
         self->failed = true;
         return;
     }
-    self->rank = kd_msg_uint (msg, KD_F_RANK);
-    kd_peer_set_rank (self->peer, self->rank);
-    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
-        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
-    if (self->welcomed)
+    if (s_adopt_rank (self, msg))
         return;
     snprintf (self->model, sizeof self->model, "external");
     self->hidden = 0;
@@ -358,16 +365,8 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
         self->failed = true;
         return;
     }
-    self->rank = kd_msg_uint (msg, KD_F_RANK);
-    //  Asked for again if the scheduler restarts, so our staged gradients
-    //  keep their meaning.
-    kd_peer_set_rank (self->peer, self->rank);
-    if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
-        kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
-    if (self->welcomed) {
-        kd_info ("registered again rank=%llu", (unsigned long long) self->rank);
+    if (s_adopt_rank (self, msg))
         return;
-    }
     snprintf (self->model, sizeof self->model, "%s", kd_model_kind_name (kind));
     self->hidden = kind == KD_MODEL_MLP ? hidden : 0;
     self->n_params = kd_model_param_count (kind, hidden);
@@ -381,41 +380,20 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
 static void
 s_on_start (kd_client_t *self, kd_msg_t *msg)
 {
-    size_t n = 0, nlo = 0, nhi = 0;
-    const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
-    const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nlo);
-    const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nhi);
     if (self->started || !self->welcomed)
         return;
-    if (n == 0 || n > S_MAX_SHARDS || n != nlo || n != nhi || his [n - 1] != self->n_params) {
-        kd_error ("start rejected: bad address book shards=%zu", n);
+    char err [256];
+    self->book = kd_shardset_new (msg, self->n_params, self->max_msg, self->curve, err, sizeof err);
+    if (!self->book) {
+        kd_error ("start rejected: %s", err);
         self->failed = true;
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        if (los [i] >= his [i] || los [i] != (i == 0 ? 0 : his [i - 1])) {
-            kd_error ("start rejected: shard ranges do not tile the model");
-            self->failed = true;
-            return;
-        }
-    for (size_t i = 0; i < n; i++) {
-        s_shard_t *s = &self->shards [i];
-        s->sock = zsock_new (ZMQ_DEALER);
-        s->endpoint = strdup (endpoints [i]);
-        s->lo = los [i];
-        s->hi = his [i];
-        self->n_shards = i + 1;
-        kd_socket_harden (s->sock, self->max_msg);
-        kd_curve_client (s_curve (self), s->sock);
-        if (zsock_connect (s->sock, "%s", endpoints [i]) != 0) {
-            kd_error ("cannot connect to shard endpoint=%s", endpoints [i]);
-            self->failed = true;
-            return;
-        }
-    }
+    self->n_shards = kd_shardset_size (self->book);
+    memset (self->shards, 0, sizeof self->shards);
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
-    kd_info ("start shards=%zu", n);
+    kd_info ("start shards=%zu", self->n_shards);
 }
 
 //  True when the socket has a message within timeout_ms.
@@ -730,12 +708,12 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     for (size_t i = 0; i < n; i++) {
         self->shards [i].done = false;
         kd_msg_t *req = request (self, i, arg);
-        kd_msg_send (&req, self->shards [i].sock);
+        kd_msg_send (&req, kd_shardset_socket (self->book, i));
         //  The first resend comes soon: a shard that restarted lost the
         //  request, and waiting the whole deadline would be the RTO.
         backoff [i] = self->timeout_ms < S_RETRY_FIRST_MS ? self->timeout_ms : S_RETRY_FIRST_MS;
         resend_at [i] = now + (uint64_t) backoff [i];
-        items [i + 1] = (zmq_pollitem_t) { zsock_resolve (self->shards [i].sock), 0, ZMQ_POLLIN, 0 };
+        items [i + 1] = (zmq_pollitem_t) { zsock_resolve (kd_shardset_socket (self->book, i)), 0, ZMQ_POLLIN, 0 };
     }
     items [0] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
     while (pending > 0) {
@@ -747,9 +725,9 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
             if (!self->shards [i].done) {
                 if (resend_at [i] <= now) {
                     kd_warn ("shard silent, resending endpoint=%s type=%s after_ms=%d",
-                             self->shards [i].endpoint, kd_msg_type_name (reply_type), backoff [i]);
+                             kd_shardset_endpoint (self->book, i), kd_msg_type_name (reply_type), backoff [i]);
                     kd_msg_t *req = request (self, i, arg);
-                    kd_msg_send (&req, self->shards [i].sock);
+                    kd_msg_send (&req, kd_shardset_socket (self->book, i));
                     backoff [i] = backoff [i] * 2 > S_RETRY_MAX_MS ? S_RETRY_MAX_MS : backoff [i] * 2;
                     resend_at [i] = now + (uint64_t) backoff [i];
                 }
@@ -765,10 +743,10 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
                 continue;
             kd_msg_t *reply = NULL;
             kd_msg_err_t err;
-            int rc = kd_msg_recv (self->shards [i].sock, &reply, NULL, &err);
+            int rc = kd_msg_recv (kd_shardset_socket (self->book, i), &reply, NULL, &err);
             if (rc == -2) {
                 kd_warn ("malformed reply from shard endpoint=%s reason=\"%s\"",
-                         self->shards [i].endpoint, err.reason);
+                         kd_shardset_endpoint (self->book, i), err.reason);
                 continue;
             }
             if (rc != 0)
@@ -776,7 +754,7 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
             if (kd_msg_type (reply) == KD_MSG_ERROR) {
                 //  A shard that is not ready yet, or full, is asked again
                 //  after a short pause rather than the full deadline.
-                kd_warn ("shard error endpoint=%s code=%llu reason=\"%s\"", self->shards [i].endpoint,
+                kd_warn ("shard error endpoint=%s code=%llu reason=\"%s\"", kd_shardset_endpoint (self->book, i),
                          (unsigned long long) kd_msg_uint (reply, KD_F_CODE),
                          kd_msg_str (reply, KD_F_REASON));
                 if (!self->shards [i].done)
@@ -818,14 +796,9 @@ static int
 s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
 {
     s_pull_arg_t *pull = (s_pull_arg_t *) arg;
-    s_shard_t *s = &self->shards [i];
-    size_t count = 0;
-    const float *values = kd_msg_data_floats (reply, &count);
-    if (kd_msg_uint (reply, KD_F_VERSION) < pull->version
-    ||  kd_msg_uint (reply, KD_F_LO) != s->lo || count != (size_t) (s->hi - s->lo))
+    if (kd_shardset_take_pull (self->book, i, reply, pull->version, pull->params))
         return -1;
-    memcpy (pull->params + s->lo, values, count * sizeof (float));
-    s->version = kd_msg_uint (reply, KD_F_VERSION);
+    self->shards [i].version = kd_msg_uint (reply, KD_F_VERSION);
     return 0;
 }
 
@@ -880,10 +853,10 @@ kd_client_pull (kd_client_t *self, float *params)
 static kd_msg_t *
 s_init_request (kd_client_t *self, size_t i, void *arg)
 {
-    s_shard_t *s = &self->shards [i];
+    uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
     kd_msg_t *msg = kd_msg_new (KD_MSG_INIT);
-    kd_msg_set_uint (msg, KD_F_LO, s->lo);
-    zframe_t *data = zframe_new ((const float *) arg + s->lo, (size_t) (s->hi - s->lo) * sizeof (float));
+    kd_msg_set_uint (msg, KD_F_LO, lo);
+    zframe_t *data = zframe_new ((const float *) arg + lo, (size_t) (hi - lo) * sizeof (float));
     kd_msg_set_data (msg, &data);
     return msg;
 }
@@ -920,10 +893,11 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     //  Under ASP and SSP each shard counts its own versions and measures
     //  staleness against the version we pulled from it.
     kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
-    kd_msg_set_uint (msg, KD_F_LO, s->lo);
+    uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
+    kd_msg_set_uint (msg, KD_F_LO, lo);
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
-    const float *slice = gradient + s->lo;
-    size_t bytes = (size_t) (s->hi - s->lo) * sizeof (float);
+    const float *slice = gradient + lo;
+    size_t bytes = (size_t) (hi - lo) * sizeof (float);
     //  The first push of a clock borrows the gradient: the caller may write
     //  it again only after every shard answered PUSH_OK, and a shard can
     //  only answer once ZeroMQ has written this message, which goes out

@@ -11,6 +11,7 @@
     Evaluation happens here, off the workers' critical path.
 */
 #include "kd_monitor.h"
+#include "kd_shardset.h"
 #include <cblas.h>
 #include <math.h>
 #include <msgpack.h>
@@ -49,8 +50,6 @@ typedef struct {
 typedef enum { S_ROUND_EVAL, S_ROUND_SNAPSHOT } s_round_t;
 
 typedef struct {
-    zsock_t *sock;              //  DEALER to the shard
-    uint64_t lo, hi;            //  its key range
     bool done;                  //  answered the current eval pull
     uint64_t version;           //  version it returned
     uint64_t ts_ms;             //  commit time of that version
@@ -69,7 +68,8 @@ typedef struct {
     size_t n_params;            //  its length
     char model_name [16];       //  "softmax" / "mlp"
     char consistency [16];      //  from STATUS
-    s_shard_t shards [S_MAX_SHARDS];  //  address book
+    kd_shardset_t *book;        //  the shards' address book (START)
+    s_shard_t shards [S_MAX_SHARDS];  //  per-shard evaluation state
     size_t n_shards;            //  entries in use
     bool started;               //  START received
     bool stop;                  //  STOP received
@@ -323,7 +323,7 @@ s_eval_begin (self_t *self, uint64_t want, s_round_t round)
         self->shards [i].done = false;
         kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
         kd_msg_set_uint (pull, KD_F_VERSION, want);
-        kd_msg_send (&pull, self->shards [i].sock);
+        kd_msg_send (&pull, kd_shardset_socket (self->book, i));
     }
 }
 
@@ -436,17 +436,13 @@ s_on_shard (self_t *self, size_t i)
     s_shard_t *s = &self->shards [i];
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
-    int rc = kd_msg_recv (s->sock, &msg, NULL, &err);
+    int rc = kd_msg_recv (kd_shardset_socket (self->book, i), &msg, NULL, &err);
     if (rc == -2)
         kd_warn ("malformed reply from shard rank=%zu reason=\"%s\"", i, err.reason);
     if (rc != 0)
         return;
-    size_t count = 0;
-    const float *values = kd_msg_data_floats (msg, &count);
     if (kd_msg_type (msg) == KD_MSG_PULL_OK && self->evaluating && !s->done
-    &&  kd_msg_uint (msg, KD_F_LO) == s->lo && count == s->hi - s->lo
-    &&  kd_msg_uint (msg, KD_F_VERSION) >= self->eval_want) {
-        memcpy (self->params + s->lo, values, count * sizeof (float));
+    &&  kd_shardset_take_pull (self->book, i, msg, self->eval_want, self->params) == 0) {
         s->done = true;
         s->version = kd_msg_uint (msg, KD_F_VERSION);
         s->ts_ms = kd_msg_uint (msg, KD_F_TS_MS);
@@ -534,38 +530,22 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
 static void
 s_on_start (self_t *self, kd_msg_t *msg)
 {
-    size_t n = 0, nlo = 0, nhi = 0;
-    const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
-    const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nlo);
-    const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nhi);
     if (self->started || (!self->model && !self->external))
         return;
     //  An external model's size is what the address book says.
-    if (self->external && n > 0 && n == nhi)
-        self->n_params = (size_t) his [n - 1];
-    if (n == 0 || n > S_MAX_SHARDS || n != nlo || n != nhi || his [n - 1] != self->n_params) {
-        kd_error ("start rejected: bad address book shards=%zu", n);
+    char err [256];
+    self->book = kd_shardset_new (msg, self->external ? 0 : self->n_params,
+                                  kd_config_int (self->config, "max-msg-bytes"), NULL, err, sizeof err);
+    if (!self->book) {
+        kd_error ("start rejected: %s", err);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        if (los [i] >= his [i] || (i == 0 ? los [0] != 0 : los [i] != his [i - 1])) {
-            kd_error ("start rejected: shard ranges do not tile the model");
-            return;
-        }
-    int64_t max_msg = kd_config_int (self->config, "max-msg-bytes");
-    for (size_t i = 0; i < n; i++) {
-        self->shards [i].sock = zsock_new (ZMQ_DEALER);
-        kd_socket_harden (self->shards [i].sock, max_msg);
-        kd_curve_client (kd_curve_process (), self->shards [i].sock);
-        zsock_connect (self->shards [i].sock, "%s", endpoints [i]);
-        self->shards [i].lo = los [i];
-        self->shards [i].hi = his [i];
-    }
-    self->n_shards = n;
+    self->n_shards = kd_shardset_size (self->book);
+    self->n_params = kd_shardset_params (self->book);
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
     s_publish_event (self, "start", "training started");
-    kd_info ("start shards=%zu", n);
+    kd_info ("start shards=%zu", self->n_shards);
 }
 
 static void
@@ -787,7 +767,7 @@ kd_monitor_run (kd_config_t *config)
         items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
         items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
         for (size_t i = 0; i < self->n_shards; i++)
-            items [2 + i] = (zmq_pollitem_t) { zsock_resolve (self->shards [i].sock), 0, ZMQ_POLLIN, 0 };
+            items [2 + i] = (zmq_pollitem_t) { zsock_resolve (kd_shardset_socket (self->book, i)), 0, ZMQ_POLLIN, 0 };
         uint64_t now = kd_now_ms ();
         int wait = next_publish > now ? (int) (next_publish - now) : 0;
         if (wait > 20)
@@ -817,8 +797,7 @@ kd_monitor_run (kd_config_t *config)
     }
     rc = 0;
 cleanup:
-    for (size_t i = 0; i < self->n_shards; i++)
-        zsock_destroy (&self->shards [i].sock);
+    kd_shardset_destroy (&self->book);
     kd_peer_destroy (&self->peer);
     zsock_destroy (&self->router);
     zsock_destroy (&self->pub);

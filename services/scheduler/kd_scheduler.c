@@ -675,6 +675,31 @@ s_write_summary (self_t *self)
     assert (f);
     fputs ("{\n  \"model\": ", f);
     s_json_str (f, s_model_name (self));
+    //  The model by name: each tensor's shape, place in the flat vector,
+    //  and the shards that hold it.
+    kd_tensor_t builtin [4];
+    const kd_tensor_t *tensors = self->external ? self->layout : builtin;
+    size_t n_tensors = self->external ? self->n_layout
+                     : kd_model_tensors (self->kind, self->hidden, builtin, 4);
+    fprintf (f, ",\n  \"params\": %zu,\n  \"layout\": [", self->n_params);
+    for (size_t i = 0; i < n_tensors && self->n_params > 0; i++) {
+        const kd_tensor_t *t = &tensors [i];
+        fprintf (f, "%s\n    {\"name\": ", i ? "," : "");
+        s_json_str (f, t->name);
+        fprintf (f, ", \"rows\": %zu, \"cols\": %zu, \"offset\": %zu, \"held_by\": [",
+                 t->rows, t->cols, t->offset);
+        bool first = true;
+        for (size_t s = 0; s < self->n_shards; s++) {
+            uint64_t lo, hi;
+            kd_range_split (self->n_params, self->n_shards, s, &lo, &hi);
+            if (lo < t->offset + t->count && hi > t->offset) {
+                fprintf (f, "%s%zu", first ? "" : ", ", s);
+                first = false;
+            }
+        }
+        fputs ("]}", f);
+    }
+    fputs (n_tensors > 0 && self->n_params > 0 ? "\n  ]" : "]", f);
     fputs (",\n  \"consistency\": ", f);
     s_json_str (f, kd_config_str (self->config, "consistency"));
     fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"wall_seconds\": %.3f,\n",

@@ -34,21 +34,31 @@ soname=$(objdump -p "$libdir/libkudus.so" | awk '/SONAME/ {print $2}')
 [ -e "$libdir/libkudus.a" ] || fail "static library not installed"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 
+# A sanitizer build's library needs its runtime first in the program.
+san=""
+deps=$(ldd "$libdir/libkudus.so")      # not piped into grep -q: pipefail and SIGPIPE
+if [[ $deps == *libasan* ]]; then
+    san="-fsanitize=address,undefined"
+fi
 # Out of tree with pkg-config.
-# shellcheck disable=SC2046
-cc -Wall -Wextra -Werror -o "$tmp/c_worker" "$src/examples/c_worker/worker.c" \
+# shellcheck disable=SC2046,SC2086
+cc -Wall -Wextra -Werror $san -o "$tmp/c_worker" "$src/examples/c_worker/worker.c" \
     $(pkg-config --cflags --libs kudus) -lm
 # A program may not reach an internal symbol through the shared library.
-if nm -D --defined-only "$libdir/libkudus.so" | grep -q ' kd_msg_new'; then
+exported=$(nm -D --defined-only "$libdir/libkudus.so")
+[[ $exported == *" kd_client_pull"* ]] || fail "libkudus.so does not export kd_client_pull"
+if [[ $exported == *" kd_msg_new"* ]]; then
     fail "libkudus.so exports internal symbols"
 fi
 # And with CMake's find_package.
-cmake -S "$src/examples/c_worker" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S "$src/examples/c_worker" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_C_FLAGS="$san" >/dev/null
 cmake --build "$tmp/cmake-build" >/dev/null
 [ -x "$tmp/cmake-build/c_worker" ] || fail "find_package (kudus) build made no c_worker"
 
 export LD_LIBRARY_PATH=$libdir
-ldd "$tmp/c_worker" | grep -q "$libdir/libkudus.so.0" || fail "c_worker does not load the installed libkudus"
+deps=$(ldd "$tmp/c_worker")
+[[ $deps == *"$libdir/libkudus.so.0"* ]] || fail "c_worker does not load the installed libkudus"
 
 # Train: two external C workers, nothing built in.
 summary=$tmp/summary.json
