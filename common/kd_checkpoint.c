@@ -91,6 +91,49 @@ s_write_all (int fd, const void *data, size_t size)
     return 0;
 }
 
+//  Bytes of one tensor in the layout block: name, rows, cols.
+#define S_TENSOR_BYTES  (KD_TENSOR_NAME_MAX + 16)
+
+//  The layout block of meta into out; returns its length.
+static size_t
+s_layout_encode (const kd_checkpoint_meta_t *meta, uint8_t *out)
+{
+    s_put32 (out, meta->n_tensors);
+    uint8_t *p = out + 4;
+    for (uint32_t i = 0; i < meta->n_tensors; i++, p += S_TENSOR_BYTES) {
+        memset (p, 0, KD_TENSOR_NAME_MAX);
+        memcpy (p, meta->tensors [i].name, strnlen (meta->tensors [i].name, KD_TENSOR_NAME_MAX - 1));
+        s_put64 (p + KD_TENSOR_NAME_MAX, meta->tensors [i].rows);
+        s_put64 (p + KD_TENSOR_NAME_MAX + 8, meta->tensors [i].cols);
+    }
+    return (size_t) (p - out);
+}
+
+//  Read n tensors from a layout block into meta, computing offsets; the
+//  shapes must be positive and sum to n_params.  Returns 0 or -2.
+static int
+s_layout_decode (const uint8_t *block, uint32_t n, kd_checkpoint_meta_t *meta)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *p = block + (size_t) i * S_TENSOR_BYTES;
+        kd_tensor_t *t = &meta->tensors [i];
+        memset (t, 0, sizeof *t);
+        memcpy (t->name, p, KD_TENSOR_NAME_MAX - 1);
+        uint64_t rows = s_get64 (p + KD_TENSOR_NAME_MAX), cols = s_get64 (p + KD_TENSOR_NAME_MAX + 8);
+        if (!t->name [0] || p [KD_TENSOR_NAME_MAX - 1] != 0 || rows == 0 || cols == 0
+        ||  rows > UINT32_MAX || cols > UINT32_MAX || rows * cols > meta->n_params - total)
+            return -2;
+        t->offset = (size_t) total;
+        t->rows = (size_t) rows;
+        t->cols = (size_t) cols;
+        t->count = (size_t) (rows * cols);
+        total += rows * cols;
+    }
+    meta->n_tensors = n;
+    return n == 0 || total == meta->n_params ? 0 : -2;
+}
+
 //  fsync a directory, so that a rename in it survives a crash.
 static int
 s_sync_dir (const char *dir)
@@ -186,8 +229,14 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
         snprintf (err, err_size, "bad optimizer state: %u buffers", meta->n_state);
         return -1;
     }
+    if (meta->n_tensors > KD_CHECKPOINT_MAX_TENSORS) {
+        snprintf (err, err_size, "bad layout: %u tensors", meta->n_tensors);
+        return -1;
+    }
     size_t count = (size_t) (meta->hi - meta->lo);
     size_t state_bytes = (size_t) meta->n_state * count * sizeof (float);
+    uint8_t layout [4 + KD_CHECKPOINT_MAX_TENSORS * S_TENSOR_BYTES];
+    size_t layout_bytes = s_layout_encode (meta, layout);
     uint8_t header [KD_CHECKPOINT_HEADER] = { 0 };
     memcpy (header, S_MAGIC, 8);
     s_put64 (header + S_OFF_VERSION, meta->version);
@@ -205,6 +254,7 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
 
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
+    crc = s_crc (crc, layout, layout_bytes);
     crc = s_crc (crc, params, count * sizeof (float));
     if (state_bytes > 0)
         crc = s_crc (crc, state, state_bytes);
@@ -222,6 +272,7 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
         return -1;
     }
     if (s_write_all (fd, header, sizeof header)
+    ||  s_write_all (fd, layout, layout_bytes)
     ||  s_write_all (fd, params, count * sizeof (float))
     ||  (state_bytes > 0 && s_write_all (fd, state, state_bytes))
     ||  s_write_all (fd, trailer, sizeof trailer)
@@ -300,8 +351,25 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
                   (unsigned long long) m.n_params);
         goto done;
     }
+    //  The layout block (version 2): its count is bounded before it is read.
+    uint8_t layout [4 + KD_CHECKPOINT_MAX_TENSORS * S_TENSOR_BYTES];
+    size_t layout_bytes = 0;
+    if (!v1) {
+        if (fread (layout, 1, 4, f) != 4 || s_get32 (layout) > KD_CHECKPOINT_MAX_TENSORS) {
+            snprintf (err, err_size, "%s: bad layout (at most %d tensors)", path, KD_CHECKPOINT_MAX_TENSORS);
+            goto done;
+        }
+        uint32_t n_tensors = s_get32 (layout);
+        layout_bytes = 4 + (size_t) n_tensors * S_TENSOR_BYTES;
+        if (fread (layout + 4, 1, layout_bytes - 4, f) != layout_bytes - 4
+        ||  s_layout_decode (layout + 4, n_tensors, &m)) {
+            snprintf (err, err_size, "%s: bad layout: its tensors do not make the model", path);
+            goto done;
+        }
+    }
     size_t count = (size_t) (m.hi - m.lo);
-    uint64_t expect = KD_CHECKPOINT_HEADER + (1 + (uint64_t) m.n_state) * count * sizeof (float) + 4;
+    uint64_t expect = KD_CHECKPOINT_HEADER + layout_bytes
+                    + (1 + (uint64_t) m.n_state) * count * sizeof (float) + 4;
     if ((uint64_t) st.st_size != expect) {
         snprintf (err, err_size, "%s: %lld bytes, expected %llu (truncated or padded)", path,
                   (long long) st.st_size, (unsigned long long) expect);
@@ -323,6 +391,7 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
     }
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
+    crc = s_crc (crc, layout, layout_bytes);
     crc = s_crc (crc, params, count * sizeof (float));
     if (n_state > 0)
         crc = s_crc (crc, state, n_state * sizeof (float));

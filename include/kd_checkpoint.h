@@ -13,6 +13,9 @@
     File layout (little-endian):
         header   128 bytes: magic "KDCKPT02", then the fields of
                  kd_checkpoint_meta_t, zero padding
+        layout   uint32 n_tensors, then per tensor: name (32 bytes, NUL
+                 padded), uint64 rows, uint64 cols; the whole model's
+                 tensors in flat order, so a checkpoint names what it holds
         params   count float32
         state    n_state * count float32
         crc      uint32, CRC-32 of everything before it
@@ -26,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "kudus/kd_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +38,7 @@ extern "C" {
 #define KD_CHECKPOINT_HEADER   128
 #define KD_CHECKPOINT_MAX_KEYS (1ULL << 32)    //  floats per range at most
 #define KD_CHECKPOINT_MAX_STATE 2               //  optimizer state buffers at most
+#define KD_CHECKPOINT_MAX_TENSORS 64            //  tensors in a layout at most
 
 //  What a checkpoint says about itself.
 typedef struct {
@@ -48,6 +53,8 @@ typedef struct {
     uint32_t n_state;           //  optimizer state buffers (0..KD_CHECKPOINT_MAX_STATE)
     uint32_t opt_kind;          //  kd_opt_kind_t of the optimizer (0: unknown, v1)
     uint64_t opt_steps;         //  optimizer steps taken
+    uint32_t n_tensors;         //  tensors in layout (0: unnamed, a v1 file)
+    kd_tensor_t tensors [KD_CHECKPOINT_MAX_TENSORS];   //  the model's layout
 } kd_checkpoint_meta_t;
 
 //  Write a checkpoint of hi - lo params and meta->n_state buffers of

@@ -319,3 +319,40 @@ Test (kd_checkpoint, too_many_state_buffers_is_malformed)
     free (path);
     free (dir);
 }
+
+Test (kd_checkpoint, the_layout_names_the_tensors)
+{
+    char *dir = kd_test_tmpdir ();
+    //  A model of 7850 keys: W [784 x 10] and b [10]; this range is 1000.
+    static float p [N], v [N];
+    kd_checkpoint_meta_t meta = s_meta (50);
+    meta.n_tensors = 2;
+    meta.tensors [0] = (kd_tensor_t) { .name = "W", .rows = 784, .cols = 10 };
+    meta.tensors [1] = (kd_tensor_t) { .name = "b", .rows = 10, .cols = 1 };
+    char err [256];
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, p, v, 3, err, sizeof err), 0, "%s", err);
+    float *rp = NULL, *rv = NULL;
+    kd_checkpoint_meta_t got;
+    char *path = s_path (dir, 50);
+    cr_assert_eq (kd_checkpoint_read (path, &got, &rp, &rv, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.n_tensors, 2);
+    cr_expect_str_eq (got.tensors [1].name, "b");
+    cr_expect_eq (got.tensors [1].offset, 7840);
+    cr_expect_eq (got.tensors [0].count, 7840);
+    free (rp);
+    free (rv);
+    //  A layout whose tensors do not add up to the model is malformed: b
+    //  claims 11 rows (offset 128 + 4 + 48 + 32).
+    int fd = open (path, O_RDWR);
+    cr_assert (fd >= 0);
+    unsigned char eleven = 11;
+    cr_assert_eq (pwrite (fd, &eleven, 1, 128 + 4 + 48 + 32), 1);
+    close (fd);
+    cr_expect_eq (kd_checkpoint_read (path, &got, &rp, &rv, err, sizeof err), -2);
+    cr_expect (strstr (err, "layout"), "%s", err);
+    //  More tensors than any layout holds is refused on write.
+    meta.n_tensors = KD_CHECKPOINT_MAX_TENSORS + 1;
+    cr_expect_eq (kd_checkpoint_write (dir, &meta, p, v, 3, err, sizeof err), -1);
+    free (path);
+    free (dir);
+}

@@ -281,6 +281,17 @@ Test (kd_scenario, every_shipped_scenario_parses)
     }
     cr_expect_eq (found, 7, "found %zu of the 7 shipped scenarios", found);
     globfree (&g);
+    //  Ablations (bench/scenarios/ablations/) vary one setting of a shipped
+    //  scenario; they only have to parse.
+    snprintf (pattern, sizeof pattern, "%s/bench/scenarios/ablations/*.json", KUDUS_SOURCE_DIR);
+    cr_assert_eq (glob (pattern, 0, NULL, &g), 0, "no ablations under %s", pattern);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char err [512];
+        kd_scenario_t *s = kd_scenario_load (g.gl_pathv [i], err, sizeof err);
+        cr_expect (s, "%s", err);
+        kd_scenario_destroy (&s);
+    }
+    globfree (&g);
 }
 
 Test (kd_scenario, malformed_files_are_refused_with_a_message)

@@ -15,6 +15,8 @@ parameters' names and shapes are declared as the layout, and its initial
 values seed the shards (every worker sends them; the first one counts, so
 seed torch the same way everywhere or not, as you like).
 """
+import time
+
 import numpy as np
 import torch
 
@@ -25,7 +27,7 @@ class Worker:
     """Trains `model` on the rows of `dataset` the scheduler leases."""
 
     def __init__(self, model, dataset, scheduler, name=None, loss_fn=None, monitor=None,
-                 collate=None, timeout_ms=None):
+                 collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None):
         self.model = model
         self.dataset = dataset
         self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
@@ -37,6 +39,11 @@ class Worker:
         self.flat = None
         self.grad = None
         self.iterations = 0
+        # Emulated heterogeneity: each iteration's compute is stretched to
+        # slowdown times its real length (a sleep that keeps heartbeats).
+        self.slowdown = float(slowdown)
+        # Called as on_iteration(worker) after every arrival.
+        self.on_iteration = on_iteration
 
     def _bind(self):
         """Make every parameter a view into the flat buffer the client pulls into."""
@@ -83,12 +90,20 @@ class Worker:
             return 0
         self.model.train()
         while release is not None and c.pull(self.flat):
+            t0 = time.monotonic()
             loss = self._gradient(release.rows)
+            if self.slowdown > 1:
+                real_ms = (time.monotonic() - t0) * 1000
+                c.set_emulated_ms(real_ms * self.slowdown)
+                if not c.sleep(real_ms * (self.slowdown - 1)):
+                    break
             if not c.push(self.grad, len(release.rows)):
                 break
             release = c.arrive(loss)
             c.telemetry()
             self.iterations += 1
+            if self.on_iteration:
+                self.on_iteration(self)
             if max_iterations and self.iterations >= max_iterations:
                 break
         return self.iterations

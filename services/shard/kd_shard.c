@@ -71,6 +71,8 @@ typedef struct {
     size_t n;                   //  hi - lo
     float *params;              //  values of our range
     bool external;              //  a model whose layout and values come from workers
+    kd_tensor_t layout [KD_MODEL_MAX_TENSORS];  //  the model's tensors (checkpoints name them)
+    size_t n_layout;            //  tensors in layout
     bool initialized;           //  params hold a model (external: after INIT)
     kd_optimizer_t *opt;        //  the update rule and its state
     char opt_spec [KD_OPTIMIZER_SPEC_MAX];  //  its spec, as WELCOME named it
@@ -453,8 +455,10 @@ s_checkpoint (self_t *self, bool force)
         .kind = (uint32_t) self->kind, .hidden = self->hidden, .ts_ms = kd_wall_ms (),
         .n_state = self->opt ? (uint32_t) kd_optimizer_state_count (self->opt) : 0,
         .opt_kind = self->opt ? (uint32_t) kd_optimizer_opts (self->opt)->kind : 0,
-        .opt_steps = self->opt ? kd_optimizer_steps (self->opt) : 0
+        .opt_steps = self->opt ? kd_optimizer_steps (self->opt) : 0,
+        .n_tensors = (uint32_t) self->n_layout
     };
+    memcpy (meta.tensors, self->layout, self->n_layout * sizeof self->layout [0]);
     char err [512];
     double t0 = kd_now_msf ();
     if (kd_checkpoint_write (self->ckpt_dir, &meta, self->params,
@@ -513,6 +517,8 @@ s_restore (self_t *self)
     self->restored = true;
     self->external = self->kind == S_KIND_EXTERNAL;
     self->initialized = true;
+    self->n_layout = meta.n_tensors;
+    memcpy (self->layout, meta.tensors, meta.n_tensors * sizeof meta.tensors [0]);
     kd_peer_set_rank (self->peer, meta.rank);
     kd_peer_set_range (self->peer, meta.lo, meta.hi);
     kd_peer_set_samples (self->peer, meta.samples);
@@ -553,8 +559,29 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         s_staged_purge (self);
     }
     self->session = session;
+    //  The model's tensors: a built-in model's, or the layout WELCOME names.
+    kd_tensor_t layout [KD_MODEL_MAX_TENSORS];
+    size_t n_layout = 0, layout_params = 0;
+    if (external) {
+        size_t n = 0, n_shapes = 0;
+        const char **names = kd_msg_strs (msg, KD_F_TENSORS, &n);
+        const uint64_t *shapes = kd_msg_uints (msg, KD_F_SHAPES, &n_shapes);
+        char err [256];
+        if (kd_model_layout_parse (names, n, shapes, n_shapes, layout, &layout_params, err, sizeof err)
+        ||  layout_params != n_params) {
+            kd_error ("welcome rejected: external model: %s", err);
+            return;
+        }
+        n_layout = n;
+    }
+    else
+        n_layout = kd_model_tensors ((kd_model_kind_t) kind, (uint32_t) hidden, layout, KD_MODEL_MAX_TENSORS);
+    //  A checkpoint from before tensors were named (n_layout 0) matches any.
     bool same = lo == self->lo && hi == self->hi && n_params == self->n_params
-             && kind == (int) self->kind && hidden == self->hidden;
+             && kind == (int) self->kind && hidden == self->hidden
+             && (self->n_layout == 0 || kd_model_layout_equal (layout, n_layout, self->layout, self->n_layout));
+    self->n_layout = n_layout;
+    memcpy (self->layout, layout, n_layout * sizeof layout [0]);
     if ((self->registered || self->restored) && same) {
         self->rank = kd_msg_uint (msg, KD_F_RANK);
         kd_info ("registered %s rank=%llu version=%llu", self->registered ? "again" : "from checkpoint",
