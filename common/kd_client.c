@@ -38,6 +38,7 @@ struct _kd_client_t {
     int64_t max_msg;            //  ZMQ_MAXMSGSIZE of every socket
     int timeout_ms;             //  request deadline before a retry
     int liveness;               //  missed heartbeats before a new HELLO
+    int heartbeat_ms;           //  heartbeat interval until WELCOME
     uint64_t samples;           //  training rows we can read (HELLO)
     bool has_rank;              //  a rank hint was set
     kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
@@ -115,6 +116,7 @@ kd_client_new (const char *scheduler, const char *name)
     self->max_msg = S_DEFAULT_MAX_MSG;
     self->timeout_ms = S_DEFAULT_TIMEOUT_MS;
     self->liveness = 3;
+    self->heartbeat_ms = 1000;
     return self;
 }
 
@@ -193,6 +195,13 @@ kd_client_set_liveness (kd_client_t *self, int liveness)
 {
     assert (self);
     self->liveness = liveness > 0 ? liveness : 3;
+}
+
+void
+kd_client_set_heartbeat (kd_client_t *self, int heartbeat_ms)
+{
+    assert (self);
+    self->heartbeat_ms = heartbeat_ms >= 50 && heartbeat_ms <= 60000 ? heartbeat_ms : 1000;
 }
 
 void
@@ -540,7 +549,7 @@ kd_client_register (kd_client_t *self, int timeout_ms)
         return 0;
     if (!self->peer) {
         self->peer = kd_peer_new (self->scheduler, "worker", self->name, self->max_msg,
-                                  1000, self->liveness, self->curve);
+                                  self->heartbeat_ms, self->liveness, self->curve);
         if (!self->peer) {
             kd_error ("kd_client: cannot connect to scheduler endpoint=%s", self->scheduler);
             return -1;

@@ -143,7 +143,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (START,
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
-          | S_BIT (VERSION), NONE),
+          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
     S_TYPE (HEARTBEAT, 0, S_BIT (RANK), NONE),
     S_TYPE (ARRIVE,
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),

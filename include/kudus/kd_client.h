@@ -82,9 +82,12 @@ void
 void
     kd_client_set_timeout (kd_client_t *self, int timeout_ms);
 //  Heartbeats the scheduler may miss before we say HELLO again (default
-//  3); the interval itself comes from the scheduler's WELCOME.
+//  3), and the interval until WELCOME brings the scheduler's (default
+//  1000 ms).
 void
     kd_client_set_liveness (kd_client_t *self, int liveness);
+void
+    kd_client_set_heartbeat (kd_client_t *self, int heartbeat_ms);
 //  Declare the layout of an external model (the scheduler runs with
 //  --model external): its tensors' names and shapes, in flat order (offset
 //  and count are computed).  The first worker to register declares the

@@ -10,6 +10,7 @@
 */
 #define _GNU_SOURCE    //  vasprintf
 #include "kd_cli.h"
+#include "kd_stream.h"
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -213,31 +214,23 @@ s_teardown (s_child_t *children, size_t n, bool quiet)
 
 //  Print a progress line from a "stats" message.
 static void
-s_progress (const void *data, size_t size, uint64_t *version, uint64_t *changed_at)
+s_progress (kd_stream_t *o, uint64_t *version, uint64_t *changed_at)
 {
-    if (kd_msgpack_validate ((const uint8_t *) data, size, 8) != 0)
-        return;
-    msgpack_unpacked up;
-    msgpack_unpacked_init (&up);
-    if (msgpack_unpack_next (&up, (const char *) data, size, NULL) == MSGPACK_UNPACK_SUCCESS) {
-        const msgpack_object *o = &up.data;
-        uint64_t v = (uint64_t) kd_mp_number (o, "version", 0);
-        if (v != *version) {
-            *version = v;
-            *changed_at = kd_now_ms ();
-        }
-        double acc = kd_mp_number (o, "test_accuracy", -1);
-        char accs [32] = "   -  ";
-        if (acc >= 0)
-            snprintf (accs, sizeof accs, "%.4f", acc);
-        printf ("kudus: t=%6.1fs  epoch %5.2f  samples/s %7.0f  train loss %.4f  "
-                "test acc %s  version %.0f  workers %.0f\n",
-                kd_mp_number (o, "elapsed_s", 0), kd_mp_number (o, "epoch", 0),
-                kd_mp_number (o, "samples_per_s", 0), kd_mp_number (o, "train_loss", 0), accs,
-                kd_mp_number (o, "version", 0), kd_mp_number (o, "workers", 0));
-        fflush (stdout);
+    uint64_t v = (uint64_t) kd_stream_number (o, KD_S_VERSION, 0);
+    if (v != *version) {
+        *version = v;
+        *changed_at = kd_now_ms ();
     }
-    msgpack_unpacked_destroy (&up);
+    double acc = kd_stream_number (o, KD_S_TEST_ACCURACY, -1);
+    char accs [32] = "   -  ";
+    if (acc >= 0)
+        snprintf (accs, sizeof accs, "%.4f", acc);
+    printf ("kudus: t=%6.1fs  epoch %5.2f  samples/s %7.0f  train loss %.4f  "
+            "test acc %s  version %.0f  workers %.0f\n",
+            kd_stream_number (o, KD_S_ELAPSED_S, 0), kd_stream_number (o, KD_S_EPOCH, 0),
+            kd_stream_number (o, KD_S_SAMPLES_PER_S, 0), kd_stream_number (o, KD_S_TRAIN_LOSS, 0), accs,
+            kd_stream_number (o, KD_S_VERSION, 0), kd_stream_number (o, KD_S_WORKERS, 0));
+    fflush (stdout);
 }
 
 //  Static slowdown of a rank from --straggler RANK:F[,RANK:F...].
@@ -540,13 +533,13 @@ kd_local_main (int argc, char **argv)
             if (items [i + 1].revents)
                 s_drain_output (&children [map [i]], quiet);
         if (items [0].revents & ZMQ_POLLIN) {
-            zmsg_t *msg = zmsg_recv (sub);
-            zframe_t *body = msg ? zmsg_last (msg) : NULL;
-            if (body && kd_now_ms () - last_progress >= 1000) {
-                s_progress (zframe_data (body), zframe_size (body), &version, &changed_at);
+            kd_stream_t *stats = NULL;
+            char why [128];
+            if (kd_stream_recv (sub, &stats, why, sizeof why) == 0 && kd_now_ms () - last_progress >= 1000) {
+                s_progress (stats, &version, &changed_at);
                 last_progress = kd_now_ms ();
             }
-            zmsg_destroy (&msg);
+            kd_stream_destroy (&stats);
         }
         if (s_signal) {
             fprintf (stderr, "kudus local: signal %d, stopping the cluster\n", (int) s_signal);

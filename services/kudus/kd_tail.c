@@ -5,6 +5,7 @@
     message as one JSON object per line, with its topic as "topic", for jq.
 */
 #include "kd_cli.h"
+#include "kd_stream.h"
 #include <unistd.h>
 
 #define S_MAX_ROWS 1024     //  worker rows kept
@@ -16,26 +17,25 @@ typedef struct {
 
 //  Render the table.
 static void
-s_draw (const msgpack_object *stats, s_row_t *rows, const char *groups, bool tty)
+s_draw (kd_stream_t *stats, s_row_t *rows, const char *groups, bool tty)
 {
-    char consistency [16], model [16];
     if (tty)
         fputs ("\033[H\033[2J", stdout);
-    double acc = kd_mp_number (stats, "test_accuracy", -1);
+    double acc = kd_stream_number (stats, KD_S_TEST_ACCURACY, -1);
     char accs [32] = "-";
     if (acc >= 0)
-        snprintf (accs, sizeof accs, "%.4f (v%.0f)", acc, kd_mp_number (stats, "test_version", 0));
-    printf ("kudus  %s/%s  t=%.1fs  version %.0f  epoch %.2f  samples/s %.0f  "
+        snprintf (accs, sizeof accs, "%.4f (v%.0f)", acc, kd_stream_number (stats, KD_S_TEST_VERSION, 0));
+    printf ("kudus  %.15s/%.15s  t=%.1fs  version %.0f  epoch %.2f  samples/s %.0f  "
             "loss %.4f  test acc %s  workers %.0f\n",
-            kd_mp_string (stats, "model", model, sizeof model),
-            kd_mp_string (stats, "consistency", consistency, sizeof consistency),
-            kd_mp_number (stats, "elapsed_s", 0), kd_mp_number (stats, "version", 0),
-            kd_mp_number (stats, "epoch", 0), kd_mp_number (stats, "samples_per_s", 0),
-            kd_mp_number (stats, "train_loss", 0), accs, kd_mp_number (stats, "workers", 0));
+            kd_stream_str (stats, KD_S_MODEL), kd_stream_str (stats, KD_S_CONSISTENCY),
+            kd_stream_number (stats, KD_S_ELAPSED_S, 0), kd_stream_number (stats, KD_S_VERSION, 0),
+            kd_stream_number (stats, KD_S_EPOCH, 0), kd_stream_number (stats, KD_S_SAMPLES_PER_S, 0),
+            kd_stream_number (stats, KD_S_TRAIN_LOSS, 0), accs, kd_stream_number (stats, KD_S_WORKERS, 0));
     printf ("       wait %.1f%%  staleness p50 %.0f p99 %.0f  dropped %.0f  regroups %.0f%s%s\n",
-            100 * kd_mp_number (stats, "wait_fraction", 0), kd_mp_number (stats, "staleness_p50", 0),
-            kd_mp_number (stats, "staleness_p99", 0), kd_mp_number (stats, "dropped", 0),
-            kd_mp_number (stats, "regroups", 0), *groups ? "  groups " : "", groups);
+            100 * kd_stream_number (stats, KD_S_WAIT_FRACTION, 0),
+            kd_stream_number (stats, KD_S_STALENESS_P50, 0), kd_stream_number (stats, KD_S_STALENESS_P99, 0),
+            kd_stream_number (stats, KD_S_DROPPED, 0), kd_stream_number (stats, KD_S_REGROUPS, 0),
+            *groups ? "  groups " : "", groups);
     printf ("%5s %8s %10s %8s %9s %8s %8s %8s %6s %6s %6s %7s\n", "rank", "clock", "samples/s",
             "loss", "compute", "push", "wait", "pull", "stale", "drop", "group", "age_ms");
     for (size_t r = 0; r < S_MAX_ROWS; r++)
@@ -81,6 +81,7 @@ kd_tail_main (int argc, char **argv)
     bool tty = isatty (STDOUT_FILENO);
     s_row_t *rows = (s_row_t *) calloc (S_MAX_ROWS, sizeof (s_row_t));
     char groups [256] = "";
+    char model_line [1024] = "";     //  the last "model" event
     int64_t seen = 0;
     rc = 0;
     uint64_t last = kd_now_ms ();
@@ -95,73 +96,64 @@ kd_tail_main (int argc, char **argv)
             continue;
         }
         last = kd_now_ms ();
-        char *topic = zmsg_popstr (msg);
-        zframe_t *body = zmsg_pop (msg);
-        if (!topic || !body) {
-            fprintf (stderr, "kudus tail: message without topic and body\n");
+        //  One decoder for every consumer of the stream: kd_stream.
+        kd_stream_t *m = NULL;
+        zframe_t *topic = zmsg_first (msg), *body = zmsg_next (msg);
+        if (zmsg_size (msg) != 2 || !topic || !body
+        ||  kd_stream_decode ((const char *) zframe_data (topic), zframe_size (topic),
+                              zframe_data (body), zframe_size (body), &m, err, sizeof err) != 0) {
+            fprintf (stderr, "kudus tail: malformed message: %s\n",
+                     zmsg_size (msg) != 2 ? "not a topic and a body" : err);
             goto next;
         }
+        kd_stream_topic_t t = kd_stream_topic (m);
         if (json) {
-            char *text = kd_json_from_msgpack (zframe_data (body), zframe_size (body), topic);
-            if (text) {
-                puts (text);
-                fflush (stdout);
-                free (text);
-            }
-            else
-                fprintf (stderr, "kudus tail: malformed %s message\n", topic);
+            kd_stream_print_json (m, stdout);
+            fflush (stdout);
         }
         else
-        if (kd_msgpack_validate (zframe_data (body), zframe_size (body), 8) == 0) {
-            msgpack_unpacked up;
-            msgpack_unpacked_init (&up);
-            if (msgpack_unpack_next (&up, (const char *) zframe_data (body), zframe_size (body), NULL)
-                == MSGPACK_UNPACK_SUCCESS && up.data.type == MSGPACK_OBJECT_MAP) {
-                const msgpack_object *o = &up.data;
-                if (!strcmp (topic, "worker")) {
-                    double rank = kd_mp_number (o, "rank", -1);
-                    if (rank >= 0 && rank < S_MAX_ROWS) {
-                        s_row_t *row = &rows [(size_t) rank];
-                        row->used = true;
-                        snprintf (row->line, sizeof row->line,
-                                  "%5.0f %8.0f %10.0f %8.4f %9.2f %8.2f %8.2f %8.2f %6.0f %6.0f %6.0f %7.0f\n",
-                                  rank, kd_mp_number (o, "clock", 0), kd_mp_number (o, "samples_per_s", 0),
-                                  kd_mp_number (o, "loss", 0), kd_mp_number (o, "compute_ms", 0),
-                                  kd_mp_number (o, "push_ms", 0), kd_mp_number (o, "wait_ms", 0),
-                                  kd_mp_number (o, "pull_ms", 0), kd_mp_number (o, "staleness", 0),
-                                  kd_mp_number (o, "dropped", 0), kd_mp_number (o, "group", 0),
-                                  kd_mp_number (o, "age_ms", 0));
-                    }
-                }
-                else
-                if (!strcmp (topic, "groups")) {
-                    const msgpack_object *g = kd_mp_find (o, "groups");
-                    size_t len = 0;
-                    groups [0] = 0;
-                    for (uint32_t i = 0; g && g->type == MSGPACK_OBJECT_ARRAY && i < g->via.array.size; i++)
-                        if (g->via.array.ptr [i].type == MSGPACK_OBJECT_POSITIVE_INTEGER
-                        &&  g->via.array.ptr [i].via.u64 != UINT32_MAX && len + 16 < sizeof groups)
-                            len += snprintf (groups + len, sizeof groups - len, "%s%u:%llu",
-                                             len ? " " : "", i,
-                                             (unsigned long long) g->via.array.ptr [i].via.u64);
-                }
-                else
-                if (!strcmp (topic, "event")) {
-                    char kind [32], detail [128];
-                    if (!tty)
-                        printf ("event %s: %s\n", kd_mp_string (o, "kind", kind, sizeof kind),
-                                kd_mp_string (o, "detail", detail, sizeof detail));
-                }
-                else
-                if (!strcmp (topic, "stats"))
-                    s_draw (o, rows, groups, tty);
+        if (t == KD_ST_WORKER) {
+            double rank = kd_stream_number (m, KD_S_RANK, -1);
+            if (rank >= 0 && rank < S_MAX_ROWS) {
+                s_row_t *row = &rows [(size_t) rank];
+                row->used = true;
+                snprintf (row->line, sizeof row->line,
+                          "%5.0f %8.0f %10.0f %8.4f %9.2f %8.2f %8.2f %8.2f %6.0f %6.0f %6.0f %7.0f\n",
+                          rank, kd_stream_number (m, KD_S_CLOCK, 0), kd_stream_number (m, KD_S_SAMPLES_PER_S, 0),
+                          kd_stream_number (m, KD_S_LOSS, 0), kd_stream_number (m, KD_S_COMPUTE_MS, 0),
+                          kd_stream_number (m, KD_S_PUSH_MS, 0), kd_stream_number (m, KD_S_WAIT_MS, 0),
+                          kd_stream_number (m, KD_S_PULL_MS, 0), kd_stream_number (m, KD_S_STALENESS, 0),
+                          kd_stream_number (m, KD_S_DROPPED, 0), kd_stream_number (m, KD_S_GROUP, 0),
+                          kd_stream_number (m, KD_S_AGE_MS, 0));
             }
-            msgpack_unpacked_destroy (&up);
         }
+        else
+        if (t == KD_ST_GROUPS) {
+            size_t n = 0, len = 0;
+            const uint64_t *g = kd_stream_uints (m, KD_S_GROUPS, &n);
+            groups [0] = 0;
+            for (size_t i = 0; i < n && len + 16 < sizeof groups; i++)
+                if (g [i] != UINT32_MAX)
+                    len += (size_t) snprintf (groups + len, sizeof groups - len, "%s%zu:%llu",
+                                              len ? " " : "", i, (unsigned long long) g [i]);
+        }
+        else
+        if (t == KD_ST_EVENT) {
+            if (!tty)
+                printf ("event %s: %s\n", kd_stream_str (m, KD_S_KIND), kd_stream_str (m, KD_S_DETAIL));
+            //  The model by name stays on the table's last line.
+            if (!strcmp (kd_stream_str (m, KD_S_KIND), "model"))
+                snprintf (model_line, sizeof model_line, "%s", kd_stream_str (m, KD_S_DETAIL));
+        }
+        else
+        if (t == KD_ST_STATS) {
+            s_draw (m, rows, groups, tty);
+            if (tty && *model_line)
+                printf ("model  %s\n", model_line);
+        }
+        kd_stream_destroy (&m);
         seen++;
     next:
-        zstr_free (&topic);
-        zframe_destroy (&body);
         zmsg_destroy (&msg);
     }
     free (rows);

@@ -12,11 +12,12 @@
 */
 #include "kd_monitor.h"
 #include "kd_shardset.h"
+#include "kd_stream.h"
 #include <cblas.h>
 #include <math.h>
-#include <msgpack.h>
 
 #define S_MAX_WORKERS   1024    //  worker ranks we track
+#define S_MODEL_EVERY_MS 10000  //  the "model" event again, for late subscribers
 #define S_MAX_SHARDS    64      //  shards in the address book
 #define S_EVAL_BATCH    1000    //  rows per evaluation batch
 #define S_WORKER_AGE_MS 10000   //  stop listing a worker silent this long
@@ -64,6 +65,9 @@ typedef struct {
     kd_dataset_t *test;         //  test set
     kd_model_t *model;          //  evaluation code
     bool external;              //  an external model: nothing to evaluate
+    uint32_t hidden;            //  mlp hidden units (to name its tensors)
+    char model_text [2048];     //  the "model" event's detail, once started
+    uint64_t model_published;   //  ms when it last went out
     float *params;              //  assembled model
     size_t n_params;            //  its length
     char model_name [16];       //  "softmax" / "mlp"
@@ -104,46 +108,11 @@ typedef struct {
 //  --------------------------------------------------------------------------
 //  Stream publishing: [topic][MessagePack map]
 
+//  Send one stream message (kd_stream declares every topic's fields).
 static void
-s_pack_key (msgpack_packer *pk, const char *key)
+s_publish (self_t *self, kd_stream_t **msg_p)
 {
-    size_t len = strlen (key);
-    msgpack_pack_str (pk, len);
-    msgpack_pack_str_body (pk, key, len);
-}
-
-static void
-s_pack_uint (msgpack_packer *pk, const char *key, uint64_t v)
-{
-    s_pack_key (pk, key);
-    msgpack_pack_uint64 (pk, v);
-}
-
-static void
-s_pack_float (msgpack_packer *pk, const char *key, double v)
-{
-    s_pack_key (pk, key);
-    msgpack_pack_double (pk, isfinite (v) ? v : 0.0);
-}
-
-static void
-s_pack_str (msgpack_packer *pk, const char *key, const char *v)
-{
-    s_pack_key (pk, key);
-    size_t len = strlen (v);
-    msgpack_pack_str (pk, len);
-    msgpack_pack_str_body (pk, v, len);
-}
-
-//  Send one stream message and reset the buffer.
-static void
-s_publish (self_t *self, const char *topic, msgpack_sbuffer *buf)
-{
-    zmsg_t *msg = zmsg_new ();
-    zmsg_addstr (msg, topic);
-    zmsg_addmem (msg, buf->data, buf->size);
-    zmsg_send (&msg, self->pub);
-    msgpack_sbuffer_clear (buf);
+    kd_stream_send (msg_p, self->pub);
 }
 
 //  Staleness percentile of reported values.
@@ -154,42 +123,44 @@ s_stale_pct (self_t *self, double q)
 }
 
 //  Publish "stats" and one "worker" message per live worker.
+static void s_publish_event (self_t *self, const char *kind, const char *detail);
+
 static void
 s_publish_stats (self_t *self)
 {
     uint64_t now = kd_now_ms ();
     double window_s = self->last_publish ? (double) (now - self->last_publish) / 1000.0 : 0;
     self->last_publish = now;
-    msgpack_sbuffer buf;
-    msgpack_sbuffer_init (&buf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
-
+    //  A subscriber that joined late learns the model's tensors too.
+    if (*self->model_text && now - self->model_published >= S_MODEL_EVERY_MS) {
+        s_publish_event (self, "model", self->model_text);
+        self->model_published = now;
+    }
     uint64_t wall = kd_wall_ms ();
     double busy = self->wait_total + self->busy_total;
-    msgpack_pack_map (&pk, self->have_accuracy ? 19 : 17);
-    s_pack_uint (&pk, "t_ms", wall);
-    s_pack_float (&pk, "elapsed_s", self->t0_ms && wall > self->t0_ms ? (double) (wall - self->t0_ms) / 1000.0 : 0);
-    s_pack_uint (&pk, "version", self->version);
-    s_pack_float (&pk, "epoch", self->epoch);
-    s_pack_uint (&pk, "samples", self->total_samples);
-    s_pack_float (&pk, "samples_per_s", window_s > 0 ? (double) self->window_samples / window_s : 0);
-    s_pack_float (&pk, "train_loss", self->have_loss ? self->train_loss : 0);
-    s_pack_uint (&pk, "workers", self->active);
-    s_pack_str (&pk, "consistency", self->consistency);
-    s_pack_str (&pk, "model", self->model_name);
-    s_pack_uint (&pk, "phases", self->phases);
-    s_pack_uint (&pk, "dropped", self->dropped);
-    s_pack_uint (&pk, "regroups", self->regroups);
-    s_pack_float (&pk, "wait_fraction", busy > 0 ? self->wait_total / busy : 0);
-    s_pack_float (&pk, "staleness_p50", s_stale_pct (self, 0.5));
-    s_pack_float (&pk, "staleness_p99", s_stale_pct (self, 0.99));
-    s_pack_uint (&pk, "shards", self->n_shards);
+    kd_stream_t *m = kd_stream_new (KD_ST_STATS);
+    kd_stream_set_uint (m, KD_S_T_MS, wall);
+    kd_stream_set_float (m, KD_S_ELAPSED_S, self->t0_ms && wall > self->t0_ms ? (double) (wall - self->t0_ms) / 1000.0 : 0);
+    kd_stream_set_uint (m, KD_S_VERSION, self->version);
+    kd_stream_set_float (m, KD_S_EPOCH, self->epoch);
+    kd_stream_set_uint (m, KD_S_SAMPLES, self->total_samples);
+    kd_stream_set_float (m, KD_S_SAMPLES_PER_S, window_s > 0 ? (double) self->window_samples / window_s : 0);
+    kd_stream_set_float (m, KD_S_TRAIN_LOSS, self->have_loss ? self->train_loss : 0);
+    kd_stream_set_uint (m, KD_S_WORKERS, self->active);
+    kd_stream_set_str (m, KD_S_CONSISTENCY, self->consistency);
+    kd_stream_set_str (m, KD_S_MODEL, self->model_name);
+    kd_stream_set_uint (m, KD_S_PHASES, self->phases);
+    kd_stream_set_uint (m, KD_S_DROPPED, self->dropped);
+    kd_stream_set_uint (m, KD_S_REGROUPS, self->regroups);
+    kd_stream_set_float (m, KD_S_WAIT_FRACTION, busy > 0 ? self->wait_total / busy : 0);
+    kd_stream_set_float (m, KD_S_STALENESS_P50, s_stale_pct (self, 0.5));
+    kd_stream_set_float (m, KD_S_STALENESS_P99, s_stale_pct (self, 0.99));
+    kd_stream_set_uint (m, KD_S_SHARDS, self->n_shards);
     if (self->have_accuracy) {
-        s_pack_float (&pk, "test_accuracy", self->accuracy);
-        s_pack_uint (&pk, "test_version", self->evaluated);
+        kd_stream_set_float (m, KD_S_TEST_ACCURACY, self->accuracy);
+        kd_stream_set_uint (m, KD_S_TEST_VERSION, self->evaluated);
     }
-    s_publish (self, "stats", &buf);
+    s_publish (self, &m);
     self->window_samples = 0;
 
     for (size_t r = 0; r < S_MAX_WORKERS; r++) {
@@ -207,40 +178,82 @@ s_publish_stats (self_t *self)
         }
         w->sum_compute = w->sum_push = w->sum_wait = w->sum_pull = 0;
         w->n_window = 0;
-        msgpack_pack_map (&pk, 14);
-        s_pack_uint (&pk, "rank", r);
-        s_pack_uint (&pk, "clock", w->clock);
-        s_pack_uint (&pk, "samples", w->samples);
-        s_pack_float (&pk, "samples_per_s", w->samples_per_s);
-        s_pack_float (&pk, "loss", w->loss);
-        s_pack_float (&pk, "compute_ms", w->compute_ms);
-        s_pack_float (&pk, "push_ms", w->push_ms);
-        s_pack_float (&pk, "wait_ms", w->wait_ms);
-        s_pack_float (&pk, "pull_ms", w->pull_ms);
-        s_pack_float (&pk, "iter_ms", w->compute_ms + w->push_ms + w->pull_ms);
-        s_pack_uint (&pk, "staleness", w->staleness);
-        s_pack_uint (&pk, "dropped", w->dropped);
-        s_pack_uint (&pk, "group", w->group);
-        s_pack_uint (&pk, "age_ms", now - w->last_ms);
-        s_publish (self, "worker", &buf);
+        m = kd_stream_new (KD_ST_WORKER);
+        kd_stream_set_uint (m, KD_S_RANK, r);
+        kd_stream_set_uint (m, KD_S_CLOCK, w->clock);
+        kd_stream_set_uint (m, KD_S_SAMPLES, w->samples);
+        kd_stream_set_float (m, KD_S_SAMPLES_PER_S, w->samples_per_s);
+        kd_stream_set_float (m, KD_S_LOSS, w->loss);
+        kd_stream_set_float (m, KD_S_COMPUTE_MS, w->compute_ms);
+        kd_stream_set_float (m, KD_S_PUSH_MS, w->push_ms);
+        kd_stream_set_float (m, KD_S_WAIT_MS, w->wait_ms);
+        kd_stream_set_float (m, KD_S_PULL_MS, w->pull_ms);
+        kd_stream_set_float (m, KD_S_ITER_MS, w->compute_ms + w->push_ms + w->pull_ms);
+        kd_stream_set_uint (m, KD_S_STALENESS, w->staleness);
+        kd_stream_set_uint (m, KD_S_DROPPED, w->dropped);
+        kd_stream_set_uint (m, KD_S_GROUP, w->group);
+        kd_stream_set_uint (m, KD_S_AGE_MS, now - w->last_ms);
+        s_publish (self, &m);
     }
-    msgpack_sbuffer_destroy (&buf);
 }
 
 //  Publish an "event".
 static void
 s_publish_event (self_t *self, const char *kind, const char *detail)
 {
-    msgpack_sbuffer buf;
-    msgpack_sbuffer_init (&buf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
-    msgpack_pack_map (&pk, 3);
-    s_pack_str (&pk, "kind", kind);
-    s_pack_str (&pk, "detail", detail);
-    s_pack_uint (&pk, "t_ms", kd_wall_ms ());
-    s_publish (self, "event", &buf);
-    msgpack_sbuffer_destroy (&buf);
+    kd_stream_t *m = kd_stream_new (KD_ST_EVENT);
+    kd_stream_set_str (m, KD_S_KIND, kind);
+    kd_stream_set_str (m, KD_S_DETAIL, detail);
+    kd_stream_set_uint (m, KD_S_T_MS, kd_wall_ms ());
+    s_publish (self, &m);
+}
+
+//  Publish the model by name, once, as a "model" event: each tensor's
+//  shape and the shards that hold it, e.g.
+//  "mlp 101770 params: W1 784x128 [0-1], b1 128 [1], W2 128x10 [1], b2 10 [1]".
+static void
+s_publish_model (self_t *self, kd_msg_t *start)
+{
+    kd_tensor_t tensors [KD_MODEL_MAX_TENSORS];
+    size_t n = 0, n_params = 0;
+    if (self->external) {
+        size_t nn = 0, ns = 0;
+        const char **names = kd_msg_strs (start, KD_F_TENSORS, &nn);
+        const uint64_t *shapes = kd_msg_uints (start, KD_F_SHAPES, &ns);
+        char err [256];
+        if (kd_model_layout_parse (names, nn, shapes, ns, tensors, &n_params, err, sizeof err) == 0)
+            n = nn;
+    }
+    else {
+        int kind = kd_model_kind_parse (self->model_name);
+        if (kind >= 0)
+            n = kd_model_tensors ((kd_model_kind_t) kind, self->hidden, tensors, KD_MODEL_MAX_TENSORS);
+    }
+    char text [2048];
+    size_t len = (size_t) snprintf (text, sizeof text, "%s %zu params:", self->model_name, self->n_params);
+    for (size_t i = 0; i < n && len < sizeof text; i++) {
+        const kd_tensor_t *t = &tensors [i];
+        size_t first = SIZE_MAX, last = 0;
+        for (size_t s = 0; s < self->n_shards; s++)
+            if (kd_shardset_lo (self->book, s) < t->offset + t->count && kd_shardset_hi (self->book, s) > t->offset) {
+                first = first == SIZE_MAX ? s : first;
+                last = s;
+            }
+        char shape [48], where [32];
+        if (t->cols > 1)
+            snprintf (shape, sizeof shape, "%zux%zu", t->rows, t->cols);
+        else
+            snprintf (shape, sizeof shape, "%zu", t->rows);
+        if (first == last)
+            snprintf (where, sizeof where, "%zu", first);
+        else
+            snprintf (where, sizeof where, "%zu-%zu", first, last);
+        len += (size_t) snprintf (text + len, sizeof text - len, "%s %s %s [%s]", i ? "," : "",
+                                  t->name, shape, first == SIZE_MAX ? "?" : where);
+    }
+    snprintf (self->model_text, sizeof self->model_text, "%s", text);
+    self->model_published = kd_now_ms ();
+    s_publish_event (self, "model", text);
 }
 
 //  Publish an EVENT from the scheduler: kind, detail and t_ms, plus the
@@ -249,25 +262,18 @@ s_publish_event (self_t *self, const char *kind, const char *detail)
 static void
 s_publish_scheduler_event (self_t *self, kd_msg_t *msg)
 {
-    bool member = kd_msg_has (msg, KD_F_NAME) && kd_msg_has (msg, KD_F_RANK);
-    bool version = kd_msg_has (msg, KD_F_VERSION);
-    msgpack_sbuffer buf;
-    msgpack_sbuffer_init (&buf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
-    msgpack_pack_map (&pk, 3 + (member ? 3 : 0) + (version ? 1 : 0));
-    s_pack_str (&pk, "kind", kd_msg_str (msg, KD_F_KIND));
-    s_pack_str (&pk, "detail", kd_msg_str (msg, KD_F_DETAIL));
-    s_pack_uint (&pk, "t_ms", kd_wall_ms ());
-    if (member) {
-        s_pack_str (&pk, "name", kd_msg_str (msg, KD_F_NAME));
-        s_pack_str (&pk, "role", kd_msg_str (msg, KD_F_ROLE));
-        s_pack_uint (&pk, "rank", kd_msg_uint (msg, KD_F_RANK));
+    kd_stream_t *m = kd_stream_new (KD_ST_EVENT);
+    kd_stream_set_str (m, KD_S_KIND, kd_msg_str (msg, KD_F_KIND));
+    kd_stream_set_str (m, KD_S_DETAIL, kd_msg_str (msg, KD_F_DETAIL));
+    kd_stream_set_uint (m, KD_S_T_MS, kd_wall_ms ());
+    if (kd_msg_has (msg, KD_F_NAME) && kd_msg_has (msg, KD_F_RANK)) {
+        kd_stream_set_str (m, KD_S_NAME, kd_msg_str (msg, KD_F_NAME));
+        kd_stream_set_str (m, KD_S_ROLE, kd_msg_str (msg, KD_F_ROLE));
+        kd_stream_set_uint (m, KD_S_RANK, kd_msg_uint (msg, KD_F_RANK));
     }
-    if (version)
-        s_pack_uint (&pk, "version", kd_msg_uint (msg, KD_F_VERSION));
-    s_publish (self, "event", &buf);
-    msgpack_sbuffer_destroy (&buf);
+    if (kd_msg_has (msg, KD_F_VERSION))
+        kd_stream_set_uint (m, KD_S_VERSION, kd_msg_uint (msg, KD_F_VERSION));
+    s_publish (self, &m);
 }
 
 //  Publish "groups" (the ALSP assignment).
@@ -284,25 +290,19 @@ s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, s
         if (ranks [i] + 1 > len)
             len = ranks [i] + 1;
     }
-    msgpack_sbuffer buf;
-    msgpack_sbuffer_init (&buf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
-    msgpack_pack_map (&pk, 4);
-    s_pack_uint (&pk, "version", self->version);
-    s_pack_uint (&pk, "count", count);
-    s_pack_uint (&pk, "regroups", self->regroups);
-    s_pack_key (&pk, "groups");
-    msgpack_pack_array (&pk, len);
+    uint64_t by_rank [S_MAX_WORKERS];
     for (size_t r = 0; r < len; r++) {
-        uint64_t g = UINT32_MAX;
+        by_rank [r] = UINT32_MAX;
         for (size_t i = 0; i < n; i++)
             if (ranks [i] == r)
-                g = groups [i];
-        msgpack_pack_uint64 (&pk, g);
+                by_rank [r] = groups [i];
     }
-    s_publish (self, "groups", &buf);
-    msgpack_sbuffer_destroy (&buf);
+    kd_stream_t *m = kd_stream_new (KD_ST_GROUPS);
+    kd_stream_set_uint (m, KD_S_VERSION, self->version);
+    kd_stream_set_uint (m, KD_S_COUNT, count);
+    kd_stream_set_uint (m, KD_S_REGROUPS, self->regroups);
+    kd_stream_set_uints (m, KD_S_GROUPS, by_rank, len);
+    s_publish (self, &m);
 }
 
 //  --------------------------------------------------------------------------
@@ -519,6 +519,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         return;
     }
     self->n_params = kd_model_param_count (kind, hidden);
+    self->hidden = hidden;
     self->model = kd_model_new (kind, hidden, S_EVAL_BATCH);
     self->params = (float *) calloc (self->n_params, sizeof (float));
     assert (self->model && self->params);
@@ -545,6 +546,7 @@ s_on_start (self_t *self, kd_msg_t *msg)
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
     s_publish_event (self, "start", "training started");
+    s_publish_model (self, msg);
     kd_info ("start shards=%zu", self->n_shards);
 }
 

@@ -253,6 +253,10 @@ s_send_start (self_t *self, s_member_t *m)
     kd_msg_set_uints (msg, KD_F_HIS, his, self->n_shards);
     kd_msg_set_uint (msg, KD_F_T0_MS, self->t0_ms);
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
+    //  The monitor may have registered before an external model's layout
+    //  was known: START names it.
+    if (self->external)
+        s_set_layout (self, msg);
     s_send_to (self, m, &msg);
 }
 

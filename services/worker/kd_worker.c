@@ -191,6 +191,7 @@ kd_worker_run (kd_config_t *config)
     kd_client_set_max_msg_bytes (self->client, kd_config_int (config, "max-msg-bytes"));
     kd_client_set_timeout (self->client, (int) kd_config_int (config, "request-timeout-ms"));
     kd_client_set_liveness (self->client, (int) kd_config_int (config, "liveness"));
+    kd_client_set_heartbeat (self->client, (int) kd_config_int (config, "heartbeat-ms"));
     kd_client_set_samples (self->client, kd_dataset_count (self->data));
     if (kd_config_int (config, "rank") >= 0)
         kd_client_set_rank (self->client, (uint64_t) kd_config_int (config, "rank"));

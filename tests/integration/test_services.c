@@ -85,6 +85,9 @@ Test (services, local_cluster_trains_better_than_chance)
     text = kd_test_slurp (tail_table);
     cr_expect (text && strstr (text, "samples/s") && strstr (text, "compute"),
                "tail table output: %s", text ? text : "(none)");
+    //  The model by name, with the shards that hold each tensor.
+    cr_expect (text && strstr (text, "event model: softmax 7850 params: W 784x10 [0-1], b 10 [1]"),
+               "tail names no tensors: %s", text ? text : "(none)");
     free (text);
     if (!exited)
         kd_test_kill (pid);
@@ -101,6 +104,8 @@ Test (services, local_cluster_trains_better_than_chance)
     cr_expect (kd_test_json_number (json, "updates") > 10);
     cr_expect (strstr (json, "\"time_to_accuracy\"") != NULL);
     cr_expect (strstr (json, "\"consistency\": \"bsp\"") != NULL);
+    cr_expect (strstr (json, "{\"name\": \"b\", \"rows\": 10, \"cols\": 1, \"offset\": 7840, "
+                             "\"held_by\": [1]}") != NULL, "summary layout: %s", json);
     free (json);
 }
 
