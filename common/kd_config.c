@@ -37,6 +37,8 @@ static const kd_setting_t s_table [] = {
       "endpoint the shard's ROUTER binds (port 0 or * picks a free one)" },
     { "bind", KD_CT_STRING, "tcp://*:7001", 0, 256, NULL, S_MON,
       "endpoint the monitor's telemetry ROUTER binds" },
+    { "metrics-bind", KD_CT_STRING, "*:7003", 0, 256, NULL, S_MON,
+      "Prometheus endpoint GET /metrics, HOST:PORT ('' = off)" },
     { "pub-bind", KD_CT_STRING, "tcp://*:7002", 0, 256, NULL, S_MON,
       "endpoint the monitor's PUB stream binds" },
     { "advertise", KD_CT_STRING, "", 0, 256, NULL, S_SHD | S_SCH | S_MON,

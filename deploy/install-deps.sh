@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
     build-essential cmake pkg-config
     libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev
-    libjson-c-dev
+    libjson-c-dev libmicrohttpd-dev
     libcriterion-dev
     clang libclang-rt-14-dev
     dataset-fashion-mnist
@@ -16,7 +16,7 @@ packages=(
 # `install-deps.sh test`: also what the test suites need beyond the build
 # (the optimizer is checked against PyTorch's).
 if [ "${1:-}" = "test" ]; then
-    packages+=(python3-numpy python3-torch python3-pytest)
+    packages+=(python3-numpy python3-torch python3-pytest prometheus)
 fi
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then

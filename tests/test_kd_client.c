@@ -189,6 +189,9 @@ typedef struct {
     uint64_t arrive_samples;    //  ARRIVE's samples
     double arrive_loss;         //  ARRIVE's loss
     int pulls;                  //  PULLs answered
+    int arrivals;               //  ARRIVEs answered
+    uint64_t push_base;         //  PUSH's base
+    uint64_t clocks [4];        //  the clock of each RELEASE after an ARRIVE (0: 1)
 } s_cluster_t;
 
 //  Plays the scheduler and the shard until told to stop.
@@ -223,6 +226,7 @@ s_cluster_actor (zsock_t *pipe, void *args)
             size_t n = 0;
             const float *g = kd_msg_data_floats (msg, &n);
             c->push_samples = kd_msg_uint (msg, KD_F_SAMPLES);
+            c->push_base = kd_msg_uint (msg, KD_F_BASE);
             c->push_first = n == 7850 ? g [0] : -1;
             reply = kd_msg_new (KD_MSG_PUSH_OK);
             kd_msg_set_uint (reply, KD_F_CLOCK, kd_msg_uint (msg, KD_F_CLOCK));
@@ -232,7 +236,9 @@ s_cluster_actor (zsock_t *pipe, void *args)
             c->arrive_samples = kd_msg_uint (msg, KD_F_SAMPLES);
             c->arrive_loss = kd_msg_float (msg, KD_F_LOSS);
             uint64_t rows [2] = { 8, 9 };
-            reply = s_release (1, 1, rows, 2);
+            uint64_t clock = c->arrivals < 4 && c->clocks [c->arrivals] ? c->clocks [c->arrivals] : 1;
+            c->arrivals++;
+            reply = s_release (1, clock, rows, 2);
             kd_msg_set_uint (reply, KD_F_DROPPED, 1);
         }
         if (reply) {
@@ -349,5 +355,82 @@ Test (kd_client, calls_before_start_fail_cleanly)
     cr_expect_eq (kd_client_telemetry (client), -1);
     cr_expect_eq (kd_client_leave (client, "test"), -1);
     kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+Test (kd_client, ssp_pulls_only_when_the_cache_is_too_old)
+{
+    //  SSP with s = 2: a model pulled when the slowest member was at clock
+    //  0 serves clocks up to 2; clock 3 needs a fresh pull.  Pushes carry
+    //  the version each shard gave (its own count under ASP and SSP).
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register (&sched, client, "ssp");
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 7850));
+    uint64_t rows [1] = { 5 };
+    s_reply (&sched, s_release (0, 0, rows, 1));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock, .clocks = { 1, 3 } };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params = (float *) calloc (7850, sizeof (float));
+    float *grad = (float *) calloc (7850, sizeof (float));
+    cr_assert_eq (kd_client_pull (client, params), 0);              //  clock 0: pulls
+    cr_assert_eq (kd_client_push (client, grad, 1), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);    //  -> clock 1
+    cr_expect_eq (release.clock, 1);
+    cr_assert_eq (kd_client_pull (client, params), 0);              //  0 + 2 >= 1: cache
+    cr_expect_eq (kd_client_pulls_skipped (client), 1);
+    cr_assert_eq (kd_client_push (client, grad, 1), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);    //  -> clock 3
+    cr_expect_eq (release.clock, 3);
+    cr_assert_eq (kd_client_pull (client, params), 0);              //  0 + 2 < 3: pulls
+    cr_expect_eq (kd_client_pulls_skipped (client), 1);
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.pulls, 2);
+    cr_expect_eq (cluster.push_base, 7, "the push names the shard's own version");
+    free (params);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+Test (kd_client, a_readmission_release_supersedes_the_iteration)
+{
+    //  A RELEASE we did not wait for, with a newer clock, means we were
+    //  declared dead and readmitted: the gradient in progress is not
+    //  pushed, and arrive returns that RELEASE without an ARRIVE.
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register (&sched, client, "bsp");
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 7850));
+    uint64_t rows [1] = { 5 }, later [2] = { 6, 7 };
+    s_reply (&sched, s_release (0, 0, rows, 1));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    s_reply (&sched, s_release (4, 5, later, 2));       //  the readmission
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params = (float *) calloc (7850, sizeof (float));
+    float *grad = (float *) calloc (7850, sizeof (float));
+    //  The pull round reads the RELEASE from the scheduler's socket.
+    cr_assert_eq (kd_client_pull (client, params), 0);
+    cr_assert_eq (kd_client_push (client, grad, 1), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);
+    cr_expect_eq (release.clock, 5);
+    cr_expect_eq (release.version, 4);
+    cr_expect_eq (release.n_rows, 2);
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.arrivals, 0, "an ARRIVE went out for the superseded clock");
+    cr_expect_eq (cluster.push_samples, 0, "the superseded gradient was pushed");
+    free (params);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
     s_fake_destroy (&sched);
 }

@@ -423,6 +423,8 @@ kd_local_main (int argc, char **argv)
     s_arg (&a, "%s/kudus-monitor", bindir);
     s_arg (&a, "--bind"); s_arg (&a, "%s", intake_ep);
     s_arg (&a, "--pub-bind"); s_arg (&a, "%s", pub_ep);
+    //  Prometheus scrapes the monitor at base-port + 3 (7003 by default).
+    s_arg (&a, "--metrics-bind"); s_arg (&a, "127.0.0.1:%d", port + 3);
     s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
     s_arg (&a, "--name"); s_arg (&a, "monitor");
     s_pass (&a, c, "data-dir");

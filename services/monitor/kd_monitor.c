@@ -13,6 +13,7 @@
 #include "kd_monitor.h"
 #include "kd_shardset.h"
 #include "kd_stream.h"
+#include "kd_metrics.h"
 #include <cblas.h>
 #include <math.h>
 
@@ -66,6 +67,8 @@ typedef struct {
     kd_model_t *model;          //  evaluation code
     bool external;              //  an external model: nothing to evaluate
     uint32_t hidden;            //  mlp hidden units (to name its tensors)
+    kd_metrics_t *metrics;      //  GET /metrics, or NULL when off
+    double last_rate;           //  samples/s over the last publish window
     char model_text [2048];     //  the "model" event's detail, once started
     uint64_t model_published;   //  ms when it last went out
     float *params;              //  assembled model
@@ -125,6 +128,77 @@ s_stale_pct (self_t *self, double q)
 //  Publish "stats" and one "worker" message per live worker.
 static void s_publish_event (self_t *self, const char *kind, const char *detail);
 
+//  One metric family's HELP and TYPE lines.
+static void
+s_family (FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf (f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+//  The Prometheus exposition of what this monitor knows, in base units
+//  (seconds, samples), counters ending in _total.
+static void
+s_render_metrics (self_t *self, double window_s)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream (&text, &len);
+    assert (f);
+    double busy = self->wait_total + self->busy_total;
+    s_family (f, "kudus_build_info", "gauge", "Kudus version, model and consistency of this run.");
+    fprintf (f, "kudus_build_info{version=\"%s\",model=\"%s\",consistency=\"%s\"} 1\n",
+             KUDUS_VERSION_STRING, self->model_name, self->consistency);
+    s_family (f, "kudus_model_version", "gauge", "Model version: commits applied so far.");
+    fprintf (f, "kudus_model_version %llu\n", (unsigned long long) self->version);
+    s_family (f, "kudus_samples_total", "counter", "Training rows in the gradients workers reported.");
+    fprintf (f, "kudus_samples_total %llu\n", (unsigned long long) self->total_samples);
+    s_family (f, "kudus_samples_per_second", "gauge", "Training rows per second over the last publish window.");
+    fprintf (f, "kudus_samples_per_second %.6g\n", window_s > 0 ? self->last_rate : 0);
+    s_family (f, "kudus_epoch", "gauge", "Passes over the training set.");
+    fprintf (f, "kudus_epoch %.6g\n", self->epoch);
+    s_family (f, "kudus_train_loss", "gauge", "Mean training loss over recent iterations.");
+    fprintf (f, "kudus_train_loss %.6g\n", self->have_loss ? self->train_loss : 0);
+    if (self->have_accuracy) {
+        s_family (f, "kudus_test_accuracy", "gauge", "Test accuracy of the last evaluated version.");
+        fprintf (f, "kudus_test_accuracy %.6g\n", self->accuracy);
+    }
+    s_family (f, "kudus_workers", "gauge", "Workers in the barrier.");
+    fprintf (f, "kudus_workers %llu\n", (unsigned long long) self->active);
+    s_family (f, "kudus_wait_fraction", "gauge", "Share of worker time spent waiting at the barrier.");
+    fprintf (f, "kudus_wait_fraction %.6g\n", busy > 0 ? self->wait_total / busy : 0);
+    s_family (f, "kudus_staleness", "gauge", "Staleness of applied gradients, in versions, by quantile.");
+    fprintf (f, "kudus_staleness{quantile=\"0.5\"} %.6g\nkudus_staleness{quantile=\"0.99\"} %.6g\n",
+             s_stale_pct (self, 0.5), s_stale_pct (self, 0.99));
+    s_family (f, "kudus_dropped_gradients_total", "counter", "Gradients dropped as too stale.");
+    fprintf (f, "kudus_dropped_gradients_total %llu\n", (unsigned long long) self->dropped);
+    s_family (f, "kudus_regroups_total", "counter", "ALSP regroupings.");
+    fprintf (f, "kudus_regroups_total %llu\n", (unsigned long long) self->regroups);
+    static const char *phase [4] = { "compute", "push", "wait", "pull" };
+    for (int p = 0; p < 4; p++) {
+        char name [64], help [128];
+        snprintf (name, sizeof name, "kudus_worker_%s_seconds", phase [p]);
+        snprintf (help, sizeof help, "Mean %s time per iteration of a worker.", phase [p]);
+        s_family (f, name, "gauge", help);
+        for (size_t r = 0; r < S_MAX_WORKERS; r++) {
+            s_worker_t *w = &self->workers [r];
+            if (!w->seen)
+                continue;
+            double ms = p == 0 ? w->compute_ms : p == 1 ? w->push_ms : p == 2 ? w->wait_ms : w->pull_ms;
+            fprintf (f, "%s{rank=\"%zu\",group=\"%llu\"} %.6g\n", name, r,
+                     (unsigned long long) w->group, ms / 1000.0);
+        }
+    }
+    s_family (f, "kudus_worker_samples_total", "counter", "Training rows a worker computed.");
+    for (size_t r = 0; r < S_MAX_WORKERS; r++)
+        if (self->workers [r].seen)
+            fprintf (f, "kudus_worker_samples_total{rank=\"%zu\",group=\"%llu\"} %llu\n", r,
+                     (unsigned long long) self->workers [r].group,
+                     (unsigned long long) self->workers [r].samples);
+    fclose (f);
+    kd_metrics_update (self->metrics, text, len);
+    free (text);
+}
+
 static void
 s_publish_stats (self_t *self)
 {
@@ -144,7 +218,8 @@ s_publish_stats (self_t *self)
     kd_stream_set_uint (m, KD_S_VERSION, self->version);
     kd_stream_set_float (m, KD_S_EPOCH, self->epoch);
     kd_stream_set_uint (m, KD_S_SAMPLES, self->total_samples);
-    kd_stream_set_float (m, KD_S_SAMPLES_PER_S, window_s > 0 ? (double) self->window_samples / window_s : 0);
+    self->last_rate = window_s > 0 ? (double) self->window_samples / window_s : 0;
+    kd_stream_set_float (m, KD_S_SAMPLES_PER_S, self->last_rate);
     kd_stream_set_float (m, KD_S_TRAIN_LOSS, self->have_loss ? self->train_loss : 0);
     kd_stream_set_uint (m, KD_S_WORKERS, self->active);
     kd_stream_set_str (m, KD_S_CONSISTENCY, self->consistency);
@@ -195,6 +270,8 @@ s_publish_stats (self_t *self)
         kd_stream_set_uint (m, KD_S_AGE_MS, now - w->last_ms);
         s_publish (self, &m);
     }
+    if (self->metrics)
+        s_render_metrics (self, window_s);
 }
 
 //  Publish an "event".
@@ -749,6 +826,15 @@ kd_monitor_run (kd_config_t *config)
                   kd_config_str (config, "pub-bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
     }
+    if (*kd_config_str (config, "metrics-bind")) {
+        char why [256];
+        self->metrics = kd_metrics_new (kd_config_str (config, "metrics-bind"), why, sizeof why);
+        //  Metrics are an extra: a taken port costs them, not the stream.
+        if (!self->metrics)
+            kd_error ("setting 'metrics-bind': %s; serving no metrics", why);
+        else
+            kd_info ("metrics at http://%s/metrics", kd_config_str (config, "metrics-bind"));
+    }
     self->peer = kd_peer_new (kd_config_str (config, "scheduler"), "monitor",
                               kd_config_str (config, "name"), max_msg,
                               (int) kd_config_int (config, "heartbeat-ms"),
@@ -800,6 +886,7 @@ kd_monitor_run (kd_config_t *config)
     rc = 0;
 cleanup:
     kd_shardset_destroy (&self->book);
+    kd_metrics_destroy (&self->metrics);
     kd_peer_destroy (&self->peer);
     zsock_destroy (&self->router);
     zsock_destroy (&self->pub);

@@ -73,6 +73,8 @@ kd_compose_free_port () {
 # iteration so that phases stay countable.
 kd_compose_env () {
     export KUDUS_PUB_HOST_PORT="$port"
+    KUDUS_METRICS_HOST_PORT=$(kd_compose_free_port) || fail "no free host port found"
+    export KUDUS_METRICS_HOST_PORT
     export KUDUS_SHARDS=2 KUDUS_MIN_WORKERS=3 KUDUS_WORKERS=3
     export KUDUS_EPOCHS=1000 KUDUS_MAX_SECONDS="$1"
     export KUDUS_DELAY_MS=5 KUDUS_CONSISTENCY=bsp KUDUS_MODEL=softmax

@@ -55,6 +55,14 @@ hit=$(s_wait_stats "$(s_mark)" 30 ".test_accuracy > $a0 and .test_accuracy >= 0.
     fail "test accuracy did not rise above $a0 within 30 s"
 ranks=$(grep '"topic":"worker"' "$stream" | jq -s '[.[].rank] | unique | length')
 say "3. workers=3 (distinct ranks seen: $ranks), accuracy $a0 -> $(jq '.test_accuracy' <<< "$hit")"
+# The monitor's Prometheus endpoint, published on the host's loopback.
+metrics=$(python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "http://127.0.0.1:$KUDUS_METRICS_HOST_PORT/metrics") || fail "GET /metrics failed"
+grep -q '^kudus_model_version [1-9]' <<< "$metrics" || fail "no kudus_model_version in /metrics"
+grep -q '^kudus_worker_samples_total{rank="2"' <<< "$metrics" || fail "no per-worker metrics"
+dc --profile metrics config -q || fail "the metrics profile of docker-compose.yml is invalid"
+say "3. GET /metrics: $(grep '^kudus_model_version' <<< "$metrics")"
 
 # --- 4. scale up ---------------------------------------------------------------
 mark=$(s_mark)

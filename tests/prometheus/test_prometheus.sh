@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The monitor's GET /metrics, scraped by a real Prometheus server (Debian's
+# prometheus, installed by `make test`): train a local cluster while
+# Prometheus scrapes it every second, then query Prometheus's HTTP API and
+# check kudus_model_version and the rate of kudus_samples_total against the
+# run's summary.
+#
+#   tests/prometheus/test_prometheus.sh BUILD_DIR [BASE_PORT]
+set -euo pipefail
+bin=$1
+port=${2:-17700}
+prom_port=$((port + 50))
+tmp=$(mktemp -d /tmp/kudus-prometheus.XXXXXX)
+pids=()
+cleanup () {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail () { echo "test_prometheus: FAIL: $*" >&2; exit 1; }
+command -v prometheus >/dev/null || fail "prometheus is not installed (make test installs it)"
+
+cat > "$tmp/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: kudus
+    static_configs:
+      - targets: ['127.0.0.1:$((port + 3))']
+YML
+prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/data" \
+    --web.listen-address="127.0.0.1:$prom_port" --log.level=warn > "$tmp/prometheus.log" 2>&1 &
+pids+=("$!")
+
+# The API answers once Prometheus is up.
+query () {
+    python3 - "$prom_port" "$1" <<'PY'
+import json, sys, urllib.parse, urllib.request
+port, q = sys.argv[1], sys.argv[2]
+url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+with urllib.request.urlopen(url, timeout=5) as r:
+    d = json.load(r)
+res = d["data"]["result"]
+print(res[0]["value"][1] if res else "none")
+PY
+}
+for _ in $(seq 1 50); do
+    query 'vector(1)' >/dev/null 2>&1 && break
+    sleep 0.2
+done
+query 'vector(1)' >/dev/null 2>&1 || fail "prometheus did not start: $(tail -5 "$tmp/prometheus.log")"
+
+"$bin/kudus" local --workers 2 --max-seconds 15 --base-port "$port" --quiet true \
+    --summary "$tmp/summary.json" > "$tmp/local.log" 2>&1 || fail "kudus local failed: $(tail -5 "$tmp/local.log")"
+
+version=$(query 'max_over_time(kudus_model_version[5m])')
+samples=$(query 'max_over_time(kudus_samples_total[5m])')
+rate=$(query 'max_over_time(rate(kudus_samples_total[5s])[5m:1s])')
+up=$(query 'max_over_time(up{job="kudus"}[5m])')
+echo "test_prometheus: scraped version=$version samples=$samples max rate=$rate up=$up"
+python3 - "$tmp/summary.json" "$version" "$samples" "$rate" "$up" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+version, samples, rate, up = (float(x) if x != "none" else None for x in sys.argv[2:6])
+assert up == 1, "Prometheus never scraped the monitor"
+final, per_s = s["updates"], s["updates_per_second"]
+# The last scrape is at most ~1 s before the end of training.
+assert version is not None and final - 3 * per_s - 5 <= version <= final, (version, final, per_s)
+assert samples is not None and 0.8 * s["samples"] <= samples <= 1.05 * s["samples"], (samples, s["samples"])
+mean = s["samples"] / s["run_seconds"] if s.get("run_seconds") else s["samples"] / s["wall_seconds"]
+assert rate is not None and 0.5 * mean <= rate <= 3 * mean, (rate, mean)
+print(f"test_prometheus: summary version={final} samples={s['samples']} mean rate={mean:.0f}/s: OK")
+PY
