@@ -9,7 +9,7 @@ set -euo pipefail
 src=$1
 bin=$2
 port=${3:-17400}
-tmp=$(mktemp -d /tmp/kudus-install.XXXXXX)
+tmp=$(mktemp -d)
 pids=()
 cleanup () {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -10,7 +10,7 @@ set -euo pipefail
 bin=$1
 port=${2:-17700}
 prom_port=$((port + 50))
-tmp=$(mktemp -d /tmp/kudus-prometheus.XXXXXX)
+tmp=$(mktemp -d)
 pids=()
 cleanup () {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
