@@ -27,6 +27,7 @@
 #define S_BEN   KD_SVC_BENCH
 #define S_PRF   KD_SVC_PERF
 #define S_SVC   KD_SVC_SERVICES
+#define S_DASH  KD_SVC_DASHBOARD
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
 static const kd_setting_t s_table [] = {
@@ -233,6 +234,9 @@ static const kd_setting_t s_table [] = {
     { "bench-floats", KD_CT_INT, "0", 0, 67108864, NULL, S_SHD,
       "benchmarks only (kudus bench pushpull): hold this many floats at rank * n whatever the model (0 = off)" },
 
+    { "dashboard", KD_CT_STRING, "", 0, 256, NULL, S_LOC,
+      "also serve the live page (kudus dashboard) on this HOST:PORT ('' = off)" },
+
     //  kudus tail
     { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_TAIL,
       "print one JSON object per message instead of the table" },
@@ -240,6 +244,14 @@ static const kd_setting_t s_table [] = {
       "exit after this many messages (0 = follow forever)" },
     { "timeout", KD_CT_DOUBLE, "0", 0, 1e6, NULL, S_TAIL,
       "exit 1 if no message arrives for this many seconds (0 = wait forever)" },
+
+    //  kudus dashboard
+    { "monitor", KD_CT_STRING, "tcp://127.0.0.1:7002", 0, 256, NULL, S_DASH,
+      "the monitor's PUB stream to follow" },
+    { "listen", KD_CT_STRING, "127.0.0.1:8080", 0, 256, NULL, S_DASH,
+      "HTTP address of the page, HOST:PORT (port 0 picks a free one)" },
+    { "history", KD_CT_INT, "100000", 100, 10000000, NULL, S_DASH,
+      "stream messages kept for a page that connects late (oldest go first)" },
 };
 
 #define S_TABLE_SIZE (sizeof s_table / sizeof s_table [0])

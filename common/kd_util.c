@@ -2,6 +2,8 @@
 */
 #include "kd_util.h"
 #include <arpa/inet.h>
+#include <assert.h>
+#include <stdlib.h>
 #include <math.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -172,5 +174,37 @@ kd_endpoint_shift (const char *endpoint, int delta, char *out, size_t out_size)
     if (port <= 0 || port > 65535)
         return -1;
     snprintf (out, out_size, "%.*s:%ld", (int) (colon - endpoint), endpoint, port);
+    return 0;
+}
+
+int
+kd_parse_listen (const char *text, struct sockaddr_in *addr, char *err, size_t err_size)
+{
+    assert (addr && err);
+    char host [128] = "";
+    const char *colon = text ? strrchr (text, ':') : NULL;
+    const char *port_text = colon ? colon + 1 : text;
+    if (!text || (colon && (size_t) (colon - text) >= sizeof host)) {
+        snprintf (err, err_size, "'%s': expected HOST:PORT, :PORT or PORT", text ? text : "");
+        return -1;
+    }
+    if (colon) {
+        memcpy (host, text, (size_t) (colon - text));
+        host [colon - text] = 0;
+    }
+    char *end = NULL;
+    long port = *port_text ? strtol (port_text, &end, 10) : -1;
+    if (port < 0 || port > 65535 || (end && *end)) {
+        snprintf (err, err_size, "'%s': expected HOST:PORT, :PORT or PORT", text);
+        return -1;
+    }
+    memset (addr, 0, sizeof *addr);
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons ((uint16_t) port);
+    addr->sin_addr.s_addr = htonl (INADDR_ANY);
+    if (*host && strcmp (host, "*") && inet_pton (AF_INET, host, &addr->sin_addr) != 1) {
+        snprintf (err, err_size, "'%s': the host must be an IPv4 address or *", text);
+        return -1;
+    }
     return 0;
 }

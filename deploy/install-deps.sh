@@ -14,9 +14,10 @@ packages=(
     python3
 )
 # `install-deps.sh test`: also what the test suites need beyond the build
-# (the optimizer is checked against PyTorch's).
+# (the optimizer is checked against PyTorch's, the metrics against a real
+# Prometheus, the dashboard in a real browser).
 if [ "${1:-}" = "test" ]; then
-    packages+=(python3-numpy python3-torch python3-pytest prometheus)
+    packages+=(python3-numpy python3-torch python3-pytest prometheus chromium chromium-driver python3-zmq)
 fi
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then

@@ -61,6 +61,13 @@ int
     kd_endpoint_shift (const char *endpoint, int delta, char *out,
                        size_t out_size);
 
+//  Parse an HTTP listen address, "HOST:PORT", ":PORT", "*:PORT" or
+//  "PORT", where HOST is an IPv4 address (a missing host or "*" is every
+//  interface).  Returns 0 and fills *addr, or -1 with the reason in err.
+struct sockaddr_in;
+int
+    kd_parse_listen (const char *text, struct sockaddr_in *addr, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,10 @@ int
 int
     kd_tail_main (int argc, char **argv);
 
+//  kudus dashboard: a live page of the monitor's stream (kd_dashboard.c).
+int
+    kd_dashboard_main (int argc, char **argv);
+
 //  kudus keygen DIR: the CURVE keys of a cluster.
 int
     kd_keygen_main (int argc, char **argv);

@@ -28,7 +28,7 @@
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
 #define S_STALL_MS      120000  //  model version unchanged while training
 
-typedef enum { S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER } s_kind_t;
+typedef enum { S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER, S_KIND_DASHBOARD } s_kind_t;
 
 typedef struct {
     char name [32];             //  "worker-3"
@@ -436,6 +436,17 @@ kd_local_main (int argc, char **argv)
     if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a) == 0) n_children++; else rc = 1;
     s_args_free (&a);
 
+    //  The live page (`kudus dashboard`), when asked for; it lives as long
+    //  as the cluster.
+    if (*kd_config_str (c, "dashboard")) {
+        s_arg (&a, "%s/kudus", bindir);
+        s_arg (&a, "dashboard");
+        s_arg (&a, "--monitor"); s_arg (&a, "%s", pub_ep);
+        s_arg (&a, "--listen"); s_arg (&a, "%s", kd_config_str (c, "dashboard"));
+        if (s_spawn (&children [n_children], "dashboard", S_KIND_DASHBOARD, &a) == 0) n_children++; else rc = 1;
+        s_args_free (&a);
+    }
+
     //  Scheduler, with every training and consistency setting.
     static const char *sched_settings [] = {
         "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
@@ -560,7 +571,8 @@ kd_local_main (int argc, char **argv)
             }
             //  A shard or the monitor that dies while the scheduler runs
             //  would stall the run; stop instead of hanging.
-            if (ch->pid == 0 && sched_status < 0 && (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR)
+            if (ch->pid == 0 && sched_status < 0
+            &&  (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR || ch->kind == S_KIND_DASHBOARD)
             &&  !(WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0) && !failure) {
                 failure = ch->name;
                 fprintf (stderr, "kudus local: %s exited unexpectedly (status %d)\n", ch->name, ch->status);
@@ -590,7 +602,7 @@ kd_local_main (int argc, char **argv)
         if (sched_status >= 0) {
             size_t left = 0;
             for (size_t i = 0; i < n_children; i++)
-                left += children [i].pid > 0;
+                left += children [i].pid > 0 && children [i].kind != S_KIND_DASHBOARD;
             if (left == 0 || kd_now_ms () - sched_exit_at > S_GRACE_MS)
                 break;
         }

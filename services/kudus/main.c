@@ -14,6 +14,7 @@ s_usage (FILE *out)
         "commands:\n"
         "  local           run a local cluster on loopback and train\n"
         "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
+        "  dashboard       a live web page of the monitor's stream\n"
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
         "  bench pushpull|barrier|compute\n"
@@ -36,6 +37,8 @@ main (int argc, char **argv)
         return kd_experiment_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "tail"))
         return kd_tail_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "dashboard"))
+        return kd_dashboard_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "bench"))
         return kd_bench_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "keygen"))

@@ -1,6 +1,7 @@
 /*  kd_metrics: the monitor's Prometheus endpoint (see kd_metrics.h).
 */
 #include "kd_metrics.h"
+#include "kd_util.h"
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -58,32 +59,16 @@ s_handle (void *cls, struct MHD_Connection *conn, const char *url, const char *m
 kd_metrics_t *
 kd_metrics_new (const char *bind, char *err, size_t err_size)
 {
-    char host [128] = "";
-    long port = -1;
-    const char *colon = bind ? strrchr (bind, ':') : NULL;
-    const char *port_text = colon ? colon + 1 : bind;
-    if (colon && (size_t) (colon - bind) < sizeof host) {
-        memcpy (host, bind, (size_t) (colon - bind));
-        host [colon - bind] = 0;
-    }
-    char *end = NULL;
-    if (port_text && *port_text)
-        port = strtol (port_text, &end, 10);
-    if (!bind || (colon && (size_t) (colon - bind) >= sizeof host) || port < 0 || port > 65535
-    ||  (end && *end)) {
-        snprintf (err, err_size, "metrics bind '%s': expected HOST:PORT, :PORT or PORT", bind ? bind : "");
-        return NULL;
-    }
-    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
-    addr.sin_addr.s_addr = htonl (INADDR_ANY);
-    if (*host && strcmp (host, "*") && inet_pton (AF_INET, host, &addr.sin_addr) != 1) {
-        snprintf (err, err_size, "metrics bind '%s': host must be an IPv4 address or *", bind);
+    struct sockaddr_in addr;
+    char why [256];
+    if (kd_parse_listen (bind, &addr, why, sizeof why)) {
+        snprintf (err, err_size, "metrics bind %s", why);
         return NULL;
     }
     kd_metrics_t *self = (kd_metrics_t *) calloc (1, sizeof *self);
     assert (self);
     pthread_mutex_init (&self->lock, NULL);
-    self->daemon = MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t) port,
+    self->daemon = MHD_start_daemon (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, ntohs (addr.sin_port),
                                      NULL, NULL, s_handle, self,
                                      MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
                                      MHD_OPTION_CONNECTION_LIMIT, (unsigned int) 64,
@@ -96,7 +81,7 @@ kd_metrics_new (const char *bind, char *err, size_t err_size)
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info (self->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    self->port = info ? info->port : (int) port;
+    self->port = info ? info->port : (int) ntohs (addr.sin_port);
     return self;
 }
 
