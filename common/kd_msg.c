@@ -108,6 +108,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (OPTIMIZER,     "optimizer",    STR),
     S_FIELD (TENSORS,       "tensors",      STRS),
     S_FIELD (SHAPES,        "shapes",       UINTS),
+    S_FIELD (COUNTERS,      "counters",     UINTS),
 };
 
 typedef enum {
@@ -188,6 +189,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (VERSION) | S_BIT (LOST), NONE),
     S_TYPE (INIT, S_BIT (LO) | S_BIT (COUNT), 0, REQUIRED),
     S_TYPE (INIT_OK, S_BIT (VERSION), 0, NONE),
+    S_TYPE (STATS, 0, 0, NONE),
+    S_TYPE (STATS_OK, S_BIT (RANK) | S_BIT (VERSION) | S_BIT (COUNTERS), S_BIT (TS_MS), NONE),
 };
 
 //  Array fields of one type that must have the same length, because entry i

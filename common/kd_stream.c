@@ -7,6 +7,8 @@
 
 typedef enum { S_UINT, S_FLOAT, S_STR, S_UINTS } s_kind_t;
 
+_Static_assert (KD_S_FIELD_COUNT <= 64, "presence is a 64-bit mask");
+
 #define S_T(t) (1u << (t))
 
 //  Every field: its key, its kind, and the topics that carry it.
@@ -17,7 +19,8 @@ static const struct {
 } s_fields [KD_S_FIELD_COUNT] = {
     [KD_S_T_MS]          = { "t_ms",          S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_EVENT) },
     [KD_S_ELAPSED_S]     = { "elapsed_s",     S_FLOAT, S_T (KD_ST_STATS) },
-    [KD_S_VERSION]       = { "version",       S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_GROUPS) | S_T (KD_ST_EVENT) },
+    [KD_S_VERSION]       = { "version",       S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_GROUPS) | S_T (KD_ST_EVENT)
+                                                     | S_T (KD_ST_SHARD) },
     [KD_S_EPOCH]         = { "epoch",         S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_SAMPLES]       = { "samples",       S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_WORKER) },
     [KD_S_SAMPLES_PER_S] = { "samples_per_s", S_FLOAT, S_T (KD_ST_STATS) | S_T (KD_ST_WORKER) },
@@ -34,7 +37,7 @@ static const struct {
     [KD_S_SHARDS]        = { "shards",        S_UINT,  S_T (KD_ST_STATS) },
     [KD_S_TEST_ACCURACY] = { "test_accuracy", S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_TEST_VERSION]  = { "test_version",  S_UINT,  S_T (KD_ST_STATS) },
-    [KD_S_RANK]          = { "rank",          S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_EVENT) },
+    [KD_S_RANK]          = { "rank",          S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_EVENT) | S_T (KD_ST_SHARD) },
     [KD_S_CLOCK]         = { "clock",         S_UINT,  S_T (KD_ST_WORKER) },
     [KD_S_LOSS]          = { "loss",          S_FLOAT, S_T (KD_ST_WORKER) },
     [KD_S_COMPUTE_MS]    = { "compute_ms",    S_FLOAT, S_T (KD_ST_WORKER) },
@@ -44,18 +47,26 @@ static const struct {
     [KD_S_ITER_MS]       = { "iter_ms",       S_FLOAT, S_T (KD_ST_WORKER) },
     [KD_S_STALENESS]     = { "staleness",     S_UINT,  S_T (KD_ST_WORKER) },
     [KD_S_GROUP]         = { "group",         S_UINT,  S_T (KD_ST_WORKER) },
-    [KD_S_AGE_MS]        = { "age_ms",        S_UINT,  S_T (KD_ST_WORKER) },
+    [KD_S_AGE_MS]        = { "age_ms",        S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_SHARD) },
     [KD_S_COUNT]         = { "count",         S_UINT,  S_T (KD_ST_GROUPS) },
     [KD_S_GROUPS]        = { "groups",        S_UINTS, S_T (KD_ST_GROUPS) },
     [KD_S_KIND]          = { "kind",          S_STR,   S_T (KD_ST_EVENT) },
     [KD_S_DETAIL]        = { "detail",        S_STR,   S_T (KD_ST_EVENT) },
     [KD_S_NAME]          = { "name",          S_STR,   S_T (KD_ST_EVENT) },
     [KD_S_ROLE]          = { "role",          S_STR,   S_T (KD_ST_EVENT) },
+    [KD_S_PUSHES]        = { "pushes",        S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_PULLS]         = { "pulls",         S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_COMMITS]       = { "commits",       S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_BYTES_IN]      = { "bytes_in",      S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_BYTES_OUT]     = { "bytes_out",     S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_STAGED]        = { "staged",        S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_CHECKPOINTS]   = { "checkpoints",   S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_CHECKPOINT_AGE_S] = { "checkpoint_age_s", S_FLOAT, S_T (KD_ST_SHARD) },
 };
 
 static const char *s_topics [KD_ST_TOPIC_COUNT] = {
     [KD_ST_STATS] = "stats", [KD_ST_WORKER] = "worker", [KD_ST_GROUPS] = "groups",
-    [KD_ST_EVENT] = "event"
+    [KD_ST_EVENT] = "event", [KD_ST_SHARD] = "shard"
 };
 
 typedef struct {

@@ -89,6 +89,8 @@ typedef enum {
     KD_MSG_EVENT,
     KD_MSG_INIT,
     KD_MSG_INIT_OK,
+    KD_MSG_STATS,
+    KD_MSG_STATS_OK,
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -164,8 +166,24 @@ typedef enum {
     KD_F_OPTIMIZER,     //  str    the shards' update rule, a kd_optimizer spec
     KD_F_TENSORS,       //  strs   an external model's tensor names
     KD_F_SHAPES,        //  uints  their shapes, (rows, cols) per tensor
+    KD_F_COUNTERS,      //  uints  a shard's counters, by kd_shard_counter_t
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
+
+//  The entries of a STATS_OK's counters, in this order.  A consumer reads
+//  the entries it knows and ignores any after them, so that a newer shard
+//  may append one.
+typedef enum {
+    KD_SC_PUSHES,           //  gradient slices received
+    KD_SC_PULLS,            //  parameter slices sent
+    KD_SC_COMMITS,          //  optimizer steps applied
+    KD_SC_BYTES_IN,         //  bytes of gradient data received
+    KD_SC_BYTES_OUT,        //  bytes of parameter data sent
+    KD_SC_STAGED,           //  gradients staged now, waiting for a COMMIT
+    KD_SC_CHECKPOINTS,      //  checkpoints written
+    KD_SC_CHECKPOINT_AGE_MS,//  ms since the last one (UINT64_MAX: none yet)
+    KD_SC_COUNT             //  one past the last
+} kd_shard_counter_t;
 
 //  Error codes carried by ERROR, modelled on HTTP's classes.
 typedef enum {

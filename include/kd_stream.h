@@ -13,6 +13,8 @@
                 wait_ms pull_ms iter_ms staleness dropped group age_ms
         groups  version count regroups groups (the group of each rank)
         event   kind detail t_ms [name role rank version]
+        shard   rank version pushes pulls commits bytes_in bytes_out staged
+                checkpoints age_ms [checkpoint_age_s]
 
     The encoder writes the fields that were set (the map's size is counted,
     never written by hand).  The decoder checks every bound before it
@@ -40,6 +42,7 @@ typedef enum {
     KD_ST_WORKER,
     KD_ST_GROUPS,
     KD_ST_EVENT,
+    KD_ST_SHARD,
     KD_ST_TOPIC_COUNT                   //  one past the last topic
 } kd_stream_topic_t;
 
@@ -52,6 +55,8 @@ typedef enum {
     KD_S_ITER_MS, KD_S_STALENESS, KD_S_GROUP, KD_S_AGE_MS,
     KD_S_COUNT, KD_S_GROUPS,
     KD_S_KIND, KD_S_DETAIL, KD_S_NAME, KD_S_ROLE,
+    KD_S_PUSHES, KD_S_PULLS, KD_S_COMMITS, KD_S_BYTES_IN, KD_S_BYTES_OUT, KD_S_STAGED,
+    KD_S_CHECKPOINTS, KD_S_CHECKPOINT_AGE_S,
     KD_S_FIELD_COUNT                    //  one past the last field
 } kd_stream_field_t;
 

@@ -78,6 +78,8 @@ static const s_schema_t s_schema [] = {
       { KD_F_DETAIL, KD_F_RANK, KD_F_NAME, KD_F_ROLE, KD_F_VERSION, KD_F_LOST, END }, false },
     { KD_MSG_INIT, { KD_F_LO, KD_F_COUNT, END }, { END }, true },
     { KD_MSG_INIT_OK, { KD_F_VERSION, END }, { END }, false },
+    { KD_MSG_STATS, { END }, { END }, false },
+    { KD_MSG_STATS_OK, { KD_F_RANK, KD_F_VERSION, KD_F_COUNTERS, END }, { KD_F_TS_MS, END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -452,7 +454,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         NULL, "HELLO", "WELCOME", "START", "HEARTBEAT", "ARRIVE", "RELEASE",
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
         "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
-        "INIT", "INIT_OK"
+        "INIT", "INIT_OK", "STATS", "STATS_OK"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -503,6 +505,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_EMULATED_MS, "emulated_ms", KD_FT_FLOAT },
         { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
+        { KD_F_COUNTERS, "counters", KD_FT_UINTS },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

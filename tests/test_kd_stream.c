@@ -67,6 +67,21 @@ Test (kd_stream, every_topic_round_trips)
     free (json);
     kd_stream_destroy (&s);
     kd_stream_destroy (&back);
+
+    s = kd_stream_new (KD_ST_SHARD);
+    kd_stream_set_uint (s, KD_S_RANK, 1);
+    kd_stream_set_uint (s, KD_S_PUSHES, 2120);
+    kd_stream_set_uint (s, KD_S_BYTES_IN, (uint64_t) 1 << 40);
+    kd_stream_set_float (s, KD_S_CHECKPOINT_AGE_S, 2.5);
+    back = s_round_trip (s);
+    cr_expect_eq (kd_stream_topic (back), KD_ST_SHARD);
+    cr_expect_float_eq (kd_stream_number (back, KD_S_PUSHES, -1), 2120, 0);
+    cr_expect_float_eq (kd_stream_number (back, KD_S_BYTES_IN, -1), (double) ((uint64_t) 1 << 40), 0);
+    cr_expect_float_eq (kd_stream_number (back, KD_S_CHECKPOINT_AGE_S, -1), 2.5, 0);
+    cr_expect_not (kd_stream_has (back, KD_S_STAGED));
+    cr_expect_str_eq (kd_stream_topic_name (KD_ST_SHARD), "shard");
+    kd_stream_destroy (&s);
+    kd_stream_destroy (&back);
 }
 
 //  Pack a map body with msgpack-c for the decoder to judge.

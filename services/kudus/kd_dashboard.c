@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 
 #define S_MAX_RANKS      4096       //  worker rows kept, one slot per rank
+#define S_MAX_SHARDS     64         //  shard rows kept, one slot each after those
 #define S_KEEPALIVE_MS   15000      //  a comment line when nothing happens
 #define S_MAX_CLIENTS    64         //  concurrent HTTP connections
 
@@ -150,11 +151,11 @@ s_publish (self_t *self, kd_stream_t *m)
     fputs ("\n", out);                      //  print_json ends the line; SSE ends the event
     fclose (out);
     int slot = -1;
-    if (kd_stream_topic (m) == KD_ST_WORKER) {
-        double rank = kd_stream_number (m, KD_S_RANK, -1);
-        if (rank >= 0 && rank < S_MAX_RANKS)
-            slot = (int) rank;
-    }
+    double rank = kd_stream_number (m, KD_S_RANK, -1);
+    if (kd_stream_topic (m) == KD_ST_WORKER && rank >= 0 && rank < S_MAX_RANKS)
+        slot = (int) rank;
+    if (kd_stream_topic (m) == KD_ST_SHARD && rank >= 0 && rank < S_MAX_SHARDS)
+        slot = S_MAX_RANKS + (int) rank;
     kd_sse_hub_publish (self->hub, json, len, slot);
     free (json);
 }
@@ -201,7 +202,7 @@ kd_dashboard_main (int argc, char **argv)
         return 2;
     }
     self_t self = {
-        .hub = kd_sse_hub_new ((size_t) kd_config_int (config, "history"), S_MAX_RANKS),
+        .hub = kd_sse_hub_new ((size_t) kd_config_int (config, "history"), S_MAX_RANKS + S_MAX_SHARDS),
         .monitor = endpoint,
     };
     struct MHD_Daemon *daemon = MHD_start_daemon (

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #define S_MAX_ROWS 1024     //  worker rows kept
+#define S_MAX_SHARD_ROWS 64 //  shard rows kept
 
 typedef struct {
     bool used;              //  row seen
@@ -17,7 +18,7 @@ typedef struct {
 
 //  Render the table.
 static void
-s_draw (kd_stream_t *stats, s_row_t *rows, const char *groups, bool tty)
+s_draw (kd_stream_t *stats, s_row_t *rows, s_row_t *shard_rows, const char *groups, bool tty)
 {
     if (tty)
         fputs ("\033[H\033[2J", stdout);
@@ -41,6 +42,15 @@ s_draw (kd_stream_t *stats, s_row_t *rows, const char *groups, bool tty)
     for (size_t r = 0; r < S_MAX_ROWS; r++)
         if (rows [r].used)
             fputs (rows [r].line, stdout);
+    bool header = false;
+    for (size_t r = 0; r < S_MAX_SHARD_ROWS; r++)
+        if (shard_rows [r].used) {
+            if (!header)
+                printf ("%5s %8s %10s %10s %8s %9s %9s %6s %9s\n", "shard", "version", "pushes",
+                        "pulls", "commits", "MB in", "MB out", "staged", "ckpt age");
+            header = true;
+            fputs (shard_rows [r].line, stdout);
+        }
     if (!tty)
         puts ("");
     fflush (stdout);
@@ -80,6 +90,7 @@ kd_tail_main (int argc, char **argv)
     zsock_set_rcvtimeo (sub, timeout > 0 ? (int) (timeout * 1000) : 1000);
     bool tty = isatty (STDOUT_FILENO);
     s_row_t *rows = (s_row_t *) calloc (S_MAX_ROWS, sizeof (s_row_t));
+    s_row_t shard_rows [S_MAX_SHARD_ROWS] = { { 0 } };
     char groups [256] = "";
     char model_line [1024] = "";     //  the last "model" event
     int64_t seen = 0;
@@ -128,6 +139,23 @@ kd_tail_main (int argc, char **argv)
             }
         }
         else
+        if (t == KD_ST_SHARD) {
+            double rank = kd_stream_number (m, KD_S_RANK, -1);
+            if (rank >= 0 && rank < S_MAX_SHARD_ROWS) {
+                s_row_t *row = &shard_rows [(size_t) rank];
+                char age [32] = "-";
+                if (kd_stream_has (m, KD_S_CHECKPOINT_AGE_S))
+                    snprintf (age, sizeof age, "%.1fs", kd_stream_number (m, KD_S_CHECKPOINT_AGE_S, 0));
+                row->used = true;
+                snprintf (row->line, sizeof row->line, "%5.0f %8.0f %10.0f %10.0f %8.0f %9.1f %9.1f %6.0f %9s\n",
+                          rank, kd_stream_number (m, KD_S_VERSION, 0), kd_stream_number (m, KD_S_PUSHES, 0),
+                          kd_stream_number (m, KD_S_PULLS, 0), kd_stream_number (m, KD_S_COMMITS, 0),
+                          kd_stream_number (m, KD_S_BYTES_IN, 0) / 1e6,
+                          kd_stream_number (m, KD_S_BYTES_OUT, 0) / 1e6,
+                          kd_stream_number (m, KD_S_STAGED, 0), age);
+            }
+        }
+        else
         if (t == KD_ST_GROUPS) {
             size_t n = 0, len = 0;
             const uint64_t *g = kd_stream_uints (m, KD_S_GROUPS, &n);
@@ -147,7 +175,7 @@ kd_tail_main (int argc, char **argv)
         }
         else
         if (t == KD_ST_STATS) {
-            s_draw (m, rows, groups, tty);
+            s_draw (m, rows, shard_rows, groups, tty);
             if (tty && *model_line)
                 printf ("model  %s\n", model_line);
         }

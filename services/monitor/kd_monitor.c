@@ -25,6 +25,7 @@
 #define S_STALE_BINS    256     //  staleness histogram bins
 #define S_LOSS_ALPHA    0.05    //  EWMA weight of one reported loss
 #define S_SNAPSHOT_BYTES (1ull << 30)  //  memory for curve snapshots at most
+#define S_STATS_RETRY_MS 5000  //  ask an unanswering shard for STATS again after this
 
 typedef struct {
     bool seen;                  //  has reported
@@ -56,6 +57,12 @@ typedef struct {
     uint64_t version;           //  version it returned
     uint64_t ts_ms;             //  commit time of that version
     uint64_t samples;           //  samples applied into that version
+    bool have_stats;            //  answered a STATS
+    uint64_t stats_version;     //  its version then
+    uint64_t counters [KD_SC_COUNT];    //  its counters (kd_shard_counter_t)
+    size_t n_counters;          //  entries it sent that we know
+    uint64_t stats_ms;          //  monotonic ms of the answer
+    uint64_t stats_asked_ms;    //  when we last asked (0: answered since)
 } s_shard_t;
 
 typedef struct {
@@ -135,6 +142,46 @@ s_family (FILE *f, const char *name, const char *type, const char *help)
     fprintf (f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+//  Per shard, labelled by its rank: what its last STATS_OK said.
+static void
+s_render_shard_metrics (self_t *self, FILE *f)
+{
+    static const struct {
+        kd_shard_counter_t counter;
+        const char *name, *type, *help;
+    } rows [] = {
+        { KD_SC_PUSHES, "kudus_shard_pushes_total", "counter", "Gradient slices the shard received." },
+        { KD_SC_PULLS, "kudus_shard_pulls_total", "counter", "Parameter slices the shard sent." },
+        { KD_SC_COMMITS, "kudus_shard_commits_total", "counter", "Optimizer steps the shard applied." },
+        { KD_SC_BYTES_IN, "kudus_shard_received_bytes_total", "counter", "Bytes of gradient data received." },
+        { KD_SC_BYTES_OUT, "kudus_shard_sent_bytes_total", "counter", "Bytes of parameter data sent." },
+        { KD_SC_STAGED, "kudus_shard_staged_gradients", "gauge", "Gradients staged, waiting for a commit." },
+        { KD_SC_CHECKPOINTS, "kudus_shard_checkpoints_total", "counter", "Checkpoints the shard wrote." },
+        { KD_SC_CHECKPOINT_AGE_MS, "kudus_shard_checkpoint_age_seconds", "gauge",
+          "Time since the shard's newest checkpoint (absent when it has none)." },
+    };
+    s_family (f, "kudus_shard_version", "gauge", "Model version the shard holds.");
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i].have_stats)
+            fprintf (f, "kudus_shard_version{shard=\"%zu\"} %llu\n", i,
+                     (unsigned long long) self->shards [i].stats_version);
+    for (size_t r = 0; r < sizeof rows / sizeof rows [0]; r++) {
+        s_family (f, rows [r].name, rows [r].type, rows [r].help);
+        for (size_t i = 0; i < self->n_shards; i++) {
+            s_shard_t *sh = &self->shards [i];
+            if (!sh->have_stats || (size_t) rows [r].counter >= sh->n_counters)
+                continue;
+            uint64_t v = sh->counters [rows [r].counter];
+            if (rows [r].counter == KD_SC_CHECKPOINT_AGE_MS) {
+                if (v != UINT64_MAX)
+                    fprintf (f, "%s{shard=\"%zu\"} %.3f\n", rows [r].name, i, (double) v / 1000.0);
+            }
+            else
+                fprintf (f, "%s{shard=\"%zu\"} %llu\n", rows [r].name, i, (unsigned long long) v);
+        }
+    }
+}
+
 //  The Prometheus exposition of what this monitor knows, in base units
 //  (seconds, samples), counters ending in _total.
 static void
@@ -194,6 +241,7 @@ s_render_metrics (self_t *self, double window_s)
             fprintf (f, "kudus_worker_samples_total{rank=\"%zu\",group=\"%llu\"} %llu\n", r,
                      (unsigned long long) self->workers [r].group,
                      (unsigned long long) self->workers [r].samples);
+    s_render_shard_metrics (self, f);
     fclose (f);
     kd_metrics_update (self->metrics, text, len);
     free (text);
@@ -269,6 +317,33 @@ s_publish_stats (self_t *self)
         kd_stream_set_uint (m, KD_S_GROUP, w->group);
         kd_stream_set_uint (m, KD_S_AGE_MS, now - w->last_ms);
         s_publish (self, &m);
+    }
+    //  Shards: publish what they last said, and ask again.
+    for (size_t i = 0; i < self->n_shards; i++) {
+        s_shard_t *sh = &self->shards [i];
+        if (sh->have_stats) {
+            m = kd_stream_new (KD_ST_SHARD);
+            kd_stream_set_uint (m, KD_S_RANK, i);
+            kd_stream_set_uint (m, KD_S_VERSION, sh->stats_version);
+            static const kd_stream_field_t fields [KD_SC_CHECKPOINT_AGE_MS] = {
+                KD_S_PUSHES, KD_S_PULLS, KD_S_COMMITS, KD_S_BYTES_IN, KD_S_BYTES_OUT,
+                KD_S_STAGED, KD_S_CHECKPOINTS
+            };
+            for (size_t c = 0; c < KD_SC_CHECKPOINT_AGE_MS && c < sh->n_counters; c++)
+                kd_stream_set_uint (m, fields [c], sh->counters [c]);
+            if (sh->n_counters > KD_SC_CHECKPOINT_AGE_MS && sh->counters [KD_SC_CHECKPOINT_AGE_MS] != UINT64_MAX)
+                kd_stream_set_float (m, KD_S_CHECKPOINT_AGE_S,
+                                     (double) sh->counters [KD_SC_CHECKPOINT_AGE_MS] / 1000.0);
+            kd_stream_set_uint (m, KD_S_AGE_MS, now - sh->stats_ms);
+            s_publish (self, &m);
+        }
+        //  One question at a time: a shard that is down must not find a
+        //  queue of them when it comes back.
+        if (!sh->stats_asked_ms || now - sh->stats_asked_ms > S_STATS_RETRY_MS) {
+            kd_msg_t *ask = kd_msg_new (KD_MSG_STATS);
+            kd_msg_send (&ask, kd_shardset_socket (self->book, i));
+            sh->stats_asked_ms = now;
+        }
     }
     if (self->metrics)
         s_render_metrics (self, window_s);
@@ -529,6 +604,17 @@ s_on_shard (self_t *self, size_t i)
             all = all && self->shards [j].done;
         if (all)
             s_eval_finish (self);
+    }
+    else
+    if (kd_msg_type (msg) == KD_MSG_STATS_OK) {
+        size_t n = 0;
+        const uint64_t *counters = kd_msg_uints (msg, KD_F_COUNTERS, &n);
+        s->have_stats = true;
+        s->stats_version = kd_msg_uint (msg, KD_F_VERSION);
+        s->n_counters = n < KD_SC_COUNT ? n : KD_SC_COUNT;
+        memcpy (s->counters, counters, s->n_counters * sizeof (uint64_t));
+        s->stats_ms = kd_now_ms ();
+        s->stats_asked_ms = 0;
     }
     else
     if (kd_msg_type (msg) == KD_MSG_ERROR)

@@ -84,7 +84,9 @@ typedef struct {
     s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
     s_lent_t *lent;             //  params as lent to frames, or NULL
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
-    uint64_t pushes, commits, pulls, errors;  //  counters for the log
+    uint64_t pushes, commits, pulls, errors;  //  counters for the log and STATS
+    uint64_t bytes_in, bytes_out;   //  gradient and parameter data, for STATS
+    uint64_t ckpt_wall_ms;      //  wall ms of the newest checkpoint (0: none)
     bool stop;                  //  STOP received
     uint64_t samples;           //  samples trained into version
     uint64_t session;           //  scheduler instance of the last WELCOME
@@ -416,6 +418,7 @@ s_send_params (self_t *self, zframe_t *routing_id)
                          s_params_release, self->lent);
     kd_msg_send (&reply, self->router);
     self->pulls++;
+    self->bytes_out += self->n * sizeof (float);
 }
 
 //  Answer every parked pull the current version satisfies.
@@ -470,6 +473,7 @@ s_checkpoint (self_t *self, bool force)
     }
     self->ckpt_version = self->version;
     self->ckpt_at_ms = now;
+    self->ckpt_wall_ms = meta.ts_ms;
     self->ckpt_written++;
     kd_debug ("checkpoint version=%llu ms=%.1f", (unsigned long long) self->version,
               kd_now_msf () - t0);
@@ -504,6 +508,7 @@ s_restore (self_t *self)
     //  state waits here until then.
     self->ckpt_state = state;
     self->ckpt_meta = meta;
+    self->ckpt_wall_ms = meta.ts_ms;
     self->version = self->ckpt_version = meta.version;
     self->samples = meta.samples;
     self->rank = meta.rank;
@@ -835,6 +840,7 @@ s_on_push (self_t *self, kd_msg_t *msg)
     uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
     size_t count = 0;
     kd_msg_data_floats (msg, &count);
+    self->bytes_in += count * sizeof (float);
     if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n) {
         char reason [128];
         snprintf (reason, sizeof reason, "push range lo=%llu count=%zu, shard holds lo=%llu count=%zu",
@@ -935,6 +941,29 @@ s_on_init (self_t *self, kd_msg_t *msg)
     kd_msg_send (&ok, self->router);
 }
 
+//  STATS: our counters, for the monitor's stream and metrics.
+static void
+s_on_stats (self_t *self, kd_msg_t *msg)
+{
+    uint64_t counters [KD_SC_COUNT] = {
+        [KD_SC_PUSHES] = self->pushes, [KD_SC_PULLS] = self->pulls,
+        [KD_SC_COMMITS] = self->commits, [KD_SC_BYTES_IN] = self->bytes_in,
+        [KD_SC_BYTES_OUT] = self->bytes_out, [KD_SC_STAGED] = s_staged_count (self),
+        [KD_SC_CHECKPOINTS] = self->ckpt_written,
+        [KD_SC_CHECKPOINT_AGE_MS] = UINT64_MAX,
+    };
+    uint64_t wall = kd_wall_ms ();
+    if (self->ckpt_wall_ms)
+        counters [KD_SC_CHECKPOINT_AGE_MS] = wall > self->ckpt_wall_ms ? wall - self->ckpt_wall_ms : 0;
+    kd_msg_t *ok = kd_msg_new (KD_MSG_STATS_OK);
+    kd_msg_set_routing_id (ok, kd_msg_routing_id (msg));
+    kd_msg_set_uint (ok, KD_F_RANK, self->rank);
+    kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+    kd_msg_set_uints (ok, KD_F_COUNTERS, counters, KD_SC_COUNT);
+    kd_msg_set_uint (ok, KD_F_TS_MS, wall);
+    kd_msg_send (&ok, self->router);
+}
+
 //  A request on the ROUTER.
 static void
 s_on_request (self_t *self)
@@ -962,6 +991,9 @@ s_on_request (self_t *self)
     else
     if (type == KD_MSG_INIT)
         s_on_init (self, msg);
+    else
+    if (type == KD_MSG_STATS)
+        s_on_stats (self, msg);
     else
     if (type == KD_MSG_HEARTBEAT) {
         kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);

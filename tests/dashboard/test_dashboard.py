@@ -203,9 +203,11 @@ def main():
 
         # Every rank has a row in the worker table, and ALSP's groups show.
         s = wait_summary(wd, lambda s: s["ranks"] == list(range(WORKERS))
-                         and s["table_rows"] == WORKERS and s["groups"] == WORKERS,
-                         20, f"ranks 0..{WORKERS - 1} in the table and their groups")
-        print(f"test_dashboard: table rows {s['table_rows']}, ranks {s['ranks']}, grouped {s['groups']}")
+                         and s["table_rows"] == WORKERS and s["groups"] == WORKERS
+                         and s["shard_rows"] == 2,
+                         20, f"ranks 0..{WORKERS - 1} in the table, their groups and 2 shards")
+        print(f"test_dashboard: table rows {s['table_rows']}, ranks {s['ranks']}, grouped {s['groups']}, "
+              f"shards {s['shard_rows']}")
 
         # The straggler's bar is visibly longer in compute than a fast worker's.
         widths = wd.js("""return [...document.querySelectorAll('#workers tbody tr')].map(tr =>

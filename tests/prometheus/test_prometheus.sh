@@ -59,11 +59,37 @@ version=$(query 'max_over_time(kudus_model_version[5m])')
 samples=$(query 'max_over_time(kudus_samples_total[5m])')
 rate=$(query 'max_over_time(rate(kudus_samples_total[5s])[5m:1s])')
 up=$(query 'max_over_time(up{job="kudus"}[5m])')
+# Per shard: the last scraped counters of each.
+shard () { query "max_over_time($1{shard=\"$2\"}[5m])"; }
+shards=()
+for s in 0 1; do
+    for m in kudus_shard_commits_total kudus_shard_pushes_total kudus_shard_pulls_total \
+             kudus_shard_received_bytes_total kudus_shard_sent_bytes_total kudus_shard_version; do
+        shards+=("$(shard $m $s)")
+    done
+done
 echo "test_prometheus: scraped version=$version samples=$samples max rate=$rate up=$up"
-python3 - "$tmp/summary.json" "$version" "$samples" "$rate" "$up" <<'PY'
+echo "test_prometheus: shards (commits pushes pulls bytes_in bytes_out version): ${shards[*]}"
+python3 - "$tmp/summary.json" "$version" "$samples" "$rate" "$up" "${shards[@]}" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 version, samples, rate, up = (float(x) if x != "none" else None for x in sys.argv[2:6])
+per_shard = [[float(x) if x != "none" else None for x in sys.argv[6 + 6 * i:12 + 6 * i]] for i in range(2)]
+# BSP: a commit per version on every shard, a push per worker per commit,
+# and every push or pull carries the shard's whole range.
+floats = 0
+for i, (commits, pushes, pulls, bytes_in, bytes_out, sversion) in enumerate(per_shard):
+    assert None not in (commits, pushes, pulls, bytes_in, bytes_out, sversion), (i, per_shard[i])
+    # A shard's figures are up to a publish interval older than the monitor's.
+    assert abs(sversion - version) <= 2 * s["updates_per_second"] + 5 and abs(commits - sversion) <= 1, \
+        (i, commits, sversion, version)
+    assert abs(pushes - s["workers"] * commits) <= 2 * s["workers"], (i, pushes, commits)
+    assert pulls >= commits, (i, pulls, commits)
+    assert bytes_in % (4 * pushes) == 0 and bytes_out % (4 * pulls) == 0, (i, bytes_in, pushes)
+    assert bytes_in / pushes == bytes_out / pulls, (i, bytes_in / pushes, bytes_out / pulls)
+    floats += bytes_in / pushes / 4
+assert floats == s["params"], (floats, s["params"])
+print(f"test_prometheus: shard counters agree with the run: {floats:.0f} floats across 2 shards")
 assert up == 1, "Prometheus never scraped the monitor"
 final, per_s = s["updates"], s["updates_per_second"]
 # The last scrape is at most ~1 s before the end of training.

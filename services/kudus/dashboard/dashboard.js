@@ -11,6 +11,7 @@ const state = {
   runs: [],             // {key, label, t0, t: [], acc: [], loss: [], p50: [], p99: [], dropped: [], regroups: []}
   current: null,
   workers: new Map(),   // rank -> last "worker" message
+  shards: new Map(),    // rank -> last "shard" message
   members: new Map(),   // "role/rank" -> {role, rank, name, state}
   groups: [],           // group of each rank
   groupVersion: 0,
@@ -78,6 +79,11 @@ function onWorker(m) {
     mem.state = "rejoined";
 }
 
+function onShard(m) {
+  state.shards.set(m.rank, m);
+  member("shard", m.rank);
+}
+
 function onGroups(m) {
   state.groups = m.groups || [];
   state.groupVersion = m.version;
@@ -106,6 +112,7 @@ function onMessage(e) {
   else if (m.topic === "worker") onWorker(m);
   else if (m.topic === "groups") onGroups(m);
   else if (m.topic === "event") onEvent(m);
+  else if (m.topic === "shard") onShard(m);
   state.dirty = true;
 }
 
@@ -231,6 +238,22 @@ function drawWorkers() {
   body.replaceChildren(...rows);
 }
 
+function drawShards() {
+  const body = document.querySelector("#shards tbody");
+  const ranks = [...state.shards.keys()].sort((a, b) => a - b);
+  body.replaceChildren(...ranks.map(r => {
+    const s = state.shards.get(r);
+    const tr = document.createElement("tr");
+    tr.dataset.rank = r;
+    for (const v of [r, s.version, s.pushes, s.pulls, s.commits,
+                     ((s.bytes_in || 0) / 1e6).toFixed(1), ((s.bytes_out || 0) / 1e6).toFixed(1),
+                     s.staged, s.checkpoints,
+                     s.checkpoint_age_s !== undefined ? `${s.checkpoint_age_s.toFixed(1)} s` : "-"])
+      tr.appendChild(cell(v === undefined ? "-" : v));
+    return tr;
+  }));
+}
+
 function drawGroups() {
   const el = document.getElementById("groups");
   const byGroup = new Map();
@@ -289,6 +312,7 @@ function draw() {
   state.dirty = false;
   drawCharts();
   drawWorkers();
+  drawShards();
   drawGroups();
   drawMembers();
   drawEvents();
@@ -304,6 +328,7 @@ window.kudusDashboard = {
                                    accuracy_points: r.acc.filter(v => v !== null).length })),
       ranks: [...state.workers.keys()].sort((a, b) => a - b),
       table_rows: document.querySelectorAll("#workers tbody tr").length,
+      shard_rows: document.querySelectorAll("#shards tbody tr").length,
       groups: state.groups.filter(g => g !== NO_GROUP).length,
     };
   },
