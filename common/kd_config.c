@@ -28,6 +28,7 @@
 #define S_PRF   KD_SVC_PERF
 #define S_SVC   KD_SVC_SERVICES
 #define S_DASH  KD_SVC_DASHBOARD
+#define S_LINK  KD_SVC_LINKD
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
 static const kd_setting_t s_table [] = {
@@ -236,6 +237,16 @@ static const kd_setting_t s_table [] = {
 
     { "dashboard", KD_CT_STRING, "", 0, 256, NULL, S_LOC,
       "also serve the live page (kudus dashboard) on this HOST:PORT ('' = off)" },
+    { "netns", KD_CT_BOOL, "false", 0, 0, NULL, S_LOC,
+      "every service in a network namespace of its own, on a bridge, with shaped links (root)" },
+    { "link-delay-ms", KD_CT_DOUBLE, "0", 0, 10000, NULL, S_LOC,
+      "--netns: one-way delay of every node's link to the switch, in user space (kudus linkd)" },
+    { "link-rate-mbit", KD_CT_DOUBLE, "0", 0, 100000, NULL, S_LOC,
+      "--netns: rate of every node's link, each way, with tbf (0 = no limit)" },
+    { "link-loss", KD_CT_DOUBLE, "0", 0, 0.99, NULL, S_LOC,
+      "--netns: probability that a packet is dropped on a node's link, each way" },
+    { "link", KD_CT_LIST, "", 0, 4096, NULL, S_LOC,
+      "--netns: a link override ROLE[:FIRST[-LAST]]=delay:MS,rate:MBIT,loss:P (repeatable; later wins)" },
 
     //  kudus tail
     { "json", KD_CT_BOOL, "false", 0, 0, NULL, S_TAIL,
@@ -244,6 +255,14 @@ static const kd_setting_t s_table [] = {
       "exit after this many messages (0 = follow forever)" },
     { "timeout", KD_CT_DOUBLE, "0", 0, 1e6, NULL, S_TAIL,
       "exit 1 if no message arrives for this many seconds (0 = wait forever)" },
+
+    //  kudus linkd
+    { "forward", KD_CT_LIST, "", 0, 1024, NULL, S_LINK,
+      "LISTEN_IP:PORT=TARGET_IP:PORT, a connection to relay (repeatable)" },
+    { "self-delay-ms", KD_CT_DOUBLE, "0", 0, 10000, NULL, S_LINK,
+      "one-way delay of this node's own link" },
+    { "peer-delay", KD_CT_LIST, "", 0, 16384, NULL, S_LINK,
+      "IP=MS, the link delay of the peer at IP, added to a connection from it (repeatable)" },
 
     //  kudus dashboard
     { "monitor", KD_CT_STRING, "tcp://127.0.0.1:7002", 0, 256, NULL, S_DASH,

@@ -17,7 +17,7 @@ packages=(
 # (the optimizer is checked against PyTorch's, the metrics against a real
 # Prometheus, the dashboard in a real browser).
 if [ "${1:-}" = "test" ]; then
-    packages+=(python3-numpy python3-torch python3-pytest prometheus chromium chromium-driver python3-zmq)
+    packages+=(python3-numpy python3-torch python3-pytest prometheus chromium chromium-driver python3-zmq iproute2 iptables)
 fi
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then

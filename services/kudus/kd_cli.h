@@ -20,6 +20,10 @@ int
 int
     kd_dashboard_main (int argc, char **argv);
 
+//  kudus linkd: link delay in user space for --netns (kd_relay.c).
+int
+    kd_relay_main (int argc, char **argv);
+
 //  kudus keygen DIR: the CURVE keys of a cluster.
 int
     kd_keygen_main (int argc, char **argv);

@@ -1,6 +1,10 @@
 /*  kd_local: `kudus local` runs a whole cluster as child processes on
     loopback: a monitor, a scheduler, the shards and the workers.
 
+    With --netns, each service runs in a network namespace of its own, on
+    a bridge, behind a shaped link (kd_netns), and every listening service
+    sits behind `kudus linkd` when links have a delay (kd_relay).
+
     Each child's stdout and stderr come back through a pipe and are echoed
     with the child's name in front, so one log holds the whole story.  We
     follow the monitor's stream to print progress, wait for the scheduler to
@@ -10,6 +14,7 @@
 */
 #define _GNU_SOURCE    //  vasprintf
 #include "kd_cli.h"
+#include "kd_netns.h"
 #include "kd_stream.h"
 #include <fcntl.h>
 #include <poll.h>
@@ -28,7 +33,12 @@
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
 #define S_STALL_MS      120000  //  model version unchanged while training
 
-typedef enum { S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER, S_KIND_DASHBOARD } s_kind_t;
+typedef enum {
+    S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER,
+    S_KIND_DASHBOARD, S_KIND_LINKD      //  helpers: they live as long as the cluster
+} s_kind_t;
+
+static kd_netns_t *s_net = NULL;       //  --netns: the emulated network
 
 typedef struct {
     char name [32];             //  "worker-3"
@@ -112,7 +122,7 @@ s_args_free (s_args_t *a)
 
 //  Start one child with its output on a pipe.  Returns 0 or -1.
 static int
-s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args)
+s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args, int node)
 {
     int fds [2];
     if (pipe (fds) != 0)
@@ -130,6 +140,11 @@ s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args)
         close (fds [0]);
         close (fds [1]);
         signal (SIGINT, SIG_IGN);   //  Ctrl-C reaches us; we send SIGTERM
+        if (node >= 0 && s_net && kd_netns_enter (s_net, (size_t) node)) {
+            fprintf (stderr, "cannot enter network namespace %s: %s\n",
+                     kd_netns_name (s_net, (size_t) node), strerror (errno));
+            _exit (127);
+        }
         execv (args->argv [0], args->argv);
         fprintf (stderr, "cannot run %s: %s\n", args->argv [0], strerror (errno));
         _exit (127);
@@ -310,6 +325,96 @@ s_check_speeds (const char *list, int workers, char *err, size_t err_size)
     return 0;
 }
 
+//  --netns: a node per service, sched 0, mon 1, the shards, then the
+//  workers, each link from the defaults and the overrides, in order.
+static kd_netns_t *
+s_netns_build (kd_config_t *c, int shards, int workers, char *err, size_t err_size)
+{
+    size_t n = 2 + (size_t) shards + (size_t) workers;
+    const char **names = (const char **) calloc (n, sizeof (char *));
+    char (*buf) [16] = calloc (n, sizeof *buf);
+    kd_link_t *links = (kd_link_t *) calloc (n, sizeof (kd_link_t));
+    kd_netns_t *net = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *role = i == 0 ? "scheduler" : i == 1 ? "monitor" : i < 2 + (size_t) shards ? "shard" : "worker";
+        int rank = i < 2 ? 0 : i < 2 + (size_t) shards ? (int) i - 2 : (int) i - 2 - shards;
+        if (i < 2)
+            snprintf (buf [i], sizeof buf [i], "%s", i == 0 ? "sched" : "mon");
+        else
+            snprintf (buf [i], sizeof buf [i], "%s%d", i < 2 + (size_t) shards ? "s" : "w", rank);
+        names [i] = buf [i];
+        links [i] = (kd_link_t) {
+            .delay_ms = kd_config_double (c, "link-delay-ms"),
+            .rate_mbit = kd_config_double (c, "link-rate-mbit"),
+            .loss = kd_config_double (c, "link-loss"),
+        };
+        char *list = strdup (kd_config_str (c, "link"));
+        char *save = NULL;
+        for (char *tok = strtok_r (list, ",", &save); tok && rc == 0; tok = strtok_r (NULL, ",", &save)) {
+            //  An override's values are comma-separated too: glue them back.
+            char spec [256];
+            snprintf (spec, sizeof spec, "%s", tok);
+            while (save && *save) {
+                size_t tl = strcspn (save, ",");
+                bool value = (!strncmp (save, "delay:", 6) || !strncmp (save, "rate:", 5)
+                              || !strncmp (save, "loss:", 5)) && !memchr (save, '=', tl);
+                char *next = value ? strtok_r (NULL, ",", &save) : NULL;
+                if (!next)
+                    break;
+                size_t len = strlen (spec);
+                snprintf (spec + len, sizeof spec - len, ",%s", next);
+            }
+            if (kd_netns_override (spec, role, rank, &links [i], err, err_size) < 0)
+                rc = -1;
+        }
+        free (list);
+    }
+    if (rc == 0)
+        net = kd_netns_new (names, links, n, err, err_size);
+    free (names);
+    free (buf);
+    free (links);
+    return net;
+}
+
+//  kudus linkd for node (sched 0, mon 1, shard i at 2 + i): its listening
+//  ports, its own delay and every other node's.
+static void
+s_linkd_args (s_args_t *a, const char *bindir, int node, int port, int shards)
+{
+    const char *addr = kd_netns_addr (s_net, (size_t) node);
+    s_arg (a, "%s/kudus", bindir);
+    s_arg (a, "linkd");
+    if (node == 0) {
+        s_arg (a, "--forward"); s_arg (a, "%s:%d=127.0.0.1:%d", addr, port, port);
+    }
+    else
+    if (node == 1)
+        for (int p = 1; p <= 2; p++) {
+            s_arg (a, "--forward"); s_arg (a, "%s:%d=127.0.0.1:%d", addr, port + p, port + p);
+        }
+    else {
+        int i = node - 2;
+        s_arg (a, "--forward"); s_arg (a, "%s:%d=127.0.0.1:%d", addr, port + 100 + i, port + 100 + i);
+    }
+    (void) shards;
+    s_arg (a, "--self-delay-ms"); s_arg (a, "%g", kd_netns_link (s_net, (size_t) node)->delay_ms);
+    //  One list argument: the peers' delays, joined.
+    size_t n = kd_netns_size (s_net);
+    char *peers = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream (&peers, &len);
+    for (size_t j = 0; j < n; j++)
+        if (j != (size_t) node && kd_netns_link (s_net, j)->delay_ms > 0)
+            fprintf (f, "%s%s=%g", ftell (f) ? "," : "", kd_netns_addr (s_net, j), kd_netns_link (s_net, j)->delay_ms);
+    fclose (f);
+    if (len) {
+        s_arg (a, "--peer-delay"); s_arg (a, "%s", peers);
+    }
+    free (peers);
+}
+
 int
 kd_local_main (int argc, char **argv)
 {
@@ -398,10 +503,37 @@ kd_local_main (int argc, char **argv)
     setenv ("KUDUS_CURVE", kd_curve_enabled (curve) ? "1" : "0", 1);
     setenv ("KUDUS_KEYS_DIR", kd_config_str (c, "keys-dir"), 1);
 
+    //  Where each listening service is reached (public) and where it binds:
+    //  the same on loopback; with --netns, its node's address, or its
+    //  namespace's loopback behind kudus linkd when links have a delay.
+    bool relay = false;
+    if (kd_config_bool (c, "netns")) {
+        s_net = s_netns_build (c, shards, workers, err, sizeof err);
+        if (!s_net) {
+            fprintf (stderr, "kudus local: %s\n", err);
+            kd_curve_destroy (&curve);
+            kd_config_destroy (&c);
+            return 1;
+        }
+        for (size_t i = 0; i < kd_netns_size (s_net); i++)
+            relay = relay || kd_netns_link (s_net, i)->delay_ms > 0;
+        printf ("kudus: netns: %zu namespaces %s..., host %s on kd%d; links:",
+                kd_netns_size (s_net), kd_netns_name (s_net, 0), kd_netns_host_addr (s_net), (int) getpid ());
+        for (size_t i = 0; i < kd_netns_size (s_net); i++) {
+            const kd_link_t *l = kd_netns_link (s_net, i);
+            printf (" %s=%s/%gms/%gMbit/%g", strrchr (kd_netns_name (s_net, i), '-') + 1,
+                    kd_netns_addr (s_net, i), l->delay_ms, l->rate_mbit, l->loss);
+        }
+        printf ("\n");
+    }
+    const char *sched_host = s_net ? kd_netns_addr (s_net, 0) : "127.0.0.1";
+    const char *mon_host = s_net ? kd_netns_addr (s_net, 1) : "127.0.0.1";
+    const char *bind_host_sched = relay ? "127.0.0.1" : sched_host;
+    const char *bind_host_mon = relay ? "127.0.0.1" : mon_host;
     char sched_ep [64], intake_ep [64], pub_ep [64];
-    snprintf (sched_ep, sizeof sched_ep, "tcp://127.0.0.1:%d", port);
-    snprintf (intake_ep, sizeof intake_ep, "tcp://127.0.0.1:%d", port + 1);
-    snprintf (pub_ep, sizeof pub_ep, "tcp://127.0.0.1:%d", port + 2);
+    snprintf (sched_ep, sizeof sched_ep, "tcp://%s:%d", sched_host, port);
+    snprintf (intake_ep, sizeof intake_ep, "tcp://%s:%d", mon_host, port + 1);
+    snprintf (pub_ep, sizeof pub_ep, "tcp://%s:%d", mon_host, port + 2);
 
     //  Our own handler, not CZMQ's: we must know which signal came, and
     //  CZMQ would otherwise install its handler at the first socket.
@@ -420,11 +552,24 @@ kd_local_main (int argc, char **argv)
     rc = 0;
 
     //  Monitor.
+    //  Relays first: a service's peers reach it through them.
+    if (relay)
+        for (int node = 0; node < 2 + shards && rc == 0; node++) {
+            s_linkd_args (&a, bindir, node, port, shards);
+            snprintf (name, sizeof name, "linkd-%s", node == 0 ? "sched" : node == 1 ? "mon" : "shard");
+            if (node >= 2)
+                snprintf (name, sizeof name, "linkd-shard-%d", node - 2);
+            if (s_spawn (&children [n_children], name, S_KIND_LINKD, &a, node) == 0) n_children++; else rc = 1;
+            s_args_free (&a);
+        }
     s_arg (&a, "%s/kudus-monitor", bindir);
-    s_arg (&a, "--bind"); s_arg (&a, "%s", intake_ep);
-    s_arg (&a, "--pub-bind"); s_arg (&a, "%s", pub_ep);
+    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", bind_host_mon, port + 1);
+    s_arg (&a, "--pub-bind"); s_arg (&a, "tcp://%s:%d", bind_host_mon, port + 2);
+    if (relay) {
+        s_arg (&a, "--advertise"); s_arg (&a, "%s", intake_ep);
+    }
     //  Prometheus scrapes the monitor at base-port + 3 (7003 by default).
-    s_arg (&a, "--metrics-bind"); s_arg (&a, "127.0.0.1:%d", port + 3);
+    s_arg (&a, "--metrics-bind"); s_arg (&a, "%s:%d", mon_host, port + 3);
     s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
     s_arg (&a, "--name"); s_arg (&a, "monitor");
     s_pass (&a, c, "data-dir");
@@ -433,7 +578,7 @@ kd_local_main (int argc, char **argv)
     s_pass (&a, c, "curve-file");
     for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
-    if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a) == 0) n_children++; else rc = 1;
+    if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a, s_net ? 1 : -1) == 0) n_children++; else rc = 1;
     s_args_free (&a);
 
     //  The live page (`kudus dashboard`), when asked for; it lives as long
@@ -443,7 +588,7 @@ kd_local_main (int argc, char **argv)
         s_arg (&a, "dashboard");
         s_arg (&a, "--monitor"); s_arg (&a, "%s", pub_ep);
         s_arg (&a, "--listen"); s_arg (&a, "%s", kd_config_str (c, "dashboard"));
-        if (s_spawn (&children [n_children], "dashboard", S_KIND_DASHBOARD, &a) == 0) n_children++; else rc = 1;
+        if (s_spawn (&children [n_children], "dashboard", S_KIND_DASHBOARD, &a, -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
 
@@ -457,20 +602,27 @@ kd_local_main (int argc, char **argv)
         "regroup-dwell", "heartbeat-ms", "liveness"
     };
     s_arg (&a, "%s/kudus-scheduler", bindir);
-    s_arg (&a, "--bind"); s_arg (&a, "%s", sched_ep);
+    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", bind_host_sched, port);
+    if (relay) {
+        s_arg (&a, "--advertise"); s_arg (&a, "%s", sched_ep);
+    }
     s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", pub_ep);
     s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers + external);
     s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
         s_pass (&a, c, sched_settings [i]);
-    if (rc == 0 && s_spawn (&children [n_children], "scheduler", S_KIND_SCHEDULER, &a) == 0) n_children++; else rc = 1;
+    if (rc == 0 && s_spawn (&children [n_children], "scheduler", S_KIND_SCHEDULER, &a, s_net ? 0 : -1) == 0) n_children++; else rc = 1;
     s_args_free (&a);
 
     for (int i = 0; i < shards && rc == 0; i++) {
         snprintf (name, sizeof name, "shard-%d", i);
         s_arg (&a, "%s/kudus-shard", bindir);
-        s_arg (&a, "--bind"); s_arg (&a, "tcp://127.0.0.1:%d", port + 100 + i);
+        const char *shard_host = s_net ? kd_netns_addr (s_net, 2 + (size_t) i) : "127.0.0.1";
+        s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", relay ? "127.0.0.1" : shard_host, port + 100 + i);
+        if (relay) {
+            s_arg (&a, "--advertise"); s_arg (&a, "tcp://%s:%d", shard_host, port + 100 + i);
+        }
         s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
@@ -480,7 +632,7 @@ kd_local_main (int argc, char **argv)
             s_arg (&a, "--checkpoint-dir"); s_arg (&a, "%s/%s", kd_config_str (c, "checkpoint-dir"), name);
             s_pass (&a, c, "checkpoint-every");
         }
-        if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a) == 0) n_children++; else rc = 1;
+        if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a, s_net ? 2 + i : -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
     for (int r = 0; r < workers && rc == 0; r++) {
@@ -505,7 +657,7 @@ kd_local_main (int argc, char **argv)
         s_pass (&a, c, "hetero");
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
-        if (s_spawn (&children [n_children], name, S_KIND_WORKER, &a) == 0) n_children++; else rc = 1;
+        if (s_spawn (&children [n_children], name, S_KIND_WORKER, &a, s_net ? 2 + shards + r : -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
     if (rc != 0)
@@ -572,7 +724,8 @@ kd_local_main (int argc, char **argv)
             //  A shard or the monitor that dies while the scheduler runs
             //  would stall the run; stop instead of hanging.
             if (ch->pid == 0 && sched_status < 0
-            &&  (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR || ch->kind == S_KIND_DASHBOARD)
+            &&  (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR || ch->kind == S_KIND_DASHBOARD
+                 || ch->kind == S_KIND_LINKD)
             &&  !(WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0) && !failure) {
                 failure = ch->name;
                 fprintf (stderr, "kudus local: %s exited unexpectedly (status %d)\n", ch->name, ch->status);
@@ -602,7 +755,8 @@ kd_local_main (int argc, char **argv)
         if (sched_status >= 0) {
             size_t left = 0;
             for (size_t i = 0; i < n_children; i++)
-                left += children [i].pid > 0 && children [i].kind != S_KIND_DASHBOARD;
+                left += children [i].pid > 0 && children [i].kind != S_KIND_DASHBOARD
+                     && children [i].kind != S_KIND_LINKD;
             if (left == 0 || kd_now_ms () - sched_exit_at > S_GRACE_MS)
                 break;
         }
@@ -613,6 +767,7 @@ kd_local_main (int argc, char **argv)
             s_drain_output (&children [i], quiet);
             close (children [i].fd);
         }
+    kd_netns_destroy (&s_net);
     zsock_destroy (&sub);
     if (rc == 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0)) {
         if (WIFEXITED (sched_status))

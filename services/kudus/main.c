@@ -17,6 +17,7 @@ s_usage (FILE *out)
         "  dashboard       a live web page of the monitor's stream\n"
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
+        "  linkd           link delay in user space (started by local --netns)\n"
         "  bench pushpull|barrier|compute\n"
         "                  benchmarks that print ratios (docs/performance.md)\n"
         "  version         print the version\n\n"
@@ -39,6 +40,8 @@ main (int argc, char **argv)
         return kd_tail_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "dashboard"))
         return kd_dashboard_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "linkd"))
+        return kd_relay_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "bench"))
         return kd_bench_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "keygen"))

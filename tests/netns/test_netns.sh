@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# `kudus local --netns`: a cluster across network namespaces, as root.
+#
+#  1. Shaped links: every node 1 ms, worker 2 behind 20 ms / 20 Mbit, and
+#     0.1 % loss everywhere.  The run trains, worker 2 is the straggler (it
+#     waits least), and every namespace and veth is gone afterwards.
+#  2. A partition: shard 0's link goes down for 10 s, then up.  The
+#     scheduler declares it dead, it rejoins after the heal, and training
+#     goes on past the version it stalled at.
+#  3. SIGKILL of kudus local: the guard removes every namespace, veth and
+#     process of the run.
+#
+#   tests/netns/test_netns.sh BUILD_DIR [BASE_PORT]
+set -euo pipefail
+bin=$1
+port=${2:-7000}
+tmp=$(mktemp -d)
+pids=()
+cleanup () {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail () { echo "test_netns: FAIL: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "network namespaces need root"
+
+# Namespaces, host veth and processes of the run of kudus local PID.
+leftovers () {
+    local pid=$1
+    ip netns list | grep -c "^kudus-$pid-" || true
+}
+expect_clean () {
+    local pid=$1 what=$2
+    for _ in $(seq 1 100); do
+        if [ "$(leftovers "$pid")" = 0 ] && ! ip link show "kd$pid" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    fail "$what: left behind: $(ip netns list | grep "^kudus-$pid-" | tr '\n' ' ') $(ip -o link show "kd$pid" 2>/dev/null)"
+}
+
+# 1. Shaped links.
+"$bin/kudus" local --netns true --workers 3 --max-seconds 8 --base-port "$port" \
+    --link-delay-ms 1 --link-loss 0.001 --link "worker:2=delay:20,rate:20" \
+    --quiet true --summary "$tmp/shaped.json" > "$tmp/shaped.log" 2>&1 &
+lp=$!
+pids+=("$lp")
+wait "$lp" || fail "the shaped run failed: $(tail -5 "$tmp/shaped.log")"
+grep -q "w2=10\.[0-9.]*/20ms/20Mbit/0.001" "$tmp/shaped.log" \
+    || fail "the links were not set as asked: $(grep 'netns:' "$tmp/shaped.log")"
+python3 - "$tmp/shaped.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+w = {p["rank"]: p for p in s["per_worker"]}
+assert s["updates"] > 20 and s["test_accuracy"] > 0.6, (s["updates"], s["test_accuracy"])
+# Behind the slow link, worker 2 is the one the others wait for.
+assert w[2]["wait_fraction"] < min(w[0]["wait_fraction"], w[1]["wait_fraction"]), \
+    [w[r]["wait_fraction"] for r in range(3)]
+print(f"test_netns: shaped run: {s['updates']} updates, accuracy {s['test_accuracy']}, "
+      f"wait fractions {[round(w[r]['wait_fraction'], 3) for r in range(3)]}")
+PY
+expect_clean "$lp" "a clean exit"
+echo "test_netns: shaped run cleaned up"
+
+# 2. A shard partitioned for 10 s, then healed.
+"$bin/kudus" local --netns true --workers 2 --max-seconds 30 --base-port "$port" \
+    --link-delay-ms 1 --quiet true --summary "$tmp/part.json" > "$tmp/part.log" 2>&1 &
+lp=$!
+pids+=("$lp")
+for _ in $(seq 1 100); do
+    grep -q "stream tcp://" "$tmp/part.log" && break
+    sleep 0.1
+done
+stream=$(grep -o 'stream tcp://[0-9.:]*' "$tmp/part.log" | cut -d' ' -f2)
+[ -n "$stream" ] || fail "no stream endpoint in: $(head -5 "$tmp/part.log")"
+"$bin/kudus" tail --json --timeout 40 "$stream" > "$tmp/part.tail" 2>&1 &
+pids+=("$!")
+sleep 4
+ip -n "kudus-$lp-s0" link set eth0 down
+sleep 10
+ip -n "kudus-$lp-s0" link set eth0 up
+wait "$lp" || fail "the partitioned run failed: $(tail -5 "$tmp/part.log")"
+python3 - "$tmp/part.tail" "$tmp/part.json" <<'PY'
+import json, sys
+msgs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+events = [m for m in msgs if m["topic"] == "event"]
+kinds = [e["kind"] for e in events]
+dead = next(e for e in events if e["kind"] == "shard-dead")
+back = next(e for e in events if e["kind"] == "shard-rejoin")
+assert back["t_ms"] - dead["t_ms"] >= 5000, (dead, back)
+s = json.load(open(sys.argv[2]))
+assert s["updates"] > back["version"] + 100, (s["updates"], back["version"])
+print(f"test_netns: partition: shard dead at version {dead['version']}, rejoined "
+      f"{(back['t_ms'] - dead['t_ms']) / 1000:.1f} s later, training went on to {s['updates']}")
+PY
+expect_clean "$lp" "after a partition"
+
+# 3. SIGKILL: the guard cleans up.
+"$bin/kudus" local --netns true --workers 2 --max-seconds 60 --base-port "$port" \
+    --link-delay-ms 1 --quiet true > "$tmp/kill.log" 2>&1 &
+lp=$!
+for _ in $(seq 1 100); do
+    grep -q "t=   1" "$tmp/kill.log" && break
+    sleep 0.1
+done
+procs=$(for ns in $(ip netns list | awk '{print $1}' | grep "^kudus-$lp-"); do ip netns pids "$ns"; done | sort -u)
+[ "$(echo "$procs" | wc -w)" -ge 5 ] || fail "expected the cluster's processes in the namespaces, found: $procs"
+kill -9 "$lp"
+wait "$lp" 2>/dev/null || true
+expect_clean "$lp" "SIGKILL of kudus local"
+for p in $procs; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$p" 2>/dev/null && fail "process $p of the killed run is still alive"
+done
+echo "test_netns: SIGKILL of kudus local: $(echo "$procs" | wc -w) processes, every namespace and veth removed"
+echo "test_netns: OK"
