@@ -249,7 +249,7 @@ Test (kd_scenario, every_shipped_scenario_parses)
     snprintf (pattern, sizeof pattern, "%s/bench/scenarios/*.json", KUDUS_SOURCE_DIR);
     cr_assert_eq (glob (pattern, 0, NULL, &g), 0, "no scenarios under %s", pattern);
     const char *expected [] = { "equal", "two-slow", "six-slow", "shifting", "noisy",
-                                "one-very-slow", "wide" };
+                                "one-very-slow", "wide", "slow-link" };
     size_t found = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         char err [512];
@@ -261,7 +261,7 @@ Test (kd_scenario, every_shipped_scenario_parses)
         const char *base = strrchr (g.gl_pathv [i], '/') + 1;
         cr_expect (strncmp (base, kd_scenario_name (s), strlen (kd_scenario_name (s))) == 0,
                    "%s names itself %s", base, kd_scenario_name (s));
-        for (size_t e = 0; e < 7; e++)
+        for (size_t e = 0; e < 8; e++)
             found += !strcmp (kd_scenario_name (s), expected [e]);
         //  The protocol of issue 16.
         cr_expect_str_eq (kd_scenario_model_kind (s), "mlp");
@@ -277,9 +277,16 @@ Test (kd_scenario, every_shipped_scenario_parses)
         bool headline = !strcmp (kd_scenario_name (s), "two-slow")
                      || !strcmp (kd_scenario_name (s), "six-slow");
         cr_expect_eq (kd_scenario_seed_count (s), headline ? 5 : 3, "%s", kd_scenario_name (s));
+        //  Only slow-link spans emulated hosts.
+        bool slow_link = !strcmp (kd_scenario_name (s), "slow-link");
+        cr_expect_eq (kd_scenario_netns (s), slow_link, "%s", kd_scenario_name (s));
+        if (slow_link) {
+            cr_expect_float_eq (kd_scenario_link_rate_mbit (s), 1000, 1e-9);
+            cr_expect_str_eq (kd_scenario_links (s), "worker:12-15=delay:5,rate:100");
+        }
         kd_scenario_destroy (&s);
     }
-    cr_expect_eq (found, 7, "found %zu of the 7 shipped scenarios", found);
+    cr_expect_eq (found, 8, "found %zu of the 8 shipped scenarios", found);
     globfree (&g);
     //  Ablations (bench/scenarios/ablations/) vary one setting of a shipped
     //  scenario; they only have to parse.
@@ -316,6 +323,13 @@ Test (kd_scenario, malformed_files_are_refused_with_a_message)
         { "{\"name\": \"x\", \"workers\": 4, \"model\": \"resnet\", " S_OK_MODELS "}", "'resnet' is not one of" },
         { "{\"name\": \"x\", \"workers\": 4, \"delay_ms\": -1, " S_OK_MODELS "}", "out of range" },
         { "{\"name\": \"x\", \"workers\": 4, \"wokers\": 4, " S_OK_MODELS "}", "unknown key 'wokers'" },
+        { "{\"name\": \"x\", \"workers\": 4, \"network\": 5, " S_OK_MODELS "}", "'network' must be an object" },
+        { "{\"name\": \"x\", \"workers\": 4, \"network\": {\"rate\": 5}, " S_OK_MODELS "}", "unknown key 'rate'" },
+        { "{\"name\": \"x\", \"workers\": 4, \"network\": {\"loss\": 2}, " S_OK_MODELS "}", "out of range" },
+        { "{\"name\": \"x\", \"workers\": 4, \"network\": {\"links\": [\"gpu:1=rate:5\"]}, " S_OK_MODELS "}",
+          "role must be" },
+        { "{\"name\": \"x\", \"workers\": 4, \"network\": {\"links\": [\"worker:1=speed:5\"]}, " S_OK_MODELS "}",
+          "must be delay" },
         { "{\"name\": \"x\", \"workers\": 4, \"targets\": [0.9, 0.8], " S_OK_MODELS "}", "ascending" },
         { "{\"name\": \"x\", \"workers\": 4, \"targets\": [1.5], " S_OK_MODELS "}", "not an accuracy" },
         { "{\"name\": \"x\", \"workers\": 4, \"target\": 0.9, " S_OK_MODELS "}", "not one of 'targets'" },

@@ -770,6 +770,15 @@ s_build_args (s_sweep_t *sw, s_run_t *run, char **argv, char store [][S_PATH])
     S_ADD ("--lr"); S_ADD ("%.10g", kd_scenario_model_lr (sc, run->model, run->opt));
     S_ADD ("--momentum"); S_ADD ("%.10g", kd_scenario_optimizer_momentum (sc, run->opt));
     S_ADD ("--max-seconds"); S_ADD ("%.10g", kd_scenario_cap_seconds (sc));
+    if (kd_scenario_netns (sc)) {
+        S_ADD ("--netns"); S_ADD ("true");
+        S_ADD ("--link-delay-ms"); S_ADD ("%.10g", kd_scenario_link_delay_ms (sc));
+        S_ADD ("--link-rate-mbit"); S_ADD ("%.10g", kd_scenario_link_rate_mbit (sc));
+        S_ADD ("--link-loss"); S_ADD ("%.10g", kd_scenario_link_loss (sc));
+        if (*kd_scenario_links (sc)) {
+            S_ADD ("--link"); S_ADD ("%s", kd_scenario_links (sc));
+        }
+    }
     //  Stop past the highest target: the lower ones are crossed on the way.
     //  The online evaluations that stop a run and the snapshots that time
     //  it are different samples of one noisy curve, so the stop comes half

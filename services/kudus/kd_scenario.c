@@ -13,6 +13,7 @@
     what pairs the runs of different models on one seed.
 */
 #include "kd_scenario.h"
+#include "kd_netns.h"
 #include "kd_config.h"
 #include "kd_speed.h"
 #include "kd_util.h"
@@ -59,6 +60,9 @@ struct _kd_scenario_t {
     double epochs;              //  epoch budget
     double delay_ms;            //  emulated compute per iteration
     double cap;                 //  seconds of training at most
+    bool netns;                 //  "network" given: kudus local --netns
+    double net_delay_ms, net_rate_mbit, net_loss;   //  every node's link
+    char *net_links;            //  link overrides, comma-joined
     double targets [KD_SCENARIO_MAX_TARGETS];   //  ascending
     size_t n_targets;           //  how many
     double target;              //  the primary one
@@ -677,6 +681,73 @@ s_parse_speeds (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
 
 //  The run's shape: every value is checked as the kudus-local flag it
 //  becomes.
+//  A scenario key whose number must fit the bounds of its setting.
+typedef struct {
+    const char *key, *setting;
+    double value;
+} s_number_check_t;
+
+static int
+s_check_numbers (s_ctx_t *ctx, const s_number_check_t *checks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char text [32];
+        s_format (checks [i].value, text, sizeof text);
+        if (s_check_setting (ctx, checks [i].setting, text, checks [i].key))
+            return -1;
+    }
+    return 0;
+}
+
+//  "network": every service in a namespace of its own behind a shaped link
+//  (kudus local --netns): {"delay_ms", "rate_mbit", "loss", "links": [...]}
+static int
+s_parse_network (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
+{
+    json_object *o;
+    if (!json_object_object_get_ex (root, "network", &o))
+        return 0;
+    const char *w = "network";
+    if (!json_object_is_type (o, json_type_object))
+        return s_err (ctx, "'network' must be an object, not %s", s_type_name (o));
+    static const char *const keys [] = { "delay_ms", "rate_mbit", "loss", "links", NULL };
+    if (s_check_keys (ctx, o, w, keys)
+    ||  s_number (ctx, o, "delay_ms", w, false, 0, &self->net_delay_ms)
+    ||  s_number (ctx, o, "rate_mbit", w, false, 0, &self->net_rate_mbit)
+    ||  s_number (ctx, o, "loss", w, false, 0, &self->net_loss))
+        return -1;
+    s_number_check_t checks [] = {
+        { "network.delay_ms", "link-delay-ms", self->net_delay_ms },
+        { "network.rate_mbit", "link-rate-mbit", self->net_rate_mbit },
+        { "network.loss", "link-loss", self->net_loss },
+    };
+    if (s_check_numbers (ctx, checks, sizeof checks / sizeof checks [0]))
+        return -1;
+    char joined [4096] = "";
+    json_object *arr;
+    if (json_object_object_get_ex (o, "links", &arr)) {
+        if (!json_object_is_type (arr, json_type_array))
+            return s_err (ctx, "network: 'links' must be an array of strings, not %s", s_type_name (arr));
+        for (size_t i = 0; i < json_object_array_length (arr); i++) {
+            json_object *v = json_object_array_get_idx (arr, i);
+            if (!json_object_is_type (v, json_type_string))
+                return s_err (ctx, "network: links [%zu] must be a string, not %s", i, s_type_name (v));
+            const char *spec = json_object_get_string (v);
+            kd_link_t probe = { 0 };
+            char why [256];
+            if (kd_netns_override (spec, "worker", 0, &probe, why, sizeof why) < 0)
+                return s_err (ctx, "network: links [%zu]: %s", i, why);
+            size_t len = strlen (joined);
+            if (len + strlen (spec) + 2 > sizeof joined)
+                return s_err (ctx, "network: 'links' is longer than %zu characters", sizeof joined - 1);
+            snprintf (joined + len, sizeof joined - len, "%s%s", len ? "," : "", spec);
+        }
+    }
+    self->net_links = s_strdup (joined);
+    self->netns = true;
+    return 0;
+}
+
 static int
 s_parse_shape (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
 {
@@ -699,21 +770,14 @@ s_parse_shape (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
     //  beside external ones; a scenario has no external workers.
     if (self->workers < 1)
         return s_err (ctx, "%s: 'workers' is out of range: %d, at least 1", w, self->workers);
-    struct {
-        const char *key, *setting;
-        double value;
-    } checks [] = {
+    s_number_check_t checks [] = {
         { "workers", "workers", self->workers }, { "shards", "shards", self->shards },
         { "hidden", "hidden", self->hidden }, { "batch", "batch", self->batch },
         { "epochs", "epochs", self->epochs }, { "delay_ms", "delay-ms", self->delay_ms },
         { "cap_seconds", "max-seconds", self->cap },
     };
-    for (size_t i = 0; i < sizeof checks / sizeof checks [0]; i++) {
-        char text [32];
-        s_format (checks [i].value, text, sizeof text);
-        if (s_check_setting (ctx, checks [i].setting, text, checks [i].key))
-            return -1;
-    }
+    if (s_check_numbers (ctx, checks, sizeof checks / sizeof checks [0]))
+        return -1;
     if (!(self->cap > 0))
         return s_err (ctx, "'cap_seconds' must be greater than 0");
     if (self->workers > S_MAX_WORKERS)
@@ -949,7 +1013,7 @@ kd_scenario_parse (const char *text, const char *origin, char *err, size_t err_s
     static const char *const keys [] = {
         "name", "description", "notes", "workers", "shards", "model", "hidden", "batch", "epochs",
         "delay_ms", "cap_seconds", "targets", "target", "seeds", "speeds", "optimizers", "lr",
-        "models", NULL
+        "models", "network", NULL
     };
     int rc = -1;
     if (!json_object_is_type (root, json_type_object)) {
@@ -961,6 +1025,7 @@ kd_scenario_parse (const char *text, const char *origin, char *err, size_t err_s
     ||  s_string (&ctx, root, "description", "top level", false, "", &ignored)
     ||  s_string (&ctx, root, "notes", "top level", false, "", &ignored)
     ||  s_parse_shape (&ctx, self, root)
+    ||  s_parse_network (&ctx, self, root)
     ||  s_parse_targets (&ctx, self, root)
     ||  s_parse_seeds (&ctx, self, root)
     ||  s_parse_optimizers (&ctx, self, root)
@@ -1015,6 +1080,7 @@ kd_scenario_destroy (kd_scenario_t **self_p)
         return;
     free (self->name);
     free (self->model_kind);
+    free (self->net_links);
     for (size_t i = 0; i < self->n_opts; i++)
         free (self->opt_name [i]);
     for (size_t i = 0; i < self->n_models; i++) {
@@ -1045,6 +1111,11 @@ int kd_scenario_batch (kd_scenario_t *self) { return self->batch; }
 double kd_scenario_epochs (kd_scenario_t *self) { return self->epochs; }
 double kd_scenario_delay_ms (kd_scenario_t *self) { return self->delay_ms; }
 double kd_scenario_cap_seconds (kd_scenario_t *self) { return self->cap; }
+bool kd_scenario_netns (kd_scenario_t *self) { return self->netns; }
+double kd_scenario_link_delay_ms (kd_scenario_t *self) { return self->net_delay_ms; }
+double kd_scenario_link_rate_mbit (kd_scenario_t *self) { return self->net_rate_mbit; }
+double kd_scenario_link_loss (kd_scenario_t *self) { return self->net_loss; }
+const char *kd_scenario_links (kd_scenario_t *self) { return self->net_links ? self->net_links : ""; }
 size_t kd_scenario_target_count (kd_scenario_t *self) { return self->n_targets; }
 double kd_scenario_target (kd_scenario_t *self) { return self->target; }
 size_t kd_scenario_seed_count (kd_scenario_t *self) { return self->n_seeds; }

@@ -16,6 +16,7 @@
 #ifndef KD_SCENARIO_H_INCLUDED
 #define KD_SCENARIO_H_INCLUDED
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,19 @@ double
     kd_scenario_delay_ms (kd_scenario_t *self);
 double
     kd_scenario_cap_seconds (kd_scenario_t *self);
+
+//  "network": true when given (runs use kudus local --netns), every
+//  node's link, and the overrides joined with ',' ("" when none).
+bool
+    kd_scenario_netns (kd_scenario_t *self);
+double
+    kd_scenario_link_delay_ms (kd_scenario_t *self);
+double
+    kd_scenario_link_rate_mbit (kd_scenario_t *self);
+double
+    kd_scenario_link_loss (kd_scenario_t *self);
+const char *
+    kd_scenario_links (kd_scenario_t *self);
 
 //  Accuracy targets, ascending; the primary target is one of them.
 size_t
