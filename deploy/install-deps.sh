@@ -18,6 +18,11 @@ packages=(
 # Prometheus, the dashboard in a real browser).
 if [ "${1:-}" = "test" ]; then
     packages+=(python3-numpy python3-torch python3-pytest prometheus chromium chromium-driver python3-zmq iproute2 iptables)
+    # Node.js for the Kubernetes manifests' validators (tests/k8s), unless
+    # a node and npm are already on the PATH.
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        packages+=(nodejs npm)
+    fi
 fi
 # Extra packages a caller asks for (for example the docker tooling).
 if [ -n "${KUDUS_EXTRA_PACKAGES:-}" ]; then

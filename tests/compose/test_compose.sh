@@ -61,7 +61,10 @@ print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
     "http://127.0.0.1:$KUDUS_METRICS_HOST_PORT/metrics") || fail "GET /metrics failed"
 grep -q '^kudus_model_version [1-9]' <<< "$metrics" || fail "no kudus_model_version in /metrics"
 grep -q '^kudus_worker_samples_total{rank="2"' <<< "$metrics" || fail "no per-worker metrics"
-dc --profile metrics config -q || fail "the metrics profile of docker-compose.yml is invalid"
+# The profiles live in docker-compose.override.yml (swarm has none).
+docker-compose -f "$root/docker-compose.yml" -f "$root/docker-compose.override.yml" \
+    --profile metrics --profile dashboard config --services 2>/dev/null | grep -qx prometheus ||
+    fail "the metrics profile of docker-compose.override.yml is invalid"
 say "3. GET /metrics: $(grep '^kudus_model_version' <<< "$metrics")"
 
 # --- 4. scale up ---------------------------------------------------------------
