@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["equal", "two-slow", "six-slow", "shifting", "noisy", "one-very-slow", "wide"]
+ORDER = ["equal", "two-slow", "six-slow", "shifting", "noisy", "one-very-slow", "wide", "slow-link"]
 MODEL_ORDER = ["bsp", "asp", "ssp", "ssp10", "backup", "lsp", "alsp"]
 BEGIN = "<!-- report:begin -->"
 END = "<!-- report:end -->"
@@ -49,7 +49,8 @@ def load_results(results_dir):
     """Scenario name -> list of runs; a key recorded twice keeps the last."""
     by_key = {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
-        if os.path.basename(path) == "tuning.jsonl":
+        # Not experiment runs: the tuning sweep and the benchmarks' records.
+        if os.path.basename(path) in ("tuning.jsonl", "netns-links.jsonl", "vs-ddp.jsonl"):
             continue
         for n, line in enumerate(open(path), 1):
             line = line.strip()
@@ -271,7 +272,8 @@ def model_table(g):
 def comparisons(name):
     """(model, reference) pairs whose per-seed ratios a scenario reports."""
     extra = {"two-slow": [("lsp", "asp")], "six-slow": [("alsp", "lsp")],
-             "shifting": [("alsp", "lsp"), ("alsp", "ssp")], "wide": [("lsp", "asp")]}
+             "shifting": [("alsp", "lsp"), ("alsp", "ssp")], "wide": [("lsp", "asp")],
+             "slow-link": [("lsp", "asp"), ("alsp", "lsp")]}
     return extra.get(name, [])
 
 

@@ -452,9 +452,12 @@ kd_local_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
-    if (2 + shards + workers > S_MAX_CHILDREN) {
-        fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d services\n",
-                 S_MAX_CHILDREN - 2);
+    //  Every child counts: the services, the dashboard, and with --netns a
+    //  kudus linkd per listening service.
+    int helpers = 1 + (kd_config_bool (c, "netns") ? 2 + shards : 0);
+    if (2 + shards + workers + helpers > S_MAX_CHILDREN) {
+        fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d processes in all "
+                 "(%d asked for, helpers included)\n", S_MAX_CHILDREN, 2 + shards + workers + helpers);
         kd_config_destroy (&c);
         return 2;
     }

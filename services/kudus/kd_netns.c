@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -140,9 +142,10 @@ s_delete_ns (const char *name)
     s_run (NULL, 0, "ip netns del %s", name);
 }
 
-//  Delete every namespace whose name starts with prefix.  Returns how many.
+//  Delete every namespace whose name starts with prefix, up to 256 per
+//  scan.  Returns how many.
 static int
-s_delete_prefix (const char *prefix)
+s_delete_scan (const char *prefix)
 {
     int deleted = 0;
     DIR *dir = opendir (S_NETNS_DIR);
@@ -165,6 +168,17 @@ s_delete_prefix (const char *prefix)
                 deleted++;
             }
         }
+    return deleted;
+}
+
+//  Delete them all: scan again until a scan finds none.
+static int
+s_delete_prefix (const char *prefix)
+{
+    int deleted = 0, round;
+    //  Bounded: a namespace that cannot be deleted must not spin us.
+    for (int scans = 0; scans < 8 && (round = s_delete_scan (prefix)) > 0; scans++)
+        deleted += round;
     return deleted;
 }
 
@@ -292,9 +306,16 @@ kd_netns_new (const char *const *names, const kd_link_t *links, size_t n, char *
     self->links = calloc (n, sizeof *self->links);
     assert (self->names && self->addrs && self->links);
     self->guard_fd = -1;
+    //  Two runs starting together must not pick the same network: hold a
+    //  lock from the choice until the host's address is set.
+    int lock = open ("/run/lock/kudus-netns.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (lock >= 0)
+        flock (lock, LOCK_EX);
     self->octet = s_free_octet ();
     if (self->octet < 0) {
         snprintf (err, err_size, "netns: no free 10.x.0.0/16 network on this host");
+        if (lock >= 0)
+            close (lock);
         kd_netns_destroy (&self);
         return NULL;
     }
@@ -310,6 +331,8 @@ kd_netns_new (const char *const *names, const kd_link_t *links, size_t n, char *
     int fds [2];
     if (pipe2 (fds, O_CLOEXEC)) {
         snprintf (err, err_size, "netns: pipe: %s", strerror (errno));
+        if (lock >= 0)
+            close (lock);
         kd_netns_destroy (&self);
         return NULL;
     }
@@ -320,6 +343,13 @@ kd_netns_new (const char *const *names, const kd_link_t *links, size_t n, char *
     }
     close (fds [0]);
     self->guard_fd = fds [1];
+    if (self->guard < 0) {
+        snprintf (err, err_size, "netns: cannot start the clean-up guard: %s", strerror (errno));
+        if (lock >= 0)
+            close (lock);
+        kd_netns_destroy (&self);
+        return NULL;
+    }
 
     const char *sw = self->switch_name;
     int rc = s_step (err, err_size, "ip netns add %s", sw)
@@ -330,6 +360,8 @@ kd_netns_new (const char *const *names, const kd_link_t *links, size_t n, char *
           || s_step (err, err_size, "ip -n %s link set host master br0 up", sw)
           || s_step (err, err_size, "ip addr add %s/16 dev %s", self->host_addr, self->host_port)
           || s_step (err, err_size, "ip link set %s up", self->host_port);
+    if (lock >= 0)
+        close (lock);               //  the network is ours now, or given up
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *ns = self->names [i];
         const kd_link_t *l = &self->links [i];
@@ -449,10 +481,14 @@ kd_netns_override (const char *spec, const char *role, int rank, kd_link_t *link
         *colon = 0;
         char *end = NULL;
         first = strtol (colon + 1, &end, 10);
+        bool digits = end != colon + 1;
         last = first;
-        if (end && *end == '-')
-            last = strtol (end + 1, &end, 10);
-        if (!end || *end || first < 0 || last < first) {
+        if (digits && *end == '-') {
+            char *from = end + 1;
+            last = strtol (from, &end, 10);
+            digits = end != from;
+        }
+        if (!digits || *end || first < 0 || last < first) {
             snprintf (err, err_size, "link override '%s': ranks must be FIRST or FIRST-LAST", spec);
             return -1;
         }

@@ -109,17 +109,20 @@ s_conn_close (s_conn_t *c)
 static int
 s_read (int fd, s_flow_t *f, double delay_ms)
 {
-    s_chunk_t *ch = (s_chunk_t *) malloc (sizeof *ch + S_CHUNK);
-    assert (ch);
-    ssize_t n = read (fd, ch->data, S_CHUNK);
+    //  Read first, then allocate what was read: many small messages held
+    //  for a long delay must not each cost a whole chunk.
+    static char buf [S_CHUNK];
+    ssize_t n = read (fd, buf, S_CHUNK);
     if (n <= 0) {
-        free (ch);
         if (n == 0) {
             f->eof = true;
             return 0;
         }
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
     }
+    s_chunk_t *ch = (s_chunk_t *) malloc (sizeof *ch + (size_t) n);
+    assert (ch);
+    memcpy (ch->data, buf, (size_t) n);
     ch->next = NULL;
     ch->len = (size_t) n;
     ch->off = 0;
@@ -274,8 +277,11 @@ kd_relay_main (int argc, char **argv)
             fds [nfds++] = (struct pollfd) { c->b, eb, 0 };
         }
         int timeout = (int) (next_due - now) + 1;
-        if (poll (fds, nfds, timeout < 0 ? 0 : timeout) < 0 && errno != EINTR)
+        if (poll (fds, nfds, timeout < 0 ? 0 : timeout) < 0 && errno != EINTR) {
+            fprintf (stderr, "kudus linkd: poll: %s\n", strerror (errno));
+            rc = 1;
             break;
+        }
         for (size_t i = 0; i < n_listeners; i++) {
             if (!(fds [i].revents & POLLIN))
                 continue;
@@ -315,12 +321,15 @@ kd_relay_main (int argc, char **argv)
             if (c->a < 0 || c->pidx < 0)
                 continue;
             short ra = fds [c->pidx].revents, rb = fds [c->pidx + 1].revents;
-            bool failed = false;
+            //  An error or a reset on either side ends the connection; without
+            //  this, a side at end of stream would be polled in a busy loop.
+            bool failed = (ra & POLLERR) || (rb & POLLERR)
+                       || ((ra & POLLHUP) && c->up.eof) || ((rb & POLLHUP) && !c->connecting && c->down.eof);
             if (c->connecting && (rb & (POLLOUT | POLLERR | POLLHUP))) {
                 int soerr = 0;
                 socklen_t sl = sizeof soerr;
                 getsockopt (c->b, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-                failed = soerr != 0;
+                failed = failed || soerr != 0;
                 c->connecting = false;
                 rb &= ~POLLOUT;
             }

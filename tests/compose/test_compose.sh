@@ -62,9 +62,12 @@ print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
 grep -q '^kudus_model_version [1-9]' <<< "$metrics" || fail "no kudus_model_version in /metrics"
 grep -q '^kudus_worker_samples_total{rank="2"' <<< "$metrics" || fail "no per-worker metrics"
 # The profiles live in docker-compose.override.yml (swarm has none).
-docker-compose -f "$root/docker-compose.yml" -f "$root/docker-compose.override.yml" \
-    --profile metrics --profile dashboard config --services 2>/dev/null | grep -qx prometheus ||
-    fail "the metrics profile of docker-compose.override.yml is invalid"
+# (Captured first: grep -q would end the pipe early, and pipefail fail it.)
+services=$(docker-compose -f "$root/docker-compose.yml" -f "$root/docker-compose.override.yml" \
+    --profile metrics --profile dashboard config --services 2>&1) ||
+    fail "the profiles of docker-compose.override.yml are invalid: $services"
+grep -qx prometheus <<< "$services" && grep -qx dashboard <<< "$services" ||
+    fail "the profiles of docker-compose.override.yml lack prometheus or dashboard: $services"
 say "3. GET /metrics: $(grep '^kudus_model_version' <<< "$metrics")"
 
 # --- 4. scale up ---------------------------------------------------------------
