@@ -76,6 +76,8 @@ struct _kd_client_t {
     size_t lease_n;             //  rows in it
     uint64_t pushed_samples;    //  rows of the gradient pushed this clock
     bool pushed;                //  a gradient was pushed this clock
+    bool refused;               //  ... and a shard refused it (or we did)
+    uint64_t refused_total;     //  gradients refused so far
     uint64_t push_tau;          //  direct: largest staleness the shards saw
     const float *cache;         //  SSP: the buffer last pulled into
     uint64_t cache_clock;       //  SSP: min_clock when it was pulled
@@ -689,6 +691,13 @@ kd_client_dropped (kd_client_t *self)
 }
 
 uint64_t
+kd_client_refused (kd_client_t *self)
+{
+    assert (self);
+    return self->refused_total;
+}
+
+uint64_t
 kd_client_pulls_skipped (kd_client_t *self)
 {
     assert (self);
@@ -760,6 +769,20 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
             }
             if (rc != 0)
                 continue;
+            if (kd_msg_type (reply) == KD_MSG_ERROR
+            &&  kd_msg_uint (reply, KD_F_CODE) == KD_ERR_REFUSED && reply_type == KD_MSG_PUSH_OK
+            &&  kd_msg_has (reply, KD_F_CLOCK) && kd_msg_uint (reply, KD_F_CLOCK) == self->clock) {
+                //  Refused for good (NaN, Inf, or over the norm bound): not
+                //  resent; ARRIVE says so and the rows go back.
+                kd_warn ("gradient refused endpoint=%s reason=\"%s\"", kd_shardset_endpoint (self->book, i),
+                         kd_msg_str (reply, KD_F_REASON));
+                self->refused = true;
+                if (!self->shards [i].done) {
+                    self->shards [i].done = true;
+                    pending--;
+                }
+            }
+            else
             if (kd_msg_type (reply) == KD_MSG_ERROR) {
                 //  A shard that is not ready yet, or full, is asked again
                 //  after a short pause rather than the full deadline.
@@ -945,6 +968,19 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     self->t_push = kd_now_msf ();
     self->push_tau = 0;
     self->pushed_samples = samples;
+    self->refused = false;
+    //  A gradient with a NaN or an Inf is not sent at all: every shard
+    //  would refuse its slice anyway, and under ASP the finite slices of
+    //  the others would be applied alone.
+    if (!isfinite (kd_sumsq (gradient, self->n_params))) {
+        kd_warn ("gradient not finite (NaN or Inf) clock=%llu: not pushed, its rows go back",
+                 (unsigned long long) self->clock);
+        self->refused = true;
+        self->refused_total++;
+        self->pushed = true;
+        self->t_pushed = kd_now_msf ();
+        return 0;
+    }
     //  After a readmission the gradient is superseded: not pushed, so that
     //  no shard stages it after the scheduler dropped it.
     if (!self->early_release
@@ -955,6 +991,8 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
         s_close_shards (self);
         return -1;
     }
+    if (self->refused)
+        self->refused_total++;
     self->pushed = true;
     self->t_pushed = kd_now_msf ();
     return 0;
@@ -1001,6 +1039,8 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
         //  base is the version it released us on.
         kd_msg_set_uint (arrive, KD_F_BASE, self->direct ? self->released_version : self->version);
         kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
+        if (self->pushed && self->refused)
+            kd_msg_set_uint (arrive, KD_F_REFUSED, 1);
         kd_msg_set_float (arrive, KD_F_LOSS, self->loss);
         kd_msg_set_uint (arrive, KD_F_STALENESS, self->push_tau);
         kd_msg_set_float (arrive, KD_F_COMPUTE_MS, self->t_push - self->t_pulled);
@@ -1058,6 +1098,7 @@ kd_client_telemetry (kd_client_t *self)
     kd_msg_set_uint (t, KD_F_SAMPLES, self->arrived_samples);
     kd_msg_set_uint (t, KD_F_STALENESS, self->last_staleness);
     kd_msg_set_uint (t, KD_F_DROPPED, self->dropped);
+    kd_msg_set_uint (t, KD_F_REFUSED, self->refused_total);
     kd_msg_set_uint (t, KD_F_GROUP, self->group);
     kd_msg_set_uint (t, KD_F_VERSION, self->version);
     return kd_msg_send (&t, self->monitor);

@@ -149,6 +149,26 @@ static const kd_setting_t s_table [] = {
     { "checkpoint-keep", KD_CT_INT, "3", 1, 100, NULL, S_SHD,
       "checkpoints kept on disk; older ones are deleted" },
 
+    //  Per-peer limits and poisoned input (kd_guard, the shard's PUSH)
+    { "max-connections", KD_CT_INT, "4096", 0, 1000000, NULL, S_SVC & ~KD_SVC_WORKER,
+      "connections a service's ROUTER keeps open at most; more are closed at once (0 = no limit)" },
+    { "max-malformed", KD_CT_INT, "100", 0, 1000000, NULL, S_SVC & ~KD_SVC_WORKER,
+      "malformed or unknown messages after which a peer is disconnected (0 = never)" },
+    { "max-registrations-per-key", KD_CT_INT, "1024", 1, 1000000, NULL, S_SCH,
+      "names one client key (CURVE) or one address (without CURVE) may register" },
+    { "max-staged", KD_CT_INT, "8192", 1, 8192, NULL, S_SHD,
+      "gradients a shard holds staged for a COMMIT at most" },
+    { "max-staged-bytes", KD_CT_INT, "1073741824", 4096, 1099511627776.0, NULL, S_SHD,
+      "bytes of staged gradients a shard holds at most" },
+    { "max-staged-per-peer", KD_CT_INT, "64", 1, 8192, NULL, S_SHD,
+      "gradients one connection (one worker) may have staged at a shard at once" },
+    { "max-parked", KD_CT_INT, "4096", 1, 1000000, NULL, S_SHD,
+      "pulls waiting for a version a shard holds at most (one per connection)" },
+    { "max-grad-norm", KD_CT_DOUBLE, "0", 0, 1e30, NULL, S_SHD | S_LOC,
+      "bound on the L2 norm of each shard's slice of a gradient (0 = off); see grad-norm-action" },
+    { "grad-norm-action", KD_CT_ENUM, "clip", 0, 0, "clip|refuse", S_SHD | S_LOC,
+      "a slice over max-grad-norm is scaled down to it (clip) or refused (refuse)" },
+
     //  Monitor
     { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
       "seconds between test-set evaluations (0 = every new version)" },

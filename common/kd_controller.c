@@ -154,6 +154,7 @@ struct _kd_controller_t {
     uint64_t version;           //  V: current model version
     uint64_t min_clock;         //  last known min_clock, kept when N = 0
     uint64_t dropped;           //  gradients named in drops so far
+    uint64_t refused;           //  gradients refused by a shard so far
     uint64_t regroups;          //  regroups that changed the groups
     s_group_t *groups;          //  group slots
     uint32_t n_slots;           //  allocated group slots
@@ -1404,17 +1405,26 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
 
 //  A worker staged the gradient for (rank, clock), computed on base from
 //  `samples` rows (its lease's rows when leases are on).
+//  An arrival may come only from a computing worker, for the clock it was
+//  released on, computed on a version between its release's and ours.
+static bool
+s_arrival_valid (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t base)
+{
+    if (rank >= self->opts.max_workers)
+        return false;
+    s_worker_t *worker = &self->workers [rank];
+    return worker->state == S_COMPUTING && clock == worker->clock
+        && base >= worker->version && base <= self->version;
+}
+
 int
 kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
                       uint64_t base, uint64_t samples, uint64_t now_ms)
 {
     assert (self);
-    if (rank >= self->opts.max_workers)
+    if (!s_arrival_valid (self, rank, clock, base))
         return -1;
     s_worker_t *worker = &self->workers [rank];
-    if (worker->state != S_COMPUTING || clock != worker->clock
-    ||  base < worker->version || base > self->version)
-        return -1;
     //  With leases the gradient covers exactly the leased rows; without,
     //  the worker's count stands, and a count of 0 weighs as one row.
     if (self->sampler && samples != worker->lease.count)
@@ -1427,6 +1437,44 @@ kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
         s_arrive_phase (self, rank, base, n, now_ms);
     else
         s_arrive_now (self, rank, base, n, now_ms);
+    s_finish (self, now_ms);
+    return 0;
+}
+
+int
+kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
+                      uint64_t base, uint64_t now_ms)
+{
+    assert (self);
+    if (!s_arrival_valid (self, rank, clock, base))
+        return -1;
+    s_worker_t *worker = &self->workers [rank];
+    s_begin (self, now_ms);
+    if (now_ms > worker->t_release)
+        s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
+    //  As for a dropped gradient, the worker takes its next lease before
+    //  the refused one goes back, so it is not handed the same rows again.
+    kd_lease_t lease = worker->lease;
+    worker->lease = (kd_lease_t) { 0 };
+    self->refused++;
+    if (s_phased (self)) {
+        s_grad_t grad = { .clock = worker->clock, .base = base, .gclock = worker->gclock,
+                          .samples = lease.count };
+        s_drop (self, rank, &grad);
+        self->dropped--;        //  counted as refused, not as dropped
+        s_flush_drops (self);
+        s_release (self, rank, worker->clock + 1, true, now_ms);
+    }
+    else {
+        //  ASP/SSP: a shard that accepted its slice applied it; the refused
+        //  slices were not, so the rows go back to be learned in full.
+        worker->state = S_WAITING;
+        self->n_waiting++;
+        s_track (self, rank);
+        s_release_bounded (self, now_ms);
+    }
+    if (self->sampler)
+        kd_sampler_give_back (self->sampler, lease);
     s_finish (self, now_ms);
     return 0;
 }
@@ -1491,6 +1539,13 @@ kd_controller_min_clock (kd_controller_t *self)
 }
 
 //  Gradients dropped so far.
+uint64_t
+kd_controller_refused (kd_controller_t *self)
+{
+    assert (self);
+    return self->refused;
+}
+
 uint64_t
 kd_controller_dropped (kd_controller_t *self)
 {

@@ -109,6 +109,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (TENSORS,       "tensors",      STRS),
     S_FIELD (SHAPES,        "shapes",       UINTS),
     S_FIELD (COUNTERS,      "counters",     UINTS),
+    S_FIELD (REFUSED,       "refused",      UINT),
 };
 
 typedef enum {
@@ -148,7 +149,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (HEARTBEAT, 0, S_BIT (RANK), NONE),
     S_TYPE (ARRIVE,
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),
-            S_BIT (LOSS), NONE),
+            S_BIT (LOSS) | S_BIT (REFUSED), NONE),
     S_TYPE (RELEASE,
             S_BIT (VERSION) | S_BIT (CLOCK),
             S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
@@ -173,7 +174,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (COMPUTE_MS) | S_BIT (PUSH_MS) | S_BIT (WAIT_MS)
           | S_BIT (PULL_MS) | S_BIT (LOSS) | S_BIT (SAMPLES)
           | S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
-          | S_BIT (VERSION), NONE),
+          | S_BIT (VERSION) | S_BIT (REFUSED), NONE),
     S_TYPE (STATUS,
             S_BIT (VERSION),
             S_BIT (PHASES) | S_BIT (EPOCH) | S_BIT (WORKERS) | S_BIT (DROPPED)
@@ -1414,18 +1415,67 @@ int
 kd_msg_recv (void *socket, kd_msg_t **out, zframe_t **routing_p,
              kd_msg_err_t *err)
 {
+    return kd_msg_recv_from (socket, out, routing_p, err, NULL);
+}
+
+//  Copy a metadata property of a received part, or "" when it has none.
+static void
+s_meta (zmq_msg_t *part, const char *property, char *out, size_t size)
+{
+    const char *value = zmq_msg_gets (part, property);
+    snprintf (out, size, "%s", value ? value : "");
+}
+
+int
+kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                  kd_msg_err_t *err, kd_msg_source_t *src)
+{
     assert (socket);
     assert (out);
     *out = NULL;
     if (routing_p)
         *routing_p = NULL;
+    if (src)
+        *src = (kd_msg_source_t) { .fd = -1 };
     bool routed = s_is_router (socket);
-    zframe_t *frame = zframe_recv (socket);
-    if (!frame)
-        return -1;
     zmsg_t *zmsg = zmsg_new ();
+    zframe_t *frame = NULL;
+    //  The source is read off the header part, which came off the wire (a
+    //  ROUTER makes up the routing-id part).  Those parts are small, so
+    //  they are read as zmq_msg_t and copied; data frames are not.
+    int small = src ? (routed ? 2 : 1) : 0;
+    bool more = true;
+    for (int i = 0; i < small && more; i++) {
+        zmq_msg_t part;
+        zmq_msg_init (&part);
+        if (zmq_msg_recv (&part, zsock_resolve (socket), 0) < 0) {
+            zmq_msg_close (&part);
+            if (i == 0) {
+                zmsg_destroy (&zmsg);
+                return -1;
+            }
+            more = false;
+            break;
+        }
+        more = zmq_msg_more (&part);
+        if (i == small - 1) {
+            src->fd = zmq_msg_get (&part, ZMQ_SRCFD);
+            s_meta (&part, "Peer-Address", src->address, sizeof src->address);
+            s_meta (&part, "User-Id", src->user, sizeof src->user);
+        }
+        zframe_t *copy = zframe_new (zmq_msg_data (&part), zmq_msg_size (&part));
+        zmq_msg_close (&part);
+        zmsg_append (zmsg, &copy);
+    }
+    if (more) {
+        frame = zframe_recv (socket);
+        if (!frame && small == 0) {
+            zmsg_destroy (&zmsg);
+            return -1;
+        }
+    }
     while (frame) {
-        bool more = zframe_more (frame);
+        more = zframe_more (frame);
         if (zmsg_size (zmsg) <= KD_MSG_MAX_FRAMES)
             zmsg_append (zmsg, &frame);
         else

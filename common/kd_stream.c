@@ -62,6 +62,12 @@ static const struct {
     [KD_S_STAGED]        = { "staged",        S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_CHECKPOINTS]   = { "checkpoints",   S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_CHECKPOINT_AGE_S] = { "checkpoint_age_s", S_FLOAT, S_T (KD_ST_SHARD) },
+    [KD_S_REFUSED]       = { "refused",       S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_SHARD) },
+    [KD_S_CLIPPED]       = { "clipped",       S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_LIMITED]       = { "limited",       S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_DISCONNECTS]   = { "disconnects",   S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_CONNECTIONS]   = { "connections",   S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_PARKED]        = { "parked",        S_UINT,  S_T (KD_ST_SHARD) },
 };
 
 static const char *s_topics [KD_ST_TOPIC_COUNT] = {

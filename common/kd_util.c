@@ -1,6 +1,8 @@
 /*  kd_util: clocks, endpoints and socket hardening shared by every service.
 */
 #include "kd_util.h"
+#include "kd_log.h"
+#include <cblas.h>
 #include <arpa/inet.h>
 #include <assert.h>
 #include <stdlib.h>
@@ -207,4 +209,48 @@ kd_parse_listen (const char *text, struct sockaddr_in *addr, char *err, size_t e
         return -1;
     }
     return 0;
+}
+
+bool
+kd_endpoint_is_local (const char *endpoint)
+{
+    if (!endpoint)
+        return false;
+    if (!strncmp (endpoint, "ipc://", 6) || !strncmp (endpoint, "inproc://", 9))
+        return true;
+    if (strncmp (endpoint, "tcp://", 6))
+        return false;
+    const char *host = endpoint + 6;
+    //  An interface name or "*" before the port: only loopback names count.
+    if (!strncmp (host, "127.", 4) || !strncmp (host, "localhost:", 10)
+    ||  !strncmp (host, "[::1]:", 6) || !strncmp (host, "lo:", 3))
+        return true;
+    return false;
+}
+
+void
+kd_warn_open_bind (const char *endpoint, bool curve)
+{
+    if (!curve && !kd_endpoint_is_local (endpoint))
+        kd_warn ("bound %s without CURVE: any host that reaches it can act as any peer "
+                 "(trusted network only; see README, Security)", endpoint);
+}
+
+double
+kd_sumsq (const float *v, size_t n)
+{
+    //  sdot sums in float: a NaN or an Inf makes it non-finite, and so can
+    //  a large finite value (over about 1.8e19), which the exact pass in
+    //  double tells apart (float squares cannot overflow a double sum).
+    double fast = 0;
+    for (size_t at = 0; at < n; at += (size_t) INT32_MAX) {
+        size_t m = n - at < (size_t) INT32_MAX ? n - at : (size_t) INT32_MAX;
+        fast += (double) cblas_sdot ((int) m, v + at, 1, v + at, 1);
+    }
+    if (isfinite (fast))
+        return fast;
+    double exact = 0;
+    for (size_t i = 0; i < n; i++)
+        exact += (double) v [i] * (double) v [i];
+    return exact;
 }

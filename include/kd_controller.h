@@ -159,6 +159,13 @@ int
 int
     kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
                           uint64_t base, uint64_t samples, uint64_t now_ms);
+//  An arrival whose gradient a shard refused (NaN or Inf, or a norm over
+//  max-grad-norm): nothing of it is committed, its staged slices are named
+//  in the next commit's drops, its rows go back to the lease queue, and the
+//  worker is released at once.
+int
+    kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
+                          uint64_t base, uint64_t now_ms);
 int
     kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
                              double iter_ms, uint64_t now_ms);
@@ -181,6 +188,9 @@ uint64_t
     kd_controller_min_clock (kd_controller_t *self);
 uint64_t
     kd_controller_dropped (kd_controller_t *self);
+//  Gradients refused so far (kd_controller_refuse).
+uint64_t
+    kd_controller_refused (kd_controller_t *self);
 uint64_t
     kd_controller_regroups (kd_controller_t *self);
 uint32_t

@@ -167,6 +167,8 @@ typedef enum {
     KD_F_TENSORS,       //  strs   an external model's tensor names
     KD_F_SHAPES,        //  uints  their shapes, (rows, cols) per tensor
     KD_F_COUNTERS,      //  uints  a shard's counters, by kd_shard_counter_t
+    KD_F_REFUSED,       //  uint   gradients a shard refused (ARRIVE: of this
+                        //         clock; TELEMETRY: all of this worker's)
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 
@@ -182,6 +184,12 @@ typedef enum {
     KD_SC_STAGED,           //  gradients staged now, waiting for a COMMIT
     KD_SC_CHECKPOINTS,      //  checkpoints written
     KD_SC_CHECKPOINT_AGE_MS,//  ms since the last one (UINT64_MAX: none yet)
+    KD_SC_REFUSED,          //  gradients refused: NaN/Inf, or over max-grad-norm
+    KD_SC_CLIPPED,          //  gradients scaled down to max-grad-norm
+    KD_SC_LIMITED,          //  requests refused by a per-peer limit
+    KD_SC_DISCONNECTS,      //  peers disconnected (malformed input, connection limit)
+    KD_SC_CONNECTIONS,      //  connections open now
+    KD_SC_PARKED,           //  pulls parked now, waiting for a version
     KD_SC_COUNT             //  one past the last
 } kd_shard_counter_t;
 
@@ -189,10 +197,14 @@ typedef enum {
 typedef enum {
     KD_ERR_MALFORMED    = 400,  //  header or frames do not parse
     KD_ERR_UNAUTHORIZED = 401,
+    KD_ERR_FORBIDDEN    = 403,  //  the peer's role may not send this
     KD_ERR_NOT_FOUND    = 404,  //  e.g. a COMMIT names an unstaged gradient
+    KD_ERR_REFUSED      = 406,  //  a gradient refused for good: NaN/Inf, or its
+                                //  norm over max-grad-norm; do not resend it
     KD_ERR_STATE        = 409,  //  valid message, wrong time (not registered)
     KD_ERR_TOO_LARGE    = 413,  //  a count or frame over its limit
     KD_ERR_UNKNOWN_TYPE = 422,  //  "command invalid"
+    KD_ERR_LIMIT        = 429,  //  a per-peer limit is reached; try again later
     KD_ERR_INTERNAL     = 500,
     KD_ERR_UNAVAILABLE  = 503,  //  try again later
     KD_ERR_VERSION      = 505   //  protocol version not supported
@@ -331,6 +343,21 @@ int
 int
     kd_msg_recv (void *socket, kd_msg_t **out, zframe_t **routing_p,
                  kd_msg_err_t *err);
+
+//  Where a message came from: the connection's file descriptor and the
+//  metadata ZeroMQ attaches to it.
+typedef struct {
+    int fd;                     //  ZMQ_SRCFD, or -1 (inproc, unknown)
+    char address [64];          //  "Peer-Address" (TCP: the IP), or ""
+    char user [64];             //  "User-Id" from ZAP (CURVE: the key), or ""
+} kd_msg_source_t;
+
+//  kd_msg_recv that also says where the message came from.  src may be
+//  NULL; its fields are filled from the header frame, and also on -2 when
+//  a header frame was read.
+int
+    kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                      kd_msg_err_t *err, kd_msg_source_t *src);
 
 //  Build an ERROR reply (routing id copied when given).  Caller owns it.
 kd_msg_t *

@@ -10,11 +10,12 @@
                 wait_fraction staleness_p50 staleness_p99 shards
                 [test_accuracy test_version]
         worker  rank clock samples samples_per_s loss compute_ms push_ms
-                wait_ms pull_ms iter_ms staleness dropped group age_ms
+                wait_ms pull_ms iter_ms staleness dropped refused group age_ms
         groups  version count regroups groups (the group of each rank)
         event   kind detail t_ms [name role rank version]
         shard   rank version pushes pulls commits bytes_in bytes_out staged
-                checkpoints age_ms [checkpoint_age_s]
+                checkpoints refused clipped limited disconnects connections parked
+                age_ms [checkpoint_age_s]
 
     The encoder writes the fields that were set (the map's size is counted,
     never written by hand).  The decoder checks every bound before it
@@ -57,6 +58,7 @@ typedef enum {
     KD_S_KIND, KD_S_DETAIL, KD_S_NAME, KD_S_ROLE,
     KD_S_PUSHES, KD_S_PULLS, KD_S_COMMITS, KD_S_BYTES_IN, KD_S_BYTES_OUT, KD_S_STAGED,
     KD_S_CHECKPOINTS, KD_S_CHECKPOINT_AGE_S,
+    KD_S_REFUSED, KD_S_CLIPPED, KD_S_LIMITED, KD_S_DISCONNECTS, KD_S_CONNECTIONS, KD_S_PARKED,
     KD_S_FIELD_COUNT                    //  one past the last field
 } kd_stream_field_t;
 

@@ -30,6 +30,22 @@ int
     kd_advertise_endpoint (zsock_t *sock, const char *advertise,
                            char *out, size_t out_size);
 
+//  Sum of squares of n floats; not finite exactly when one of them is a
+//  NaN or an Inf.  Vectorized (BLAS), with an exact double pass only when
+//  the fast sum overflows.
+double
+    kd_sumsq (const float *v, size_t n);
+
+//  True when a ZeroMQ endpoint only accepts peers on this host: ipc://,
+//  inproc://, or tcp:// on a loopback address (127.0.0.0/8, ::1, localhost).
+bool
+    kd_endpoint_is_local (const char *endpoint);
+
+//  Log a warning when a service binds endpoint beyond loopback without
+//  CURVE: the threat model is then a trusted network.
+void
+    kd_warn_open_bind (const char *endpoint, bool curve);
+
 //  Apply the settings every network socket gets: ZMQ_MAXMSGSIZE, linger,
 //  and (for ROUTER) ZMQ_ROUTER_MANDATORY off so a vanished peer is dropped
 //  rather than blocking.

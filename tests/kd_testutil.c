@@ -142,3 +142,34 @@ kd_test_count (const char *path, const char *needle)
     free (text);
     return n;
 }
+
+void
+kd_test_rss (pid_t pid, long *peak, long *now)
+{
+    char path [64], line [256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    *peak = *now = -1;
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f)) {
+        if (!strncmp (line, "VmHWM:", 6))
+            *peak = atol (line + 6);
+        if (!strncmp (line, "VmRSS:", 6))
+            *now = atol (line + 6);
+    }
+    if (f)
+        fclose (f);
+}
+
+zsock_t *
+kd_test_dealer (const char *endpoint)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    if (!sock)
+        return NULL;
+    zsock_set_rcvtimeo (sock, 3000);
+    zsock_set_sndtimeo (sock, 3000);
+    zsock_set_linger (sock, 0);
+    if (zsock_connect (sock, "%s", endpoint) != 0)
+        zsock_destroy (&sock);
+    return sock;
+}

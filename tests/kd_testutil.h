@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <czmq.h>
 
 //  Create a fresh temporary directory; the caller frees the path.
 char *
@@ -53,5 +54,14 @@ int
 //  Path of a binary in the build directory (static buffer).
 const char *
     kd_test_bin (const char *name);
+
+//  A DEALER connected to endpoint, with 3 s send and receive timeouts (so
+//  a dead service fails a test instead of hanging it) and no linger.
+zsock_t *
+    kd_test_dealer (const char *endpoint);
+
+//  A process's peak and current resident set, in KiB (-1 if unknown).
+void
+    kd_test_rss (pid_t pid, long *peak, long *now);
 
 #endif

@@ -9,6 +9,7 @@
 */
 #include <criterion/criterion.h>
 #include "kd_internal.h"
+#include <math.h>
 
 TestSuite (kd_client, .timeout = 30);
 
@@ -192,6 +193,9 @@ typedef struct {
     int arrivals;               //  ARRIVEs answered
     uint64_t push_base;         //  PUSH's base
     uint64_t clocks [4];        //  the clock of each RELEASE after an ARRIVE (0: 1)
+    bool refuse;                //  the shard refuses every push (ERROR 406)
+    int pushes;                 //  PUSHes the shard received
+    uint64_t arrive_refused;    //  ARRIVE's refused
 } s_cluster_t;
 
 //  Plays the scheduler and the shard until told to stop.
@@ -228,13 +232,21 @@ s_cluster_actor (zsock_t *pipe, void *args)
             c->push_samples = kd_msg_uint (msg, KD_F_SAMPLES);
             c->push_base = kd_msg_uint (msg, KD_F_BASE);
             c->push_first = n == 7850 ? g [0] : -1;
-            reply = kd_msg_new (KD_MSG_PUSH_OK);
-            kd_msg_set_uint (reply, KD_F_CLOCK, kd_msg_uint (msg, KD_F_CLOCK));
+            c->pushes++;
+            if (c->refuse) {
+                reply = kd_msg_new_error (NULL, KD_ERR_REFUSED, "gradient refused: norm over bound");
+                kd_msg_set_uint (reply, KD_F_CLOCK, kd_msg_uint (msg, KD_F_CLOCK));
+            }
+            else {
+                reply = kd_msg_new (KD_MSG_PUSH_OK);
+                kd_msg_set_uint (reply, KD_F_CLOCK, kd_msg_uint (msg, KD_F_CLOCK));
+            }
         }
         else
         if (kd_msg_type (msg) == KD_MSG_ARRIVE) {
             c->arrive_samples = kd_msg_uint (msg, KD_F_SAMPLES);
             c->arrive_loss = kd_msg_float (msg, KD_F_LOSS);
+            c->arrive_refused = kd_msg_uint (msg, KD_F_REFUSED);
             uint64_t rows [2] = { 8, 9 };
             uint64_t clock = c->arrivals < 4 && c->clocks [c->arrivals] ? c->clocks [c->arrivals] : 1;
             c->arrivals++;
@@ -428,6 +440,78 @@ Test (kd_client, a_readmission_release_supersedes_the_iteration)
     zactor_destroy (&actor);
     cr_expect_eq (cluster.arrivals, 0, "an ARRIVE went out for the superseded clock");
     cr_expect_eq (cluster.push_samples, 0, "the superseded gradient was pushed");
+    free (params);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+//  Start a fake cluster's client on its first lease, for the refusal tests.
+static kd_client_t *
+s_started_client (s_fake_t *sched, s_fake_t *shard, kd_release_t *release)
+{
+    kd_client_t *client = s_client (sched);
+    s_register (sched, client, "bsp");
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard->port);
+    s_reply (sched, s_start (ep, 0, 7850));
+    uint64_t rows [3] = { 5, 17, 42 };
+    s_reply (sched, s_release (0, 0, rows, 3));
+    cr_assert_eq (kd_client_wait_start (client, release, 2000), 0);
+    return client;
+}
+
+//  A shard's refusal (406) is final: the push is not resent, push returns
+//  0, and ARRIVE reports it so the scheduler gives the rows back.
+Test (kd_client, a_refused_push_is_not_resent_and_arrive_reports_it)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_release_t release;
+    kd_client_t *client = s_started_client (&sched, &shard, &release);
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock, .refuse = true };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params = (float *) calloc (7850, sizeof (float));
+    float *grad = (float *) calloc (7850, sizeof (float));
+    grad [0] = 1e3f;
+    cr_assert_eq (kd_client_pull (client, params), 0);
+    cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);
+    //  Long enough for a resend after S_RETRY_BUSY_MS, had there been one.
+    zclock_sleep (600);
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.pushes, 1, "a refused push was sent %d times", cluster.pushes);
+    cr_expect_eq (cluster.arrive_refused, 1);
+    cr_expect_eq (kd_client_refused (client), 1);
+    free (params);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+//  A gradient with a NaN or an Inf never leaves the client.
+Test (kd_client, a_gradient_that_is_not_finite_is_not_pushed)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_release_t release;
+    kd_client_t *client = s_started_client (&sched, &shard, &release);
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params = (float *) calloc (7850, sizeof (float));
+    float *grad = (float *) calloc (7850, sizeof (float));
+    grad [4000] = NAN;
+    cr_assert_eq (kd_client_pull (client, params), 0);
+    cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);
+    grad [4000] = INFINITY;
+    cr_assert_eq (kd_client_pull (client, params), 0);
+    cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+    cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.pushes, 0, "a gradient that is not finite was pushed");
+    cr_expect_eq (cluster.arrive_refused, 1);
+    cr_expect_eq (kd_client_refused (client), 2);
     free (params);
     free (grad);
     kd_client_destroy (&client);

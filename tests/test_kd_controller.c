@@ -996,6 +996,71 @@ Test (kd_controller, asp_applies_leases_on_arrival)
     kd_controller_destroy (&ctl);
 }
 
+Test (kd_controller, a_refused_gradient_is_never_committed_and_its_lease_goes_back)
+{
+    //  BSP, 3 workers: rank 1's gradient is refused by a shard.
+    kd_controller_t *ctl = s_new (KD_CONS_BSP, NULL, s_leases_20_by_7);
+    kd_sampler_t *sampler = kd_controller_sampler (ctl);
+    s_join_all (ctl, 3, 0);
+    kd_lease_t refused = s_release_rec (1)->lease;
+    s_expect_lease (refused, 0, 7, 7);
+    cr_expect_eq (kd_controller_refuse (ctl, 1, 5, 0, 1), -1, "wrong clock");
+    cr_expect_eq (kd_controller_refuse (ctl, 9, 0, 0, 1), -1, "unknown rank");
+    cr_assert_eq (kd_controller_refuse (ctl, 1, 0, 0, 1), 0);
+    cr_expect_eq (kd_controller_refuse (ctl, 1, 0, 0, 1), -1, "refused twice");
+    cr_assert_eq (s_take (ctl), 2);
+    //  Its slices are named in drops, so shards forget them, and it is
+    //  released at once on a fresh lease.
+    rec_t *commit = s_first (KD_DEC_COMMIT);
+    cr_expect_eq (commit->n_entries, 0);
+    cr_assert_eq (commit->n_drops, 1);
+    cr_expect_eq (commit->drops [0].rank, 1);
+    cr_expect_eq (commit->drops [0].samples, 7);
+    cr_expect (s_release_rec (1)->dropped);
+    s_expect_lease (s_release_rec (1)->lease, 1, 0, 7);
+    cr_expect_eq (kd_controller_refused (ctl), 1);
+    cr_expect_eq (kd_controller_dropped (ctl), 0, "a refusal is not a drop");
+    cr_expect_eq (kd_sampler_returned (sampler), 1);
+    //  The barrier still needs ranks 0 and 2, and then rank 1's next
+    //  gradient; the commit applies only those.
+    s_arrive_n (ctl, 0, 0, 0, 7, 2);
+    s_arrive_n (ctl, 2, 0, 0, 6, 2);
+    s_arrive_n (ctl, 1, 1, 0, 7, 3);
+    s_take (ctl);
+    commit = s_first (KD_DEC_COMMIT);
+    cr_assert (commit);
+    for (size_t i = 0; i < commit->n_entries; i++)
+        cr_expect (!(commit->entries [i].rank == 1 && commit->entries [i].clock == 0),
+                   "the refused gradient was committed");
+    //  Epoch 0 lacks exactly the refused rows, and they are leased again.
+    cr_expect_float_eq (kd_sampler_epoch_share (sampler, 0), 13.0 / 20, 1e-12);
+    bool again = false;
+    for (size_t i = 0; i < s_log.n; i++)
+        if (s_log.recs [i].type == KD_DEC_RELEASE && s_log.recs [i].lease.epoch == 0
+        &&  s_log.recs [i].lease.pos == 7 && s_log.recs [i].lease.count == 7)
+            again = true;
+    cr_expect (again, "the refused rows were not leased again");
+    kd_controller_destroy (&ctl);
+}
+
+Test (kd_controller, asp_refusal_releases_and_gives_the_lease_back)
+{
+    kd_controller_t *ctl = s_new (KD_CONS_ASP, NULL, s_leases_20_by_7);
+    kd_sampler_t *sampler = kd_controller_sampler (ctl);
+    s_join_all (ctl, 2, 0);
+    cr_assert_eq (kd_controller_refuse (ctl, 0, 0, 0, 1), 0);
+    cr_assert_eq (s_take (ctl), 1, "a release and no commit");
+    cr_expect_eq (s_log.recs [0].type, KD_DEC_RELEASE);
+    cr_expect_eq (kd_sampler_applied_rows (sampler), 0);
+    cr_expect_eq (kd_sampler_returned (sampler), 1);
+    cr_expect_eq (kd_controller_version (ctl), 0);
+    //  The refused rows go to the next worker released.
+    s_arrive_n (ctl, 1, 0, 0, 7, 2);
+    s_take (ctl);
+    s_expect_lease (s_release_rec (1)->lease, 0, 0, 7);
+    kd_controller_destroy (&ctl);
+}
+
 //  SSP with s = 1.
 static void
 s_ssp_one (kd_controller_opts_t *opts)

@@ -505,7 +505,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_EMULATED_MS, "emulated_ms", KD_FT_FLOAT },
         { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
-        { KD_F_COUNTERS, "counters", KD_FT_UINTS },
+        { KD_F_COUNTERS, "counters", KD_FT_UINTS }, { KD_F_REFUSED, "refused", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

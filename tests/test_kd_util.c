@@ -51,3 +51,26 @@ Test (kd_util, clocks_move_forward)
     cr_expect (kd_now_msf () > f);
     cr_expect (kd_wall_ms () > 1700000000000ULL);
 }
+
+Test (kd_util, sumsq_is_not_finite_exactly_for_nan_and_inf)
+{
+    float v [1000];
+    for (int i = 0; i < 1000; i++)
+        v [i] = (float) (i % 7) - 3.0f;
+    double want = 0;
+    for (int i = 0; i < 1000; i++)
+        want += (double) v [i] * v [i];
+    cr_expect_float_eq (kd_sumsq (v, 1000), want, 1e-9 * want);
+    cr_expect_eq (kd_sumsq (v, 0), 0.0);
+    //  Squares that overflow a float sum are still finite.
+    v [500] = 1e20f;
+    cr_expect (isfinite (kd_sumsq (v, 1000)), "a large finite value read as not finite");
+    cr_expect_float_eq (kd_sumsq (v, 1000), 1e40, 1e34);
+    v [500] = NAN;
+    cr_expect (!isfinite (kd_sumsq (v, 1000)));
+    v [500] = -INFINITY;
+    cr_expect (!isfinite (kd_sumsq (v, 1000)));
+    v [500] = 0;
+    v [999] = INFINITY;
+    cr_expect (!isfinite (kd_sumsq (v, 1000)));
+}

@@ -174,7 +174,11 @@ uint64_t
 //  Push gradient (param_count floats, the mean over samples rows) to every
 //  shard, and wait until each has taken it.  The gradient is borrowed, not
 //  copied, until the call returns (on -1 too: the client then lets go of
-//  it before returning, and can no longer push).  Returns 0 or -1.
+//  it before returning, and can no longer push).  A gradient with a NaN or
+//  an Inf is not sent, and one a shard refuses is not resent: both return
+//  0, the next kd_client_arrive reports the refusal, and the lease's rows
+//  go back to be trained again (kd_client_refused counts them).  Returns 0
+//  or -1.
 int
     kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples);
 
@@ -209,10 +213,13 @@ int
 bool
     kd_client_stopped (kd_client_t *self);
 
-//  Counters: gradients of ours the scheduler dropped, and pulls the SSP
-//  cache saved.
+//  Counters: gradients of ours the scheduler dropped, gradients refused
+//  (not finite, or over a shard's max-grad-norm: never applied, and their
+//  rows go back to the lease queue), and pulls the SSP cache saved.
 uint64_t
     kd_client_dropped (kd_client_t *self);
+uint64_t
+    kd_client_refused (kd_client_t *self);
 uint64_t
     kd_client_pulls_skipped (kd_client_t *self);
 

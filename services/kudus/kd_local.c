@@ -635,6 +635,8 @@ kd_local_main (int argc, char **argv)
             s_arg (&a, "--checkpoint-dir"); s_arg (&a, "%s/%s", kd_config_str (c, "checkpoint-dir"), name);
             s_pass (&a, c, "checkpoint-every");
         }
+        s_pass (&a, c, "max-grad-norm");
+        s_pass (&a, c, "grad-norm-action");
         if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a, s_net ? 2 + i : -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }

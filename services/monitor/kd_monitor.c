@@ -14,6 +14,7 @@
 #include "kd_shardset.h"
 #include "kd_stream.h"
 #include "kd_metrics.h"
+#include "kd_guard.h"
 #include <cblas.h>
 #include <math.h>
 
@@ -37,6 +38,7 @@ typedef struct {
     double compute_ms, push_ms, wait_ms, pull_ms;  //  last timings
     uint64_t staleness;         //  last staleness
     uint64_t dropped;           //  drops so far
+    uint64_t refused;           //  its gradients refused so far
     uint64_t group;             //  ALSP group
     uint64_t last_ms;           //  ms of its last telemetry
     double sum_compute, sum_push, sum_wait, sum_pull;  //  over the window
@@ -68,6 +70,7 @@ typedef struct {
 typedef struct {
     kd_config_t *config;        //  settings
     zsock_t *router;            //  telemetry intake
+    kd_guard_t *guard;          //  its connection and malformed-input limits
     zsock_t *pub;               //  the live stream
     kd_peer_t *peer;            //  link to the scheduler
     kd_dataset_t *test;         //  test set
@@ -159,6 +162,16 @@ s_render_shard_metrics (self_t *self, FILE *f)
         { KD_SC_CHECKPOINTS, "kudus_shard_checkpoints_total", "counter", "Checkpoints the shard wrote." },
         { KD_SC_CHECKPOINT_AGE_MS, "kudus_shard_checkpoint_age_seconds", "gauge",
           "Time since the shard's newest checkpoint (absent when it has none)." },
+        { KD_SC_REFUSED, "kudus_shard_refused_gradients_total", "counter",
+          "Gradients refused: NaN or Inf, or over max-grad-norm with grad-norm-action refuse." },
+        { KD_SC_CLIPPED, "kudus_shard_clipped_gradients_total", "counter",
+          "Gradients scaled down to max-grad-norm." },
+        { KD_SC_LIMITED, "kudus_shard_limited_requests_total", "counter",
+          "Requests refused by a per-peer limit (staged gradients, parked pulls)." },
+        { KD_SC_DISCONNECTS, "kudus_shard_disconnects_total", "counter",
+          "Peers the shard disconnected: malformed input, or over max-connections." },
+        { KD_SC_CONNECTIONS, "kudus_shard_connections", "gauge", "Connections open at the shard." },
+        { KD_SC_PARKED, "kudus_shard_parked_pulls", "gauge", "Pulls parked, waiting for a version." },
     };
     s_family (f, "kudus_shard_version", "gauge", "Model version the shard holds.");
     for (size_t i = 0; i < self->n_shards; i++)
@@ -314,6 +327,7 @@ s_publish_stats (self_t *self)
         kd_stream_set_float (m, KD_S_ITER_MS, w->compute_ms + w->push_ms + w->pull_ms);
         kd_stream_set_uint (m, KD_S_STALENESS, w->staleness);
         kd_stream_set_uint (m, KD_S_DROPPED, w->dropped);
+        kd_stream_set_uint (m, KD_S_REFUSED, w->refused);
         kd_stream_set_uint (m, KD_S_GROUP, w->group);
         kd_stream_set_uint (m, KD_S_AGE_MS, now - w->last_ms);
         s_publish (self, &m);
@@ -334,6 +348,13 @@ s_publish_stats (self_t *self)
             if (sh->n_counters > KD_SC_CHECKPOINT_AGE_MS && sh->counters [KD_SC_CHECKPOINT_AGE_MS] != UINT64_MAX)
                 kd_stream_set_float (m, KD_S_CHECKPOINT_AGE_S,
                                      (double) sh->counters [KD_SC_CHECKPOINT_AGE_MS] / 1000.0);
+            //  The guards' counters, from shards that report them.
+            static const kd_stream_field_t guards [] = {
+                KD_S_REFUSED, KD_S_CLIPPED, KD_S_LIMITED, KD_S_DISCONNECTS, KD_S_CONNECTIONS,
+                KD_S_PARKED
+            };
+            for (size_t c = KD_SC_REFUSED; c < KD_SC_COUNT && c < sh->n_counters; c++)
+                kd_stream_set_uint (m, guards [c - KD_SC_REFUSED], sh->counters [c]);
             kd_stream_set_uint (m, KD_S_AGE_MS, now - sh->stats_ms);
             s_publish (self, &m);
         }
@@ -802,7 +823,7 @@ s_on_intake (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_msg_recv (self->router, &msg, &id, &err);
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, NULL);
     if (rc == -2) {
         kd_warn ("malformed telemetry code=%d reason=\"%s\"", err.code, err.reason);
         if (id) {
@@ -836,6 +857,7 @@ s_on_intake (self_t *self)
             w->pull_ms = kd_msg_float (msg, KD_F_PULL_MS);
             w->staleness = kd_msg_uint (msg, KD_F_STALENESS);
             w->dropped = kd_msg_uint (msg, KD_F_DROPPED);
+            w->refused = kd_msg_uint (msg, KD_F_REFUSED);
             w->group = kd_msg_uint (msg, KD_F_GROUP);
             w->last_ms = kd_now_ms ();
             if (isfinite (w->compute_ms + w->push_ms + w->wait_ms + w->pull_ms)) {
@@ -876,6 +898,7 @@ s_on_intake (self_t *self)
         kd_warn ("error code=%d reason=\"%s\"", KD_ERR_UNKNOWN_TYPE, reason);
         kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_UNKNOWN_TYPE, reason);
         kd_msg_send (&reply, self->router);
+        kd_guard_strike (self->guard, kd_msg_routing_id (msg), reason);
     }
     kd_msg_destroy (&msg);
 }
@@ -906,12 +929,16 @@ kd_monitor_run (kd_config_t *config)
     kd_socket_harden (self->pub, max_msg);
     kd_curve_server (kd_curve_process (), self->router);
     kd_curve_server (kd_curve_process (), self->pub);
+    self->guard = kd_guard_new (self->router, "monitor", (int) kd_config_int (config, "max-connections"),
+                                (int) kd_config_int (config, "max-malformed"));
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0
     ||  zsock_bind (self->pub, "%s", kd_config_str (config, "pub-bind")) < 0) {
         kd_error ("cannot bind endpoint=%s pub=%s: %s", kd_config_str (config, "bind"),
                   kd_config_str (config, "pub-bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
     }
+    kd_warn_open_bind (kd_config_str (config, "bind"), kd_curve_enabled (kd_curve_process ()));
+    kd_warn_open_bind (kd_config_str (config, "pub-bind"), kd_curve_enabled (kd_curve_process ()));
     if (*kd_config_str (config, "metrics-bind")) {
         char why [256];
         self->metrics = kd_metrics_new (kd_config_str (config, "metrics-bind"), why, sizeof why);
@@ -937,22 +964,30 @@ kd_monitor_run (kd_config_t *config)
 
     while (!self->stop && !zsys_interrupted) {
         //  Zeroed: a START handled below adds shards this poll never saw.
-        zmq_pollitem_t items [2 + S_MAX_SHARDS] = { { 0 } };
+        zmq_pollitem_t items [3 + S_MAX_SHARDS] = { { 0 } };
         items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
         items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
         for (size_t i = 0; i < self->n_shards; i++)
             items [2 + i] = (zmq_pollitem_t) { zsock_resolve (kd_shardset_socket (self->book, i)), 0, ZMQ_POLLIN, 0 };
+        //  The guard's connection events come last; no guard socket, no item.
+        zsock_t *guard_sock = kd_guard_socket (self->guard);
+        size_t guard_at = 2 + self->n_shards;   //  before a START adds shards
+        if (guard_sock)
+            items [guard_at] = (zmq_pollitem_t) { zsock_resolve (guard_sock), 0, ZMQ_POLLIN, 0 };
         uint64_t now = kd_now_ms ();
         int wait = next_publish > now ? (int) (next_publish - now) : 0;
         if (wait > 20)
             wait = 20;
-        if (zmq_poll (items, 2 + (int) self->n_shards, wait) < 0)
+        if (zmq_poll (items, (int) guard_at + (guard_sock ? 1 : 0), wait) < 0)
             break;
+        if (guard_sock && (items [guard_at].revents & ZMQ_POLLIN))
+            kd_guard_on_event (self->guard);
         if (items [0].revents & ZMQ_POLLIN)
             s_on_intake (self);
         if (items [1].revents & ZMQ_POLLIN)
             s_on_scheduler (self);
-        for (size_t i = 0; i < self->n_shards; i++)
+        //  Only the shards this poll watched: a START may have added more.
+        for (size_t i = 0; i < self->n_shards && 2 + i < guard_at; i++)
             if (items [2 + i].revents & ZMQ_POLLIN)
                 s_on_shard (self, i);
         s_eval_check (self);
@@ -974,6 +1009,7 @@ cleanup:
     kd_shardset_destroy (&self->book);
     kd_metrics_destroy (&self->metrics);
     kd_peer_destroy (&self->peer);
+    kd_guard_destroy (&self->guard);
     zsock_destroy (&self->router);
     zsock_destroy (&self->pub);
     kd_model_destroy (&self->model);

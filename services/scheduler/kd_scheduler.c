@@ -17,6 +17,7 @@
     else.
 */
 #include "kd_scheduler.h"
+#include "kd_guard.h"
 #include <math.h>
 #include <msgpack.h>
 
@@ -46,6 +47,8 @@ typedef struct {
     uint64_t rank;              //  rank within its role
     zframe_t *routing_id;       //  current ROUTER identity
     char id_hex [64];           //  routing id as hex (table key)
+    char key [64];              //  who registered it: CURVE key, else address
+    uint64_t refused;           //  its gradients a shard refused
     uint64_t last_seen;         //  ms of its last message
     bool alive;                 //  registered and not declared dead
     char *endpoint;             //  shards: advertised endpoint
@@ -81,6 +84,9 @@ typedef struct {
     kd_controller_t *ctl;       //  consistency decisions (and leases)
     zhashx_t *by_name;          //  name -> s_member_t (owns)
     zhashx_t *by_id;            //  routing id hex -> s_member_t (borrows)
+    zhashx_t *by_key;           //  registering key -> names it registered (count)
+    kd_guard_t *guard;          //  connection and malformed-input limits
+    kd_msg_source_t src;        //  where the message being handled came from
     s_member_t *workers [S_MAX_WORKERS];  //  by rank (borrowed)
     s_member_t *shards [S_MAX_SHARDS];    //  by rank (borrowed)
     s_member_t *monitor;        //  the monitor, if registered
@@ -152,6 +158,15 @@ s_member_destroy (void **item)
     free (m->endpoint);
     free (m);
     *item = NULL;
+}
+
+//  Of `refused` gradients, those also named in drops: under the phased
+//  models a refused gradient's slices are dropped at the shards.
+static uint64_t
+s_refused_drops (self_t *self, uint64_t refused)
+{
+    const char *model = kd_config_str (self->config, "consistency");
+    return strcmp (model, "asp") && strcmp (model, "ssp") ? refused : 0;
 }
 
 //  Routing id as a printable key.
@@ -652,8 +667,10 @@ s_write_workers (self_t *self, FILE *f)
         fprintf (f, ", \"applied_samples\": %llu, \"applied_share\": ",
                  (unsigned long long) m->applied);
         s_json_num (f, "%.5f", self->samples ? (double) m->applied / (double) self->samples : NAN);
-        fprintf (f, ", \"dropped\": %llu, \"iterations\": %llu, \"iter_ms_mean\": ",
-                 (unsigned long long) m->drops, (unsigned long long) m->iterations);
+        fprintf (f, ", \"dropped\": %llu, \"refused\": %llu, \"iterations\": %llu, \"iter_ms_mean\": ",
+                 (unsigned long long) (m->drops - s_refused_drops (self, m->refused)),
+                 (unsigned long long) m->refused,
+                 (unsigned long long) m->iterations);
         s_json_num (f, "%.3f", m->iter_ms / its);
         fputs (", \"compute_ms_mean\": ", f);
         s_json_num (f, "%.3f", m->compute_ms / its);
@@ -733,8 +750,13 @@ s_write_summary (self_t *self)
     fprintf (f, "  \"staleness_p50\": %.1f,\n  \"staleness_p99\": %.1f,\n  \"staleness_max\": %llu,\n",
              s_staleness_pct (self, 0.5), s_staleness_pct (self, 0.99),
              (unsigned long long) self->stale_max);
-    fprintf (f, "  \"dropped_gradients\": %llu,\n  \"regroups\": %llu,\n  \"regroup_times\": [",
-             (unsigned long long) self->dropped, (unsigned long long) self->regroups);
+    //  A refused gradient is named in drops too (so shards forget its
+    //  slices) but is counted apart.
+    uint64_t refused = kd_controller_refused (self->ctl);
+    fprintf (f, "  \"dropped_gradients\": %llu,\n  \"refused_gradients\": %llu,\n"
+             "  \"regroups\": %llu,\n  \"regroup_times\": [",
+             (unsigned long long) (self->dropped - s_refused_drops (self, refused)),
+             (unsigned long long) refused, (unsigned long long) self->regroups);
     for (size_t i = 0; i < self->n_regroup_s; i++)
         fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
     fputs ("],\n", f);
@@ -829,6 +851,15 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
     return 0;
 }
 
+//  Who sent the message being handled: its CURVE key, else its address.
+static const char *
+s_source_key (self_t *self)
+{
+    if (*self->src.user)
+        return self->src.user;
+    return *self->src.address ? self->src.address : "local";
+}
+
 static void
 s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
 {
@@ -882,6 +913,16 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_STATE, "name already registered with another role");
         return;
     }
+    //  Under CURVE a name belongs to the key that first registered it:
+    //  another key cannot take its rank by reusing the name.  (Without
+    //  CURVE the address may change on a restart, so it binds nothing.)
+    if (m && *self->src.user && strcmp (m->key, self->src.user)) {
+        char reason [160];
+        snprintf (reason, sizeof reason, "name %s is bound to another key", name);
+        kd_warn ("hello refused name=%s key=%s: registered by key=%s", name, self->src.user, m->key);
+        s_error (self, id, KD_ERR_FORBIDDEN, reason);
+        return;
+    }
     //  A member that names the rank it held (a shard restored from its
     //  checkpoint, or anyone after a scheduler restart) gets it back if it
     //  is free.  A shard's rank is its key range, so a restored shard also
@@ -929,7 +970,22 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
             s_error (self, id, KD_ERR_STATE, "training has ended");
             return;
         }
+        //  One key may register only so many names: a peer cannot fill the
+        //  rank table by inventing names.
+        const char *key = s_source_key (self);
+        uintptr_t names = (uintptr_t) zhashx_lookup (self->by_key, key);
+        if (names >= (uintptr_t) kd_config_int (self->config, "max-registrations-per-key")) {
+            char reason [160];
+            snprintf (reason, sizeof reason, "too many registrations from key %s "
+                      "(max-registrations-per-key=%lld)", key,
+                      (long long) kd_config_int (self->config, "max-registrations-per-key"));
+            kd_warn ("hello refused name=%s: %s", name, reason);
+            s_error (self, id, KD_ERR_LIMIT, reason);
+            return;
+        }
+        zhashx_update (self->by_key, key, (void *) (names + 1));
         m = (s_member_t *) zmalloc (sizeof *m);
+        snprintf (m->key, sizeof m->key, "%s", key);
         m->name = strdup (name);
         m->role = role;
         m->rank = (uint64_t) rank;
@@ -1079,8 +1135,11 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
     //  ASP/SSP: the staleness the shards saw when they applied it, read
     //  by s_do_commit while the arrival is committed.
     m->reported_tau = kd_msg_uint (msg, KD_F_STALENESS);
-    if (kd_controller_arrive (self->ctl, (uint32_t) m->rank, clock, kd_msg_uint (msg, KD_F_BASE),
-                              samples, now)) {
+    bool refused = kd_msg_uint (msg, KD_F_REFUSED) > 0;
+    if (refused ? kd_controller_refuse (self->ctl, (uint32_t) m->rank, clock,
+                                        kd_msg_uint (msg, KD_F_BASE), now)
+                : kd_controller_arrive (self->ctl, (uint32_t) m->rank, clock,
+                                        kd_msg_uint (msg, KD_F_BASE), samples, now)) {
         //  A worker that rejoined can miss the RELEASE its rejoin produced
         //  (it was busy pushing) and arrive with its old clock: send that
         //  RELEASE again, so it computes the clock it was given.
@@ -1108,6 +1167,12 @@ s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
     m->has_arrived = true;
     m->arrive_clock = clock;
     m->iterations++;
+    if (refused) {
+        m->refused++;
+        kd_warn ("gradient refused by a shard rank=%llu name=%s clock=%llu: its rows go back "
+                 "(refused so far %llu)", (unsigned long long) m->rank, m->name,
+                 (unsigned long long) clock, (unsigned long long) m->refused);
+    }
     double compute = kd_msg_float (msg, KD_F_COMPUTE_MS), emulated = kd_msg_float (msg, KD_F_EMULATED_MS);
     if (isfinite (compute) && compute >= 0 && compute < 1e9)
         m->compute_ms += compute;
@@ -1190,7 +1255,7 @@ s_on_message (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_msg_recv (self->router, &msg, &id, &err);
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &self->src);
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
@@ -1247,6 +1312,7 @@ s_on_message (self_t *self)
             char reason [96];
             snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
             s_error (self, rid, KD_ERR_UNKNOWN_TYPE, reason);
+            kd_guard_strike (self->guard, rid, reason);
         }
     }
     kd_msg_destroy (&msg);
@@ -1445,13 +1511,17 @@ kd_scheduler_run (kd_config_t *config)
     self->by_name = zhashx_new ();
     zhashx_set_destructor (self->by_name, s_member_destroy);
     self->by_id = zhashx_new ();
+    self->by_key = zhashx_new ();
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, kd_config_int (config, "max-msg-bytes"));
     kd_curve_server (kd_curve_process (), self->router);
+    self->guard = kd_guard_new (self->router, "scheduler", (int) kd_config_int (config, "max-connections"),
+                                (int) kd_config_int (config, "max-malformed"));
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
         kd_error ("cannot bind endpoint=%s: %s", kd_config_str (config, "bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
     }
+    kd_warn_open_bind (kd_config_str (config, "bind"), kd_curve_enabled (kd_curve_process ()));
     kd_info ("listening endpoint=%s shards=%zu min_workers=%zu model=%s consistency=%s",
              zsock_endpoint (self->router), self->n_shards, self->min_workers,
              s_model_name (self), kd_config_str (config, "consistency"));
@@ -1461,6 +1531,8 @@ kd_scheduler_run (kd_config_t *config)
     self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
     self->next_status = now + (uint64_t) status_ms;
     zpoller_t *poller = zpoller_new (self->router, NULL);
+    if (kd_guard_socket (self->guard))
+        zpoller_add (poller, kd_guard_socket (self->guard));
     while (self->state != S_DONE && !zsys_interrupted) {
         //  A short tick bounds LSP windows and run-time limits.
         void *which = zpoller_wait (poller, 20);
@@ -1472,6 +1544,9 @@ kd_scheduler_run (kd_config_t *config)
                     break;
             }
         }
+        else
+        if (which && which == kd_guard_socket (self->guard))
+            kd_guard_on_event (self->guard);
         else
         if (zpoller_terminated (poller))
             break;
@@ -1502,7 +1577,9 @@ kd_scheduler_run (kd_config_t *config)
     zsock_set_linger (self->router, 1000);
     rc = 0;
 cleanup:
+    kd_guard_destroy (&self->guard);
     zsock_destroy (&self->router);
+    zhashx_destroy (&self->by_key);
     zhashx_destroy (&self->by_id);
     zhashx_destroy (&self->by_name);
     kd_controller_destroy (&self->ctl);

@@ -12,11 +12,12 @@
 */
 #include "kd_shard.h"
 #include "kd_checkpoint.h"
+#include "kd_guard.h"
 #include <cblas.h>
 #include <malloc.h>
+#include <math.h>
 
-#define S_MAX_STAGED    8192    //  staged gradients at most; more is refused
-#define S_MAX_PARKED    4096    //  parked pulls at most
+#define S_MAX_STAGED    8192    //  staged gradients at most (max-staged's bound)
 //  The model kind an external model's checkpoint records.
 #define S_KIND_EXTERNAL ((kd_model_kind_t) 0xFFFF)
 #define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
@@ -34,6 +35,7 @@
 typedef struct {
     uint64_t rank;              //  worker rank
     uint64_t clock;             //  its clock
+    uint64_t peer;              //  hash of the routing id that staged it
     zframe_t *frame;            //  the received gradient; NULL = free slot
 } s_slot_t;
 
@@ -42,6 +44,8 @@ typedef struct {
 typedef struct {
     s_slot_t *slots;            //  S_STAGE_SLOTS slots, allocated at first use
     size_t count;               //  slots in use
+    size_t bytes;               //  gradient bytes they hold
+    zhashx_t *by_peer;          //  peer hash (hex) -> gradients it staged
 } s_stage_t;
 
 //  The parameter buffer as lent to PULL_OK frames that ZeroMQ has not sent
@@ -85,6 +89,14 @@ typedef struct {
     s_lent_t *lent;             //  params as lent to frames, or NULL
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
     uint64_t pushes, commits, pulls, errors;  //  counters for the log and STATS
+    uint64_t refused, clipped, limited;  //  poisoned gradients and per-peer refusals
+    kd_guard_t *guard;          //  connection and malformed-input limits
+    size_t max_staged;          //  max-staged
+    size_t max_staged_bytes;    //  max-staged-bytes
+    size_t max_staged_peer;     //  max-staged-per-peer
+    size_t max_parked;          //  max-parked
+    double max_norm;            //  max-grad-norm (0: off)
+    bool norm_refuse;           //  grad-norm-action refuse (else clip)
     uint64_t bytes_in, bytes_out;   //  gradient and parameter data, for STATS
     uint64_t ckpt_wall_ms;      //  wall ms of the newest checkpoint (0: none)
     bool stop;                  //  STOP received
@@ -144,19 +156,54 @@ s_staged_find (self_t *self, uint64_t rank, uint64_t clock)
     return s_stage_probe (&self->staged, rank, clock)->frame;
 }
 
-//  Stage a gradient, replacing one staged under the same key.  Takes
-//  ownership of *frame_p.  The caller keeps the count at S_MAX_STAGED at
-//  most, so free slots always remain.
+//  Gradients a peer has staged now, and a change of that count.
+static size_t
+s_peer_staged (s_stage_t *stage, uint64_t peer)
+{
+    char key [17];
+    snprintf (key, sizeof key, "%016llx", (unsigned long long) peer);
+    return stage->by_peer ? (size_t) (uintptr_t) zhashx_lookup (stage->by_peer, key) : 0;
+}
+
 static void
-s_staged_put (self_t *self, uint64_t rank, uint64_t clock, zframe_t **frame_p)
+s_peer_add (s_stage_t *stage, uint64_t peer, int delta)
+{
+    char key [17];
+    snprintf (key, sizeof key, "%016llx", (unsigned long long) peer);
+    if (!stage->by_peer)
+        stage->by_peer = zhashx_new ();
+    uintptr_t n = (uintptr_t) zhashx_lookup (stage->by_peer, key);
+    n = delta < 0 ? (n > 0 ? n - 1 : 0) : n + 1;
+    if (n == 0)
+        zhashx_delete (stage->by_peer, key);
+    else
+        zhashx_update (stage->by_peer, key, (void *) n);
+}
+
+//  Drop a slot's gradient and its accounting.
+static void
+s_slot_clear (s_stage_t *stage, s_slot_t *slot)
+{
+    stage->bytes -= zframe_size (slot->frame);
+    s_peer_add (stage, slot->peer, -1);
+    zframe_destroy (&slot->frame);
+}
+
+//  Stage a gradient from peer, replacing one staged under the same key.
+//  Takes ownership of *frame_p.  The caller keeps the count at S_MAX_STAGED
+//  at most, so free slots always remain.
+static void
+s_staged_put (self_t *self, uint64_t rank, uint64_t clock, uint64_t peer, zframe_t **frame_p)
 {
     s_slot_t *slot = s_stage_probe (&self->staged, rank, clock);
     if (slot->frame)
-        zframe_destroy (&slot->frame);
+        s_slot_clear (&self->staged, slot);
     else
         self->staged.count++;
     assert (self->staged.count < S_STAGE_SLOTS);
-    *slot = (s_slot_t) { .rank = rank, .clock = clock, .frame = *frame_p };
+    *slot = (s_slot_t) { .rank = rank, .clock = clock, .peer = peer, .frame = *frame_p };
+    self->staged.bytes += zframe_size (*frame_p);
+    s_peer_add (&self->staged, peer, 1);
     *frame_p = NULL;
 }
 
@@ -169,7 +216,7 @@ s_staged_remove (self_t *self, uint64_t rank, uint64_t clock)
     s_slot_t *slot = s_stage_probe (stage, rank, clock);
     if (!slot->frame)
         return;
-    zframe_destroy (&slot->frame);
+    s_slot_clear (stage, slot);
     stage->count--;
     size_t hole = (size_t) (slot - stage->slots);
     size_t i = (hole + 1) & (S_STAGE_SLOTS - 1);
@@ -202,6 +249,9 @@ s_staged_purge (self_t *self)
         for (size_t i = 0; i < S_STAGE_SLOTS; i++)
             zframe_destroy (&self->staged.slots [i].frame);
     self->staged.count = 0;
+    self->staged.bytes = 0;
+    if (self->staged.by_peer)
+        zhashx_purge (self->staged.by_peer);
 }
 
 //  Forget every staged gradient and free the table.
@@ -211,6 +261,7 @@ s_staged_destroy (self_t *self)
     s_staged_purge (self);
     free (self->staged.slots);
     self->staged.slots = NULL;
+    zhashx_destroy (&self->staged.by_peer);
 }
 
 //  Keep large freed blocks in the heap for reuse instead of mapping and
@@ -795,7 +846,7 @@ s_on_scheduler (self_t *self)
 //  acknowledged without applying it again; a worker that rejoined and
 //  computes an old clock again does so on a newer base, and is applied.
 static void
-s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock)
+s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock, const float *g)
 {
     uint64_t base = kd_msg_uint (msg, KD_F_BASE);
     if (!self->last_push) {
@@ -808,8 +859,6 @@ s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock)
         kd_debug ("push retry rank=%llu clock=%llu", (unsigned long long) rank,
                   (unsigned long long) clock);
     else {
-        size_t count = 0;
-        const float *g = kd_msg_data_floats (msg, &count);
         double one = 1.0;
         s_apply_step (self, 1, &g, &one);
         self->version++;
@@ -830,6 +879,71 @@ s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock)
     kd_peer_set_samples (self->peer, self->samples);
     s_checkpoint (self, false);
     s_release_parked (self);
+}
+
+//  Hash of a routing id: the peer a staged gradient is charged to.
+static uint64_t
+s_peer_hash (zframe_t *routing_id)
+{
+    uint64_t h = 1469598103934665603ull;
+    const uint8_t *data = routing_id ? zframe_data (routing_id) : NULL;
+    size_t n = routing_id ? zframe_size (routing_id) : 0;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ data [i]) * 1099511628211ull;
+    return h;
+}
+
+//  Refuse a poisoned gradient for good: ERROR 406, which a client does not
+//  retry, and a log line naming the worker.
+static void
+s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char *why)
+{
+    char reason [160];
+    snprintf (reason, sizeof reason, "gradient refused rank=%llu clock=%llu: %s",
+              (unsigned long long) rank, (unsigned long long) clock, why);
+    self->refused++;
+    self->errors++;
+    kd_warn ("refused rank=%llu clock=%llu: %s", (unsigned long long) rank,
+             (unsigned long long) clock, why);
+    //  The clock tells the worker which push this answers, so a late
+    //  answer to an old push cannot fail a newer one.
+    kd_msg_t *reply = kd_msg_new_error (id, KD_ERR_REFUSED, reason);
+    kd_msg_set_uint (reply, KD_F_CLOCK, clock);
+    kd_msg_send (&reply, self->router);
+}
+
+//  Check a gradient slice before it is staged or applied.  Returns false
+//  when it was refused (NaN or Inf, or a norm over max-grad-norm under
+//  grad-norm-action refuse); a norm over the bound is otherwise scaled
+//  down to it, in place.
+static bool
+s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, float *g, size_t n)
+{
+    double sumsq = kd_sumsq (g, n);
+    if (!isfinite (sumsq)) {
+        s_refuse (self, id, rank, clock, "not finite (NaN or Inf)");
+        return false;
+    }
+    double norm = sqrt (sumsq);
+    if (self->max_norm > 0 && norm > self->max_norm) {
+        if (self->norm_refuse) {
+            char why [96];
+            snprintf (why, sizeof why, "norm %.6g over max-grad-norm %.6g", norm, self->max_norm);
+            s_refuse (self, id, rank, clock, why);
+            return false;
+        }
+        cblas_sscal ((int) n, (float) (self->max_norm / norm), g, 1);
+        self->clipped++;
+    }
+    return true;
+}
+
+//  Refuse a request that a per-peer limit stops: ERROR 429, retried later.
+static void
+s_limit (self_t *self, zframe_t *id, const char *reason)
+{
+    self->limited++;
+    s_error (self, id, KD_ERR_LIMIT, reason);
 }
 
 //  PUSH: stage a gradient slice.  Idempotent per (rank, clock).
@@ -858,16 +972,40 @@ s_on_push (self_t *self, kd_msg_t *msg)
     //  that clock on a newer model.  A worker sends ARRIVE only after every
     //  shard acknowledged, so no retry can come after its commit.  The
     //  received frame itself is staged, and a commit hands it to BLAS.
-    if (!s_staged_find (self, rank, clock) && s_staged_count (self) >= S_MAX_STAGED) {
-        s_error (self, id, KD_ERR_UNAVAILABLE, "too many staged gradients");
+    uint64_t peer = s_peer_hash (id);
+    bool replaces = s_staged_find (self, rank, clock) != NULL;
+    if (!self->direct && !replaces) {
+        char reason [128];
+        if (s_staged_count (self) >= self->max_staged) {
+            snprintf (reason, sizeof reason, "too many staged gradients (max-staged=%zu)", self->max_staged);
+            s_limit (self, id, reason);
+            return;
+        }
+        if (s_peer_staged (&self->staged, peer) >= self->max_staged_peer) {
+            snprintf (reason, sizeof reason, "too many staged gradients from this peer "
+                      "(max-staged-per-peer=%zu)", self->max_staged_peer);
+            s_limit (self, id, reason);
+            return;
+        }
+        if (self->staged.bytes + count * sizeof (float) > self->max_staged_bytes) {
+            snprintf (reason, sizeof reason, "staged gradients hold %zu bytes "
+                      "(max-staged-bytes=%zu)", self->staged.bytes, self->max_staged_bytes);
+            s_limit (self, id, reason);
+            return;
+        }
+    }
+    //  The received frame is ours to scale in place.
+    zframe_t *data = kd_msg_take_data (msg);
+    if (!s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count)) {
+        zframe_destroy (&data);
         return;
     }
     if (self->direct) {
-        s_push_direct (self, msg, rank, clock);
+        s_push_direct (self, msg, rank, clock, (const float *) zframe_data (data));
+        zframe_destroy (&data);
         return;
     }
-    zframe_t *data = kd_msg_take_data (msg);
-    s_staged_put (self, rank, clock, &data);
+    s_staged_put (self, rank, clock, peer, &data);
     self->pushes++;
     kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
     kd_msg_set_routing_id (ok, id);
@@ -892,17 +1030,20 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         s_send_params (self, kd_msg_routing_id (msg));
         return;
     }
-    if (zlistx_size (self->parked) >= S_MAX_PARKED) {
-        s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "too many parked pulls");
-        return;
-    }
-    //  One parked pull per peer: a retry replaces the one before.
+    //  One parked pull per peer: a retry replaces the one before, so a
+    //  peer can never hold more than one slot.
     for (s_parked_t *q = (s_parked_t *) zlistx_first (self->parked); q;
          q = (s_parked_t *) zlistx_next (self->parked))
         if (zframe_eq (q->routing_id, kd_msg_routing_id (msg))) {
             q->version = want;
             return;
         }
+    if (zlistx_size (self->parked) >= self->max_parked) {
+        char reason [96];
+        snprintf (reason, sizeof reason, "too many parked pulls (max-parked=%zu)", self->max_parked);
+        s_limit (self, kd_msg_routing_id (msg), reason);
+        return;
+    }
     s_parked_t *p = (s_parked_t *) zmalloc (sizeof *p);
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
@@ -951,6 +1092,11 @@ s_on_stats (self_t *self, kd_msg_t *msg)
         [KD_SC_BYTES_OUT] = self->bytes_out, [KD_SC_STAGED] = s_staged_count (self),
         [KD_SC_CHECKPOINTS] = self->ckpt_written,
         [KD_SC_CHECKPOINT_AGE_MS] = UINT64_MAX,
+        [KD_SC_REFUSED] = self->refused, [KD_SC_CLIPPED] = self->clipped,
+        [KD_SC_LIMITED] = self->limited,
+        [KD_SC_DISCONNECTS] = kd_guard_disconnects (self->guard),
+        [KD_SC_CONNECTIONS] = kd_guard_connections (self->guard),
+        [KD_SC_PARKED] = zlistx_size (self->parked),
     };
     uint64_t wall = kd_wall_ms ();
     if (self->ckpt_wall_ms)
@@ -971,12 +1117,13 @@ s_on_request (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_msg_recv (self->router, &msg, &id, &err);
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, NULL);
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
         return;
     }
+    zframe_destroy (&id);
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
@@ -1009,6 +1156,7 @@ s_on_request (self_t *self)
         char reason [96];
         snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNKNOWN_TYPE, reason);
+        kd_guard_strike (self->guard, kd_msg_routing_id (msg), reason);
     }
     kd_msg_destroy (&msg);
 }
@@ -1047,10 +1195,19 @@ kd_shard_run (kd_config_t *config)
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, max_msg);
     kd_curve_server (kd_curve_process (), self->router);
+    self->guard = kd_guard_new (self->router, "shard", (int) kd_config_int (config, "max-connections"),
+                                (int) kd_config_int (config, "max-malformed"));
+    self->max_staged = (size_t) kd_config_int (config, "max-staged");
+    self->max_staged_bytes = (size_t) kd_config_int (config, "max-staged-bytes");
+    self->max_staged_peer = (size_t) kd_config_int (config, "max-staged-per-peer");
+    self->max_parked = (size_t) kd_config_int (config, "max-parked");
+    self->max_norm = kd_config_double (config, "max-grad-norm");
+    self->norm_refuse = !strcmp (kd_config_str (config, "grad-norm-action"), "refuse");
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
         kd_error ("cannot bind endpoint=%s: %s", kd_config_str (config, "bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
     }
+    kd_warn_open_bind (kd_config_str (config, "bind"), kd_curve_enabled (kd_curve_process ()));
     if (kd_advertise_endpoint (self->router, kd_config_str (config, "advertise"),
                                self->endpoint, sizeof self->endpoint)) {
         kd_error ("cannot derive an endpoint to advertise");
@@ -1075,6 +1232,8 @@ kd_shard_run (kd_config_t *config)
     kd_peer_hello (self->peer);
 
     zpoller_t *poller = zpoller_new (self->router, kd_peer_socket (self->peer), NULL);
+    if (kd_guard_socket (self->guard))
+        zpoller_add (poller, kd_guard_socket (self->guard));
     while (!self->stop && !zsys_interrupted) {
         void *which = zpoller_wait (poller, kd_peer_timeout (self->peer) + 1);
         if (which == self->router) {
@@ -1091,6 +1250,9 @@ kd_shard_run (kd_config_t *config)
         if (which == kd_peer_socket (self->peer))
             s_on_scheduler (self);
         else
+        if (which && which == kd_guard_socket (self->guard))
+            kd_guard_on_event (self->guard);
+        else
         if (zpoller_terminated (poller))
             break;
         kd_peer_set_version (self->peer, self->version);
@@ -1101,11 +1263,14 @@ kd_shard_run (kd_config_t *config)
     zpoller_destroy (&poller);
     //  A clean stop loses nothing: the last version goes to disk.
     s_checkpoint (self, true);
-    kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu",
+    kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu "
+             "refused=%llu clipped=%llu limited=%llu disconnects=%llu",
              (unsigned long long) self->version, (unsigned long long) self->pushes,
              (unsigned long long) self->commits, (unsigned long long) self->pulls,
              (unsigned long long) self->errors, (unsigned long long) self->lost,
-             (unsigned long long) self->ckpt_written);
+             (unsigned long long) self->ckpt_written, (unsigned long long) self->refused,
+             (unsigned long long) self->clipped, (unsigned long long) self->limited,
+             (unsigned long long) kd_guard_disconnects (self->guard));
     rc = 0;
 cleanup:
     s_staged_destroy (self);
@@ -1114,6 +1279,7 @@ cleanup:
     free (self->step_weights);
     zlistx_destroy (&self->parked);
     kd_peer_destroy (&self->peer);
+    kd_guard_destroy (&self->guard);
     zsock_destroy (&self->router);
     s_params_free (self);
     kd_optimizer_destroy (&self->opt);

@@ -113,13 +113,8 @@ Test (services, local_cluster_trains_better_than_chance)
 static zsock_t *
 s_client (const char *endpoint)
 {
-    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    zsock_t *sock = kd_test_dealer (endpoint);
     cr_assert (sock);
-    zsock_set_rcvtimeo (sock, 3000);
-    //  A service that failed to start must fail the test, not hang it.
-    zsock_set_sndtimeo (sock, 3000);
-    zsock_set_linger (sock, 0);
-    cr_assert (zsock_connect (sock, "%s", endpoint) == 0);
     return sock;
 }
 
@@ -261,11 +256,14 @@ static void
 s_start_services (const s_endpoints_t *e, const char *flag, const char *value,
                   const char *log, pid_t pids [3])
 {
+    //  These tests count an answer to every malformed message, so the
+    //  disconnection of a peer that sends many (test_guards) is off.
     const char *a_sched [] = { "kudus-scheduler", "--bind", e->sched, "--shards", "1", "--min-workers", "1",
-                               flag, value, NULL };
-    const char *a_shard [] = { "kudus-shard", "--bind", e->shard, "--scheduler", e->sched, flag, value, NULL };
+                               "--max-malformed", "0", flag, value, NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", e->shard, "--scheduler", e->sched,
+                               "--max-malformed", "0", flag, value, NULL };
     const char *a_mon [] = { "kudus-monitor", "--bind", e->intake, "--pub-bind", e->pub,
-                             "--scheduler", e->sched, flag, value, NULL };
+                             "--scheduler", e->sched, "--max-malformed", "0", flag, value, NULL };
     pids [0] = kd_test_spawn (a_sched, log);
     pids [1] = kd_test_spawn (a_shard, log);
     pids [2] = kd_test_spawn (a_mon, log);
@@ -577,23 +575,6 @@ Test (services, killed_worker_does_not_stall_the_barrier)
 }
 
 //  Peak and current resident set of a process, in KiB (VmHWM, VmRSS).
-static void
-s_rss (pid_t pid, long *peak, long *now)
-{
-    char path [64], line [256];
-    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
-    *peak = *now = -1;
-    FILE *f = fopen (path, "r");
-    while (f && fgets (line, sizeof line, f)) {
-        if (!strncmp (line, "VmHWM:", 6))
-            *peak = atol (line + 6);
-        if (!strncmp (line, "VmRSS:", 6))
-            *now = atol (line + 6);
-    }
-    if (f)
-        fclose (f);
-}
-
 //  One malformed message of a seeded random kind.
 static void
 s_send_one_garbage (zsock_t *sock, unsigned *seed)
@@ -657,7 +638,7 @@ Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
     unsigned seed = 12345;
     for (int e = 0; e < 3; e++) {
         long peak0, now0, peak1, now1;
-        s_rss (pids [e], &peak0, &now0);
+        kd_test_rss (pids [e], &peak0, &now0);
         zsock_t *client = s_client (endpoints [e]);
         int asked = 0, answered = 0;
         for (int i = 1; i <= flood; i++) {
@@ -680,7 +661,7 @@ Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
             }
         }
         zsock_destroy (&client);
-        s_rss (pids [e], &peak1, &now1);
+        kd_test_rss (pids [e], &peak1, &now1);
         fprintf (stderr, "garbage flood: %s got %d malformed messages, answered %d/%d valid requests, "
                  "crashes 0, peak RSS %ld KiB (before %ld KiB)\n",
                  names [e], flood, answered, asked, peak1, peak0);

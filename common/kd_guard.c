@@ -1,0 +1,219 @@
+/*  kd_guard: per-peer limits at a service's ROUTER (see kd_guard.h).
+*/
+#include "kd_guard.h"
+#include "kd_log.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define S_MAX_TRACKED   65536   //  peers with strikes remembered at most
+#define S_MAX_BANNED    4096    //  disconnected peers remembered at most
+
+struct _kd_guard_t {
+    zsock_t *router;            //  the guarded socket (not ours)
+    zsock_t *monitor;           //  PAIR receiving its connection events
+    char service [32];          //  for the log
+    int max_connections;        //  0: no limit
+    int max_malformed;          //  0: never disconnect
+    size_t connections;         //  accepted and not yet disconnected
+    uint64_t disconnects;       //  connections we closed
+    zhashx_t *strikes;          //  routing id (hex) -> strikes, as a pointer-sized count
+    zhashx_t *banned;           //  routing id (hex) of peers we disconnected
+    kd_msg_source_t last;       //  source of the last request received
+    char last_id [520];         //  its routing id, hex
+};
+
+//  Hex text of a routing id, the key of both tables.
+static void
+s_key (zframe_t *routing_id, char *out, size_t size)
+{
+    static const char digits [] = "0123456789ABCDEF";
+    size_t n = routing_id ? zframe_size (routing_id) : 0;
+    const uint8_t *data = routing_id ? zframe_data (routing_id) : NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < n && at + 2 < size; i++) {
+        out [at++] = digits [data [i] >> 4];
+        out [at++] = digits [data [i] & 15];
+    }
+    out [at] = 0;
+}
+
+kd_guard_t *
+kd_guard_new (zsock_t *router, const char *service, int max_connections,
+              int max_malformed)
+{
+    assert (router);
+    kd_guard_t *self = (kd_guard_t *) zmalloc (sizeof (kd_guard_t));
+    self->router = router;
+    snprintf (self->service, sizeof self->service, "%s", service ? service : "service");
+    self->max_connections = max_connections > 0 ? max_connections : 0;
+    self->max_malformed = max_malformed > 0 ? max_malformed : 0;
+    self->strikes = zhashx_new ();
+    self->banned = zhashx_new ();
+    self->last.fd = -1;
+    //  The monitor's endpoint is private to this guard.
+    char endpoint [64];
+    snprintf (endpoint, sizeof endpoint, "inproc://kd-guard-%p", (void *) self);
+    if (zmq_socket_monitor (zsock_resolve (router), endpoint,
+                            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) == 0) {
+        self->monitor = zsock_new (ZMQ_PAIR);
+        if (self->monitor && zsock_connect (self->monitor, "%s", endpoint) != 0)
+            zsock_destroy (&self->monitor);
+    }
+    if (!self->monitor)
+        kd_warn ("%s: cannot watch connections: %s; the connection limit is off",
+                 self->service, zmq_strerror (zmq_errno ()));
+    return self;
+}
+
+void
+kd_guard_destroy (kd_guard_t **self_p)
+{
+    assert (self_p);
+    kd_guard_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->monitor) {
+        zmq_socket_monitor (zsock_resolve (self->router), NULL, 0);
+        zsock_destroy (&self->monitor);
+    }
+    zhashx_destroy (&self->strikes);
+    zhashx_destroy (&self->banned);
+    free (self);
+    *self_p = NULL;
+}
+
+zsock_t *
+kd_guard_socket (kd_guard_t *self)
+{
+    assert (self);
+    return self->monitor;
+}
+
+//  Shut a connection down if fd is still a TCP socket to address (libzmq
+//  may have closed and reused the descriptor since the request came in).
+//  Returns true when it was shut down.
+static bool
+s_shutdown (int fd, const char *address)
+{
+    if (fd < 0)
+        return false;
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (getpeername (fd, (struct sockaddr *) &peer, &len) != 0)
+        return false;
+    if (address && *address) {
+        char text [INET6_ADDRSTRLEN] = "";
+        if (peer.ss_family == AF_INET)
+            inet_ntop (AF_INET, &((struct sockaddr_in *) &peer)->sin_addr, text, sizeof text);
+        else
+        if (peer.ss_family == AF_INET6)
+            inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &peer)->sin6_addr, text, sizeof text);
+        if (strcmp (text, address))
+            return false;
+    }
+    return shutdown (fd, SHUT_RDWR) == 0;
+}
+
+void
+kd_guard_on_event (kd_guard_t *self)
+{
+    assert (self);
+    if (!self->monitor)
+        return;
+    zmsg_t *event = zmsg_recv (self->monitor);
+    if (!event)
+        return;
+    zframe_t *head = zmsg_first (event);
+    if (head && zframe_size (head) == 6) {
+        uint16_t id;
+        uint32_t value;
+        memcpy (&id, zframe_data (head), 2);
+        memcpy (&value, zframe_data (head) + 2, 4);
+        if (id == ZMQ_EVENT_ACCEPTED) {
+            self->connections++;
+            if (self->max_connections && self->connections > (size_t) self->max_connections) {
+                //  Closed at once: it will show up as disconnected, which
+                //  takes it off the count again.
+                kd_warn ("%s: connection refused: %zu open, max-connections=%d",
+                         self->service, self->connections - 1, self->max_connections);
+                if (s_shutdown ((int) value, NULL))
+                    self->disconnects++;
+            }
+        }
+        else
+        if (id == ZMQ_EVENT_DISCONNECTED && self->connections > 0)
+            self->connections--;
+    }
+    zmsg_destroy (&event);
+}
+
+int
+kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
+               kd_msg_err_t *err, kd_msg_source_t *src)
+{
+    assert (self);
+    zframe_t *id = NULL;
+    int rc = kd_msg_recv_from (zsock_resolve (self->router), out, &id, err, &self->last);
+    //  A decoded message holds its routing id; a malformed one hands it back.
+    s_key (rc == 0 ? kd_msg_routing_id (*out) : id, self->last_id, sizeof self->last_id);
+    if (src)
+        *src = self->last;
+    if (rc != -1 && zhashx_lookup (self->banned, self->last_id)) {
+        //  What a disconnected peer had queued is dropped unread.
+        kd_msg_destroy (out);
+        zframe_destroy (&id);
+        return -1;
+    }
+    if (rc == -2 && id)
+        kd_guard_strike (self, id, err->reason);
+    if (routing_p)
+        *routing_p = id;
+    else
+        zframe_destroy (&id);
+    return rc;
+}
+
+bool
+kd_guard_strike (kd_guard_t *self, zframe_t *routing_id, const char *reason)
+{
+    assert (self);
+    if (!self->max_malformed || !routing_id)
+        return false;
+    char key [520];
+    s_key (routing_id, key, sizeof key);
+    if (zhashx_lookup (self->banned, key))
+        return false;
+    if (zhashx_size (self->strikes) >= S_MAX_TRACKED)
+        zhashx_purge (self->strikes);
+    uintptr_t strikes = (uintptr_t) zhashx_lookup (self->strikes, key) + 1;
+    zhashx_update (self->strikes, key, (void *) strikes);
+    if (strikes < (uintptr_t) self->max_malformed)
+        return false;
+    zhashx_delete (self->strikes, key);
+    if (zhashx_size (self->banned) >= S_MAX_BANNED)
+        zhashx_purge (self->banned);
+    zhashx_insert (self->banned, key, (void *) 1);
+    //  The descriptor is only known for the request just received.
+    bool closed = !strcmp (key, self->last_id) && s_shutdown (self->last.fd, self->last.address);
+    self->disconnects++;
+    kd_warn ("%s: peer disconnected after %d malformed messages peer=%s address=%s key=%s "
+             "closed=%s last=\"%s\"", self->service, self->max_malformed, key,
+             *self->last.address ? self->last.address : "?", *self->last.user ? self->last.user : "-",
+             closed ? "yes" : "no", reason ? reason : "");
+    return true;
+}
+
+size_t
+kd_guard_connections (kd_guard_t *self)
+{
+    assert (self);
+    return self->connections;
+}
+
+uint64_t
+kd_guard_disconnects (kd_guard_t *self)
+{
+    assert (self);
+    return self->disconnects;
+}

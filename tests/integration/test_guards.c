@@ -1,0 +1,619 @@
+/*  Poisoned and absurd input from a peer, on the real binaries.
+
+    A scheduler and one shard (softmax, plain SGD at lr 0.5, so that an
+    applied gradient shows in the parameters exactly) take requests from a
+    DEALER the test drives:
+
+    - gradients with NaN or Inf are refused with ERROR 406, never applied,
+      and counted in the shard's STATS;
+    - max-grad-norm clips a slice to the bound, or refuses it;
+    - one peer's flood of 5,000 staged gradients and 5,000 parked pulls is
+      held to its per-peer limits, in bounded memory, while another peer
+      is served;
+    - a peer that keeps sending malformed messages is disconnected, and one
+      past max-connections is closed at once;
+    - a key (here: an address) registers at most max-registrations-per-key
+      names;
+    - a bind beyond loopback without CURVE logs a warning;
+    - a whole training run flooded from the side reaches the accuracy of
+      the same run unflooded.
+
+    Each test prints a FIGURE line that the README's reliability table
+    quotes.
+*/
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "kd_internal.h"
+#include "kd_testutil.h"
+
+#define S_PARAMS    7850        //  softmax parameters
+#define S_LR        0.5         //  the scheduler's learning rate
+#define S_MAX_PIDS  8
+
+static char *s_dir;
+static int s_port;
+static pid_t s_pids [S_MAX_PIDS];
+static int s_n_pids;
+static char s_sched [64], s_shard [64], s_log [256];
+
+static void
+setup (void)
+{
+    s_dir = kd_test_tmpdir ();
+    cr_assert (s_dir);
+    s_port = kd_test_base_port ();
+    s_n_pids = 0;
+    snprintf (s_sched, sizeof s_sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (s_shard, sizeof s_shard, "tcp://127.0.0.1:%d", s_port + 100);
+    snprintf (s_log, sizeof s_log, "%s/services.log", s_dir);
+}
+
+static void
+teardown (void)
+{
+    for (int i = 0; i < s_n_pids; i++)
+        kd_test_kill (s_pids [i]);
+    s_n_pids = 0;
+    free (s_dir);
+}
+
+TestSuite (guards, .init = setup, .fini = teardown, .timeout = 200);
+
+static pid_t
+s_spawn (const char *const *argv)
+{
+    pid_t pid = kd_test_spawn (argv, s_log);
+    cr_assert (pid > 0 && s_n_pids < S_MAX_PIDS);
+    s_pids [s_n_pids++] = pid;
+    return pid;
+}
+
+//  A DEALER with timeouts, so a dead service fails the test.
+static zsock_t *
+s_dealer (const char *endpoint)
+{
+    zsock_t *sock = kd_test_dealer (endpoint);
+    cr_assert (sock, "cannot connect to %s", endpoint);
+    return sock;
+}
+
+//  The next message, or NULL after the receive timeout.
+static kd_msg_t *
+s_recv (zsock_t *sock)
+{
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    return kd_msg_recv (sock, &msg, NULL, &err) == 0 ? msg : NULL;
+}
+
+//  PULL any version into params; returns the version.
+static uint64_t
+s_pull (zsock_t *sock, float *params)
+{
+    kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (req, KD_F_VERSION, 0);
+    kd_msg_send (&req, sock);
+    kd_msg_t *reply = s_recv (sock);
+    cr_assert (reply && kd_msg_type (reply) == KD_MSG_PULL_OK, "no PULL_OK");
+    size_t n = 0;
+    const float *data = kd_msg_data_floats (reply, &n);
+    cr_assert_eq (n, S_PARAMS);
+    memcpy (params, data, n * sizeof (float));
+    uint64_t version = kd_msg_uint (reply, KD_F_VERSION);
+    kd_msg_destroy (&reply);
+    return version;
+}
+
+//  Send a PUSH of the whole softmax model's gradient (one shard holds it).
+static void
+s_push (zsock_t *sock, uint64_t rank, uint64_t clock, const float *g)
+{
+    kd_msg_t *req = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (req, KD_F_RANK, rank);
+    kd_msg_set_uint (req, KD_F_CLOCK, clock);
+    kd_msg_set_uint (req, KD_F_BASE, 0);
+    kd_msg_set_uint (req, KD_F_LO, 0);
+    kd_msg_set_uint (req, KD_F_SAMPLES, 32);
+    zframe_t *data = zframe_new (g, S_PARAMS * sizeof (float));
+    kd_msg_set_data (req, &data);
+    cr_assert_eq (kd_msg_send (&req, sock), 0);
+}
+
+//  The shard's counters.
+static void
+s_stats (zsock_t *sock, uint64_t counters [KD_SC_COUNT])
+{
+    kd_msg_t *req = kd_msg_new (KD_MSG_STATS);
+    kd_msg_send (&req, sock);
+    kd_msg_t *reply = NULL;
+    //  Answers to requests sent before may still be queued.
+    for (int i = 0; i < 10000 && !reply; i++) {
+        reply = s_recv (sock);
+        cr_assert (reply, "no STATS_OK");
+        if (kd_msg_type (reply) != KD_MSG_STATS_OK)
+            kd_msg_destroy (&reply);
+    }
+    size_t n = 0;
+    const uint64_t *c = kd_msg_uints (reply, KD_F_COUNTERS, &n);
+    cr_assert_eq (n, KD_SC_COUNT);
+    memcpy (counters, c, n * sizeof (uint64_t));
+    kd_msg_destroy (&reply);
+}
+
+//  A scheduler (softmax, consistency, plain SGD at S_LR, one shard) and
+//  its shard with extra flags; returns once the shard serves pulls.
+static pid_t
+s_start (const char *consistency, const char *const *shard_flags)
+{
+    const char *a_sched [] = { "kudus-scheduler", "--bind", s_sched, "--shards", "1", "--min-workers", "1",
+                               "--model", "softmax", "--consistency", consistency, "--optimizer", "sgd",
+                               "--momentum", "0", "--lr", "0.5", "--max-seconds", "150", NULL };
+    s_spawn (a_sched);
+    const char *a_shard [24] = { "kudus-shard", "--bind", s_shard, "--scheduler", s_sched };
+    int n = 5;
+    for (int i = 0; shard_flags && shard_flags [i] && n < 23; i++)
+        a_shard [n++] = shard_flags [i];
+    a_shard [n] = NULL;
+    pid_t shard = s_spawn (a_shard);
+    //  Registered once a PULL is served instead of refused.
+    zsock_t *probe = s_dealer (s_shard);
+    bool ready = false;
+    for (int i = 0; i < 50 && !ready; i++) {
+        kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (req, KD_F_VERSION, 0);
+        kd_msg_send (&req, probe);
+        kd_msg_t *reply = s_recv (probe);
+        ready = reply && kd_msg_type (reply) == KD_MSG_PULL_OK;
+        kd_msg_destroy (&reply);
+        if (!ready)
+            zclock_sleep (100);
+    }
+    zsock_destroy (&probe);
+    if (!ready)
+        kd_test_dump (s_log);
+    cr_assert (ready, "the shard never served a pull");
+    return shard;
+}
+
+static double
+s_norm (const float *v, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double) v [i] * v [i];
+    return sqrt (sum);
+}
+
+Test (guards, nan_and_inf_gradients_are_refused_and_never_applied)
+{
+    s_start ("asp", NULL);
+    zsock_t *sock = s_dealer (s_shard);
+    float *p0 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *p1 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    cr_assert_eq (s_pull (sock, p0), 0);
+    const int sent = 60;
+    int refused = 0;
+    for (int i = 0; i < sent; i++) {
+        memset (g, 0, S_PARAMS * sizeof (float));
+        g [(size_t) i * 131 % S_PARAMS] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        g [7] = 0.25f;      //  finite values beside the poison
+        s_push (sock, 0, (uint64_t) i, g);
+        kd_msg_t *reply = s_recv (sock);
+        cr_assert (reply);
+        if (kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_CODE) == KD_ERR_REFUSED
+        &&  kd_msg_uint (reply, KD_F_CLOCK) == (uint64_t) i)
+            refused++;
+        kd_msg_destroy (&reply);
+    }
+    //  Nothing of them reached the parameters.
+    cr_expect_eq (s_pull (sock, p1), 0, "a refused gradient made a version");
+    cr_expect (memcmp (p0, p1, S_PARAMS * sizeof (float)) == 0, "a refused gradient was applied");
+    uint64_t c [KD_SC_COUNT];
+    s_stats (sock, c);
+    cr_expect_eq (c [KD_SC_REFUSED], (uint64_t) sent);
+    //  A finite gradient is applied as before: p1 = p0 - lr g.
+    for (size_t k = 0; k < S_PARAMS; k++)
+        g [k] = (float) (k % 7) * 0.01f;
+    s_push (sock, 0, (uint64_t) sent, g);
+    kd_msg_t *ok = s_recv (sock);
+    cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
+    kd_msg_destroy (&ok);
+    cr_expect_eq (s_pull (sock, p1), 1);
+    for (size_t k = 0; k < S_PARAMS; k++)
+        cr_assert_float_eq (p1 [k], p0 [k] - (float) S_LR * g [k], 1e-6);
+    cr_expect_geq (kd_test_count (s_log, "refused rank=0 clock="), sent, "refusals not logged");
+    printf ("FIGURE guards: NaN/Inf pushes refused %d of %d, applied 0\n", refused, sent);
+    cr_expect_eq (refused, sent);
+    zsock_destroy (&sock);
+    free (p0);
+    free (p1);
+    free (g);
+}
+
+Test (guards, max_grad_norm_clips_a_slice_to_the_bound)
+{
+    const char *flags [] = { "--max-grad-norm", "1", "--grad-norm-action", "clip", NULL };
+    s_start ("asp", flags);
+    zsock_t *sock = s_dealer (s_shard);
+    float *p0 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *p1 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    s_pull (sock, p0);
+    g [0] = 6;
+    g [1] = 8;              //  norm 10
+    s_push (sock, 0, 0, g);
+    kd_msg_t *ok = s_recv (sock);
+    cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
+    kd_msg_destroy (&ok);
+    s_pull (sock, p1);
+    //  The step taken is lr times the gradient scaled to norm 1.
+    for (size_t k = 0; k < S_PARAMS; k++)
+        p1 [k] = (p0 [k] - p1 [k]) / (float) S_LR;
+    cr_expect_float_eq (s_norm (p1, S_PARAMS), 1.0, 1e-4);
+    cr_expect_float_eq (p1 [0], 0.6, 1e-4);
+    cr_expect_float_eq (p1 [1], 0.8, 1e-4);
+    uint64_t c [KD_SC_COUNT];
+    s_stats (sock, c);
+    cr_expect_eq (c [KD_SC_CLIPPED], 1);
+    cr_expect_eq (c [KD_SC_REFUSED], 0);
+    zsock_destroy (&sock);
+    free (p0);
+    free (p1);
+    free (g);
+}
+
+Test (guards, max_grad_norm_refuses_over_the_bound_and_applies_under_it)
+{
+    const char *flags [] = { "--max-grad-norm", "1", "--grad-norm-action", "refuse", NULL };
+    s_start ("asp", flags);
+    zsock_t *sock = s_dealer (s_shard);
+    float *p0 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *p1 = (float *) malloc (S_PARAMS * sizeof (float));
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    s_pull (sock, p0);
+    g [0] = 6;
+    g [1] = 8;
+    s_push (sock, 0, 0, g);
+    kd_msg_t *reply = s_recv (sock);
+    cr_assert (reply);
+    cr_expect_eq (kd_msg_type (reply), KD_MSG_ERROR);
+    cr_expect_eq (kd_msg_uint (reply, KD_F_CODE), KD_ERR_REFUSED);
+    kd_msg_destroy (&reply);
+    g [0] = 0.3f;
+    g [1] = 0.4f;           //  norm 0.5: applied as it is
+    s_push (sock, 0, 1, g);
+    reply = s_recv (sock);
+    cr_assert (reply && kd_msg_type (reply) == KD_MSG_PUSH_OK);
+    kd_msg_destroy (&reply);
+    cr_expect_eq (s_pull (sock, p1), 1);
+    cr_expect_float_eq (p1 [0], p0 [0] - (float) S_LR * 0.3f, 1e-6);
+    cr_expect_float_eq (p1 [1], p0 [1] - (float) S_LR * 0.4f, 1e-6);
+    uint64_t c [KD_SC_COUNT];
+    s_stats (sock, c);
+    cr_expect_eq (c [KD_SC_REFUSED], 1);
+    cr_expect_eq (c [KD_SC_CLIPPED], 0);
+    zsock_destroy (&sock);
+    free (p0);
+    free (p1);
+    free (g);
+}
+
+//  Memory a flood may add to the shard: 64 staged gradients of 31 KiB are
+//  2 MiB.  ASan holds freed memory in its quarantine (256 MB by default).
+#ifdef __SANITIZE_ADDRESS__
+#   define S_FLOOD_GROWTH_KIB   (300 * 1024)
+#else
+#   define S_FLOOD_GROWTH_KIB   (32 * 1024)
+#endif
+
+Test (guards, one_peers_flood_is_held_to_its_limits)
+{
+    pid_t shard = s_start ("lsp", NULL);
+    zsock_t *attacker = s_dealer (s_shard), *honest = s_dealer (s_shard);
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    float *params = (float *) malloc (S_PARAMS * sizeof (float));
+    g [3] = 0.5f;
+    long peak0, now0, peak1, now1;
+    kd_test_rss (shard, &peak0, &now0);
+    //  5,000 gradients staged under distinct clocks, 100 in flight.
+    const int flood = 5000, window = 100;
+    int staged = 0, limited = 0, other = 0;
+    for (int i = 0; i < flood; i += window) {
+        for (int j = i; j < i + window; j++)
+            s_push (attacker, 7, (uint64_t) j, g);
+        for (int j = i; j < i + window; j++) {
+            kd_msg_t *reply = s_recv (attacker);
+            cr_assert (reply, "the shard stopped answering the flood");
+            if (kd_msg_type (reply) == KD_MSG_PUSH_OK)
+                staged++;
+            else
+            if (kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_CODE) == KD_ERR_LIMIT)
+                limited++;
+            else
+                other++;
+            kd_msg_destroy (&reply);
+        }
+    }
+    //  5,000 pulls for a version that does not exist yet: each parks.
+    for (int i = 0; i < flood; i++) {
+        kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (req, KD_F_VERSION, 50 + (uint64_t) (i % 10));
+        kd_msg_send (&req, attacker);
+    }
+    //  The honest peer is served meanwhile: its push stages, its pull
+    //  answers, and the counters show the attacker's footprint.
+    s_push (honest, 1, 0, g);
+    kd_msg_t *ok = s_recv (honest);
+    cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK, "the honest push was not staged");
+    kd_msg_destroy (&ok);
+    cr_expect_eq (s_pull (honest, params), 0);
+    uint64_t c [KD_SC_COUNT];
+    s_stats (honest, c);
+    kd_test_rss (shard, &peak1, &now1);
+    printf ("FIGURE guards: flood of %d staged-gradient attempts: %d staged, %d refused (429); "
+            "%d parked-pull attempts: %llu parked; shard peak RSS %ld KiB (+%ld KiB)\n",
+            flood, staged, limited, flood, (unsigned long long) c [KD_SC_PARKED], peak1, peak1 - peak0);
+    cr_expect_eq (staged, 64, "max-staged-per-peer is 64");
+    cr_expect_eq (limited, flood - 64);
+    cr_expect_eq (other, 0);
+    cr_expect_eq (c [KD_SC_STAGED], 65, "64 of the attacker's and 1 honest");
+    cr_expect_eq (c [KD_SC_PARKED], 1, "one parked pull per peer");
+    cr_expect_eq (c [KD_SC_LIMITED], (uint64_t) (flood - 64));
+    cr_expect (peak1 - peak0 < S_FLOOD_GROWTH_KIB, "the shard grew by %ld KiB", peak1 - peak0);
+    zsock_destroy (&attacker);
+    zsock_destroy (&honest);
+    free (g);
+    free (params);
+}
+
+//  A socket monitor's next event of a kind within timeout_ms.
+static bool
+s_saw_event (zsock_t *monitor, int want, int timeout_ms)
+{
+    zsock_set_rcvtimeo (monitor, timeout_ms);
+    for (int i = 0; i < 50; i++) {
+        zmsg_t *event = zmsg_recv (monitor);
+        if (!event)
+            return false;
+        zframe_t *head = zmsg_first (event);
+        uint16_t id = 0;
+        if (head && zframe_size (head) >= 2)
+            memcpy (&id, zframe_data (head), 2);
+        zmsg_destroy (&event);
+        if (id == want)
+            return true;
+    }
+    return false;
+}
+
+Test (guards, a_peer_that_keeps_sending_garbage_is_disconnected)
+{
+    const char *flags [] = { "--max-malformed", "20", NULL };
+    s_start ("bsp", flags);
+    zsock_t *attacker = s_dealer (s_shard), *honest = s_dealer (s_shard);
+    //  Watch the attacker's own connection.
+    cr_assert_eq (zmq_socket_monitor (zsock_resolve (attacker), "inproc://guards-attacker",
+                                      ZMQ_EVENT_DISCONNECTED), 0);
+    zsock_t *monitor = zsock_new (ZMQ_PAIR);
+    cr_assert_eq (zsock_connect (monitor, "inproc://guards-attacker"), 0);
+    for (int i = 0; i < 25; i++) {
+        char junk [16];
+        snprintf (junk, sizeof junk, "junk %d", i);
+        zstr_send (attacker, junk);
+    }
+    cr_expect (s_saw_event (monitor, ZMQ_EVENT_DISCONNECTED, 5000),
+               "the shard kept the connection of a peer that sent 25 malformed messages");
+    float *params = (float *) malloc (S_PARAMS * sizeof (float));
+    cr_expect_eq (s_pull (honest, params), 0, "the shard stopped serving others");
+    uint64_t c [KD_SC_COUNT];
+    s_stats (honest, c);
+    cr_expect_geq (c [KD_SC_DISCONNECTS], 1);
+    cr_expect_eq (kd_test_count (s_log, "peer disconnected after 20 malformed messages"), 1);
+    printf ("FIGURE guards: a peer sending malformed messages is disconnected after 20 "
+            "(disconnects %llu), others served\n", (unsigned long long) c [KD_SC_DISCONNECTS]);
+    zmq_socket_monitor (zsock_resolve (attacker), NULL, 0);
+    zsock_destroy (&monitor);
+    zsock_destroy (&attacker);
+    zsock_destroy (&honest);
+    free (params);
+}
+
+Test (guards, connections_over_the_limit_are_closed)
+{
+    const char *flags [] = { "--max-connections", "3", NULL };
+    s_start ("bsp", flags);
+    //  The scheduler's connection to the shard is not one: the shard dials
+    //  the scheduler.  The start-up probe has closed; give the shard time
+    //  to see that.
+    zclock_sleep (300);
+    zsock_t *socks [5];
+    float *params = (float *) malloc (S_PARAMS * sizeof (float));
+    for (int i = 0; i < 3; i++) {
+        socks [i] = s_dealer (s_shard);
+        cr_assert_eq (s_pull (socks [i], params), 0);
+    }
+    for (int i = 3; i < 5; i++) {
+        socks [i] = s_dealer (s_shard);
+        zsock_set_rcvtimeo (socks [i], 1000);
+        kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (req, KD_F_VERSION, 0);
+        kd_msg_send (&req, socks [i]);
+        kd_msg_t *reply = s_recv (socks [i]);
+        cr_expect_null (reply, "a connection over max-connections was served");
+        kd_msg_destroy (&reply);
+    }
+    uint64_t c [KD_SC_COUNT];
+    s_stats (socks [0], c);
+    cr_expect_leq (c [KD_SC_CONNECTIONS], 3);
+    cr_expect_geq (c [KD_SC_DISCONNECTS], 2);
+    cr_expect_geq (kd_test_count (s_log, "connection refused"), 2);
+    printf ("FIGURE guards: max-connections 3: 3 served, 2 closed (disconnects %llu)\n",
+            (unsigned long long) c [KD_SC_DISCONNECTS]);
+    //  The three inside are still served.
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq (s_pull (socks [i], params), 0);
+    for (int i = 0; i < 5; i++)
+        zsock_destroy (&socks [i]);
+    free (params);
+}
+
+Test (guards, one_key_registers_a_bounded_number_of_names)
+{
+    const char *a_sched [] = { "kudus-scheduler", "--bind", s_sched, "--shards", "1", "--min-workers", "8",
+                               "--model", "softmax", "--max-registrations-per-key", "3",
+                               "--max-seconds", "150", NULL };
+    s_spawn (a_sched);
+    zsock_t *sock = s_dealer (s_sched);
+    int welcomed = 0, limited = 0;
+    for (int i = 0; i < 5; i++) {
+        kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+        char name [32];
+        snprintf (name, sizeof name, "squatter-%d", i);
+        kd_msg_set_str (hello, KD_F_ROLE, "worker");
+        kd_msg_set_str (hello, KD_F_NAME, name);
+        kd_msg_set_uint (hello, KD_F_SAMPLES, 60000);
+        kd_msg_send (&hello, sock);
+        kd_msg_t *reply = s_recv (sock);
+        cr_assert (reply, "no answer to HELLO %d", i);
+        if (kd_msg_type (reply) == KD_MSG_WELCOME)
+            welcomed++;
+        else
+        if (kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_CODE) == KD_ERR_LIMIT)
+            limited++;
+        kd_msg_destroy (&reply);
+    }
+    cr_expect_eq (welcomed, 3);
+    cr_expect_eq (limited, 2);
+    //  A name already registered by this key may register again (rejoin).
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "worker");
+    kd_msg_set_str (hello, KD_F_NAME, "squatter-1");
+    kd_msg_set_uint (hello, KD_F_SAMPLES, 60000);
+    kd_msg_send (&hello, sock);
+    kd_msg_t *reply = s_recv (sock);
+    cr_expect (reply && kd_msg_type (reply) == KD_MSG_WELCOME, "a rejoin was refused");
+    kd_msg_destroy (&reply);
+    cr_expect_eq (kd_test_count (s_log, "hello refused name=squatter-"), 2);
+    cr_expect_geq (kd_test_count (s_log, "too many registrations from key 127.0.0.1"), 2);
+    zsock_destroy (&sock);
+}
+
+Test (guards, a_bind_beyond_loopback_without_curve_warns)
+{
+    char wild [64], local [64];
+    snprintf (wild, sizeof wild, "tcp://*:%d", s_port + 150);
+    snprintf (local, sizeof local, "tcp://127.0.0.1:%d", s_port + 151);
+    const char *a_wild [] = { "kudus-shard", "--bind", wild, "--scheduler", s_sched, "--name", "wild", NULL };
+    const char *a_local [] = { "kudus-shard", "--bind", local, "--scheduler", s_sched, "--name", "local", NULL };
+    s_spawn (a_wild);
+    s_spawn (a_local);
+    zclock_sleep (800);
+    char needle [128];
+    snprintf (needle, sizeof needle, "bound %s without CURVE", wild);
+    cr_expect_eq (kd_test_count (s_log, needle), 1);
+    snprintf (needle, sizeof needle, "bound %s without CURVE", local);
+    cr_expect_eq (kd_test_count (s_log, needle), 0);
+}
+
+//  --------------------------------------------------------------------------
+//  A training run flooded from the side
+
+typedef struct {
+    char endpoint [64];         //  the shard to flood
+    uint64_t lo, count;         //  its key range
+    int staged_attempts;        //  what the flood sent
+    int pull_attempts;
+} s_flood_t;
+
+//  Flood a shard until told to stop, or 5,000 of each were sent: staged
+//  gradients under a rank no worker has, and pulls of versions far ahead.
+static void
+s_flood_actor (zsock_t *pipe, void *args)
+{
+    s_flood_t *flood = (s_flood_t *) args;
+    zsock_signal (pipe, 0);
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    zsock_set_linger (sock, 0);
+    zsock_set_sndtimeo (sock, 100);
+    zsock_connect (sock, "%s", flood->endpoint);
+    float *g = (float *) calloc (flood->count, sizeof (float));
+    g [0] = 1.0f;
+    zpoller_t *poller = zpoller_new (pipe, NULL);
+    uint64_t clock = 0;
+    while (!zpoller_wait (poller, 10) && !zpoller_terminated (poller)) {
+        for (int i = 0; i < 40 && flood->staged_attempts < 5000; i++) {
+            kd_msg_t *req = kd_msg_new (KD_MSG_PUSH);
+            kd_msg_set_uint (req, KD_F_RANK, 200);
+            kd_msg_set_uint (req, KD_F_CLOCK, clock++);
+            kd_msg_set_uint (req, KD_F_BASE, 0);
+            kd_msg_set_uint (req, KD_F_LO, flood->lo);
+            zframe_t *data = zframe_new (g, flood->count * sizeof (float));
+            kd_msg_set_data (req, &data);
+            if (kd_msg_send (&req, sock) == 0)
+                flood->staged_attempts++;
+            req = kd_msg_new (KD_MSG_PULL);
+            kd_msg_set_uint (req, KD_F_VERSION, 50000 + clock);
+            if (kd_msg_send (&req, sock) == 0)
+                flood->pull_attempts++;
+        }
+        //  Whatever came back is read and thrown away.
+        while (zsock_events (sock) & ZMQ_POLLIN) {
+            zmsg_t *reply = zmsg_recv (sock);
+            zmsg_destroy (&reply);
+        }
+    }
+    zpoller_destroy (&poller);
+    free (g);
+    zsock_destroy (&sock);
+}
+
+//  Train softmax for one epoch under BSP with a fixed seed, with or
+//  without a flood of shard 0; the test accuracy of the summary.
+static double
+s_train (bool flooded, s_flood_t *flood)
+{
+    char summary [256], base [16];
+    snprintf (summary, sizeof summary, "%s/summary-%s.json", s_dir, flooded ? "flooded" : "clean");
+    snprintf (base, sizeof base, "%d", s_port);
+    const char *argv [] = { "kudus", "local", "--model", "softmax", "--epochs", "1", "--workers", "4",
+                            "--shards", "2", "--consistency", "bsp", "--seed", "7", "--base-port", base,
+                            "--quiet", "true", "--summary", summary, NULL };
+    pid_t pid = s_spawn (argv);
+    zactor_t *actor = NULL;
+    if (flooded) {
+        //  Shard 0 holds the first half of the model.
+        uint64_t hi;
+        kd_range_split (S_PARAMS, 2, 0, &flood->lo, &hi);
+        flood->count = hi - flood->lo;
+        snprintf (flood->endpoint, sizeof flood->endpoint, "tcp://127.0.0.1:%d", s_port + 100);
+        actor = zactor_new (s_flood_actor, flood);
+    }
+    int status = -1;
+    bool exited = kd_test_wait (pid, 150000, &status);
+    zactor_destroy (&actor);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        kd_test_dump (s_log);
+    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
+    char *text = kd_test_slurp (summary);
+    cr_assert (text, "no summary %s", summary);
+    double accuracy = kd_test_json_number (text, "test_accuracy");
+    free (text);
+    return accuracy;
+}
+
+Test (guards, a_flooded_training_run_reaches_the_unflooded_accuracy, .timeout = 400)
+{
+    s_flood_t flood = { .staged_attempts = 0 };
+    double clean = s_train (false, NULL);
+    double flooded = s_train (true, &flood);
+    printf ("FIGURE guards: softmax, 1 epoch, BSP, seed 7: accuracy %.4f unflooded, %.4f under a flood "
+            "of %d staged-gradient and %d parked-pull attempts\n",
+            clean, flooded, flood.staged_attempts, flood.pull_attempts);
+    cr_expect (isfinite (clean) && clean > 0.7, "the clean run did not train (%.4f)", clean);
+    cr_expect_geq (flood.staged_attempts, 1000, "the flood barely ran");
+    cr_expect (fabs (clean - flooded) <= 0.003, "accuracy %.4f flooded against %.4f", flooded, clean);
+}
