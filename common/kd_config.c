@@ -182,6 +182,8 @@ static const kd_setting_t s_table [] = {
       S_WRK | S_MON | S_LOC, "directory with the Fashion-MNIST IDX files" },
 
     //  Workers and heterogeneity
+    { "inject-nan-every", KD_CT_INT, "0", 0, 1000000000, NULL, S_WRK | S_LOC,
+      "fault injection: every Nth gradient of a built-in worker gets a NaN (0 = never)" },
     { "delay-ms", KD_CT_DOUBLE, "0", 0, 600000, NULL, S_WRK | S_LOC,
       "emulated compute per iteration: the gradient takes this long, real work included, times the speed factor" },
     { "speed", KD_CT_STRING, "", 0, 4096, NULL, S_WRK,

@@ -76,6 +76,7 @@ typedef struct {
     uint64_t gclock;            //  its group's clock when it was released
     kd_lease_t lease;           //  the rows it was computed on
     uint32_t samples;           //  n_i
+    bool refused;               //  a shard refused it: only ever dropped
 } s_grad_t;
 
 //  What the controller knows about one rank.
@@ -699,7 +700,8 @@ s_drop (kd_controller_t *self, uint32_t rank, const s_grad_t *grad)
         .rank = rank, .clock = grad->clock, .weight = 0,
         .staleness = self->version - grad->base, .samples = grad->samples
     };
-    self->dropped++;
+    if (!grad->refused)
+        self->dropped++;
     if (self->sampler)
         kd_sampler_give_back (self->sampler, grad->lease);
 }
@@ -711,7 +713,7 @@ s_drop (kd_controller_t *self, uint32_t rank, const s_grad_t *grad)
 static bool
 s_take (kd_controller_t *self, uint32_t rank, const s_grad_t *grad, uint64_t gclock)
 {
-    if (gclock - grad->gclock > s_bound (self)) {
+    if (grad->refused || gclock - grad->gclock > s_bound (self)) {
         s_drop (self, rank, grad);
         return false;
     }
@@ -962,13 +964,13 @@ s_evaluate (kd_controller_t *self, uint64_t now)
 //  drop it, and release the worker at once.
 static void
 s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t samples,
-                uint64_t now)
+                bool refused, uint64_t now)
 {
     s_worker_t *worker = &self->workers [rank];
     s_group_t *group = &self->groups [worker->group];
     s_grad_t grad = {
         .clock = worker->clock, .base = base, .gclock = worker->gclock,
-        .lease = worker->lease, .samples = samples
+        .lease = worker->lease, .samples = samples, .refused = refused
     };
     worker->lease = (kd_lease_t) { 0 };
     uint64_t missed = group->clock - worker->gclock;
@@ -982,7 +984,7 @@ s_arrive_phase (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t sa
         self->n_waiting++;
     }
     else
-    if (missed <= s_bound (self)) {
+    if (missed <= s_bound (self) && !refused) {
         //  A commit of its group flushes every late gradient of the group,
         //  and a worker can only be late again after such a commit.
         assert (!worker->has_late);
@@ -1434,7 +1436,7 @@ kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
     if (now_ms > worker->t_release)
         s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
     if (s_phased (self))
-        s_arrive_phase (self, rank, base, n, now_ms);
+        s_arrive_phase (self, rank, base, n, false, now_ms);
     else
         s_arrive_now (self, rank, base, n, now_ms);
     s_finish (self, now_ms);
@@ -1452,29 +1454,25 @@ kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
     s_begin (self, now_ms);
     if (now_ms > worker->t_release)
         s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
-    //  As for a dropped gradient, the worker takes its next lease before
-    //  the refused one goes back, so it is not handed the same rows again.
-    kd_lease_t lease = worker->lease;
-    worker->lease = (kd_lease_t) { 0 };
     self->refused++;
-    if (s_phased (self)) {
-        s_grad_t grad = { .clock = worker->clock, .base = base, .gclock = worker->gclock,
-                          .samples = lease.count };
-        s_drop (self, rank, &grad);
-        self->dropped--;        //  counted as refused, not as dropped
-        s_flush_drops (self);
-        s_release (self, rank, worker->clock + 1, true, now_ms);
-    }
+    if (s_phased (self))
+        //  It still counts at the barrier, as the worker did its
+        //  iteration, but it is only ever named in drops, never committed:
+        //  BSP stays in lockstep and its rows go back when it is dropped.
+        s_arrive_phase (self, rank, base, worker->lease.count, true, now_ms);
     else {
         //  ASP/SSP: a shard that accepted its slice applied it; the refused
-        //  slices were not, so the rows go back to be learned in full.
+        //  slices were not, so the rows go back to be learned in full, once
+        //  the worker took its next lease.
+        kd_lease_t lease = worker->lease;
+        worker->lease = (kd_lease_t) { 0 };
         worker->state = S_WAITING;
         self->n_waiting++;
         s_track (self, rank);
         s_release_bounded (self, now_ms);
+        if (self->sampler)
+            kd_sampler_give_back (self->sampler, lease);
     }
-    if (self->sampler)
-        kd_sampler_give_back (self->sampler, lease);
     s_finish (self, now_ms);
     return 0;
 }

@@ -30,6 +30,26 @@ struct _kd_curve_t {
 };
 
 static kd_curve_t *s_process = NULL;    //  the instance of this process
+static const char *s_identity = "worker";   //  whose client key kd_curve_new loads
+
+//  The roles keygen issues keys for, and the file of each.
+static const struct {
+    const char *role, *file;
+} s_role_files [] = {
+    { "worker", KD_CURVE_CLIENT_CERT }, { "scheduler", "scheduler.cert" },
+    { "shard", "shard.cert" }, { "monitor", "monitor.cert" }, { "observer", "observer.cert" }
+};
+#define S_ROLES (sizeof s_role_files / sizeof s_role_files [0])
+
+//  File of a role's key pair, or NULL for an unknown role.
+static const char *
+s_role_file (const char *role)
+{
+    for (size_t i = 0; i < S_ROLES; i++)
+        if (!strcmp (s_role_files [i].role, role))
+            return s_role_files [i].file;
+    return NULL;
+}
 static bool s_auth_running = false;     //  one ZAP handler per process
 
 //  ---------------------------------------------------------------------
@@ -160,7 +180,21 @@ s_check_allowed (const char *dir, size_t *count, char *err, size_t err_size)
 kd_curve_t *
 kd_curve_new_dir (const char *dir, int roles, char *err, size_t err_size)
 {
+    return kd_curve_new_as (dir, roles, "worker", err, err_size);
+}
+
+void
+kd_curve_set_identity (const char *identity)
+{
+    assert (identity && s_role_file (identity));
+    s_identity = identity;
+}
+
+kd_curve_t *
+kd_curve_new_as (const char *dir, int roles, const char *identity, char *err, size_t err_size)
+{
     assert (dir);
+    assert (identity);
     assert (roles & (KD_CURVE_SERVER | KD_CURVE_CLIENT));
     if (!zsys_has_curve ()) {
         snprintf (err, err_size, "curve: this libzmq was built without CURVE support");
@@ -184,7 +218,18 @@ kd_curve_new_dir (const char *dir, int roles, char *err, size_t err_size)
             goto failed;
     }
     if (roles & KD_CURVE_CLIENT) {
-        snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_CLIENT_CERT);
+        const char *file = s_role_file (identity);
+        if (!file) {
+            snprintf (err, err_size, "curve: unknown role '%s'", identity);
+            goto failed;
+        }
+        snprintf (path, sizeof path, "%s/%s_secret", dir, file);
+        if (strcmp (file, KD_CURVE_CLIENT_CERT) && access (path, F_OK) != 0) {
+            kd_warn ("curve: no key of role %s in %s; using the workers' client.cert "
+                     "(a keys directory from before roles; run 'kudus keygen' again)", identity, dir);
+            file = KD_CURVE_CLIENT_CERT;
+        }
+        snprintf (path, sizeof path, "%s/%s", dir, file);
         self->client = s_load_pair (path, err, err_size);
         if (!self->client)
             goto failed;
@@ -202,7 +247,7 @@ kd_curve_t *
 kd_curve_new (kd_config_t *config, int roles, char *err, size_t err_size)
 {
     if (kd_config_bool (config, "curve"))
-        return kd_curve_new_dir (kd_config_str (config, "keys-dir"), roles, err, err_size);
+        return kd_curve_new_as (kd_config_str (config, "keys-dir"), roles, s_identity, err, err_size);
     kd_curve_t *self = (kd_curve_t *) zmalloc (sizeof *self);
     self->roles = roles;
     return self;
@@ -332,7 +377,7 @@ s_mkdir_p (const char *dir, mode_t mode)
 static int
 s_save_pair (zcert_t *cert, const char *path)
 {
-    char secret [S_PATH_MAX + 16];
+    char secret [S_PATH_MAX + 64];
     snprintf (secret, sizeof secret, "%s_secret", path);
     //  zcert_save_secret narrows the umask while it writes; chmod as well,
     //  so the mode does not depend on it.
@@ -355,17 +400,14 @@ kd_curve_keygen (const char *dir, char *err, size_t err_size)
         snprintf (err, err_size, "keys directory must be 1 to 200 characters");
         return -1;
     }
-    char server [S_PATH_MAX], client [S_PATH_MAX], allowed [S_PATH_MAX], entry [S_PATH_MAX + 32];
+    char server [S_PATH_MAX], allowed [S_PATH_MAX], path [S_PATH_MAX + 32];
     snprintf (server, sizeof server, "%s/%s", dir, KD_CURVE_SERVER_CERT);
-    snprintf (client, sizeof client, "%s/%s", dir, KD_CURVE_CLIENT_CERT);
     snprintf (allowed, sizeof allowed, "%s/%s", dir, KD_CURVE_ALLOWED_DIR);
-    snprintf (entry, sizeof entry, "%s/%s", allowed, KD_CURVE_CLIENT_CERT);
-    const char *existing [] = { server, client };
-    for (size_t i = 0; i < 2; i++) {
-        char secret [S_PATH_MAX + 16];
-        snprintf (secret, sizeof secret, "%s_secret", existing [i]);
-        if (access (secret, F_OK) == 0) {
-            snprintf (err, err_size, "%s already exists; remove the old keys first", secret);
+    for (size_t i = 0; i <= S_ROLES; i++) {
+        snprintf (path, sizeof path, "%s/%s_secret", dir,
+                  i < S_ROLES ? s_role_files [i].file : KD_CURVE_SERVER_CERT);
+        if (access (path, F_OK) == 0) {
+            snprintf (err, err_size, "%s already exists; remove the old keys first", path);
             return -1;
         }
     }
@@ -374,29 +416,45 @@ kd_curve_keygen (const char *dir, char *err, size_t err_size)
         return -1;
     }
     mode_t umask_was = umask (077);
-    zcert_t *pair [2] = { zcert_new (), zcert_new () };
     int rc = -1;
-    if (!pair [0] || !pair [1]) {
+    zcert_t *cert = zcert_new ();
+    if (!cert) {
         snprintf (err, err_size, "cannot generate a CURVE key pair");
         goto done;
     }
-    zcert_set_meta (pair [0], "name", "kudus server");
-    zcert_set_meta (pair [0], "created-by", "kudus keygen");
-    zcert_set_meta (pair [1], "name", "kudus client");
-    zcert_set_meta (pair [1], "created-by", "kudus keygen");
-    if (s_save_pair (pair [0], server) || s_save_pair (pair [1], client)) {
-        snprintf (err, err_size, "cannot write certificates in %s: %s", dir, strerror (errno));
+    zcert_set_meta (cert, "name", "kudus server");
+    zcert_set_meta (cert, "created-by", "kudus keygen");
+    if (s_save_pair (cert, server)) {
+        snprintf (err, err_size, "cannot write %s: %s", server, strerror (errno));
         goto done;
     }
-    if (zcert_save_public (pair [1], entry) != 0 || chmod (entry, 0644) != 0) {
-        snprintf (err, err_size, "cannot write %s: %s", entry, strerror (errno));
-        goto done;
+    //  One key pair per role, its role in the metadata, and its public
+    //  half in allowed/: the role a service sees is the one issued here.
+    for (size_t i = 0; i < S_ROLES; i++) {
+        zcert_destroy (&cert);
+        cert = zcert_new ();
+        if (!cert) {
+            snprintf (err, err_size, "cannot generate a CURVE key pair");
+            goto done;
+        }
+        zcert_set_meta (cert, "name", "kudus %s", s_role_files [i].role);
+        zcert_set_meta (cert, "created-by", "kudus keygen");
+        zcert_set_meta (cert, KD_CURVE_ROLE_META, "%s", s_role_files [i].role);
+        snprintf (path, sizeof path, "%s/%s", dir, s_role_files [i].file);
+        if (s_save_pair (cert, path)) {
+            snprintf (err, err_size, "cannot write %s: %s", path, strerror (errno));
+            goto done;
+        }
+        snprintf (path, sizeof path, "%s/%s", allowed, s_role_files [i].file);
+        if (zcert_save_public (cert, path) != 0 || chmod (path, 0644) != 0) {
+            snprintf (err, err_size, "cannot write %s: %s", path, strerror (errno));
+            goto done;
+        }
     }
     rc = 0;
 done:
     umask (umask_was);
-    zcert_destroy (&pair [0]);
-    zcert_destroy (&pair [1]);
+    zcert_destroy (&cert);
     return rc;
 }
 
@@ -418,14 +476,18 @@ kd_curve_keygen_temp (char *err, size_t err_size)
 void
 kd_curve_keys_remove (const char *dir)
 {
-    const char *files [] = {
-        KD_CURVE_SERVER_CERT, KD_CURVE_SERVER_CERT "_secret",
-        KD_CURVE_CLIENT_CERT, KD_CURVE_CLIENT_CERT "_secret",
-        KD_CURVE_ALLOWED_DIR "/" KD_CURVE_CLIENT_CERT
-    };
     char path [S_PATH_MAX + 64];
-    for (size_t i = 0; i < sizeof files / sizeof files [0]; i++) {
-        snprintf (path, sizeof path, "%s/%s", dir, files [i]);
+    const char *server [] = { KD_CURVE_SERVER_CERT, KD_CURVE_SERVER_CERT "_secret" };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf (path, sizeof path, "%s/%s", dir, server [i]);
+        unlink (path);
+    }
+    for (size_t i = 0; i < S_ROLES; i++) {
+        snprintf (path, sizeof path, "%s/%s", dir, s_role_files [i].file);
+        unlink (path);
+        snprintf (path, sizeof path, "%s/%s_secret", dir, s_role_files [i].file);
+        unlink (path);
+        snprintf (path, sizeof path, "%s/%s/%s", dir, KD_CURVE_ALLOWED_DIR, s_role_files [i].file);
         unlink (path);
     }
     snprintf (path, sizeof path, "%s/%s", dir, KD_CURVE_ALLOWED_DIR);

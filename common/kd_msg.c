@@ -1462,6 +1462,7 @@ kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
             src->fd = zmq_msg_get (&part, ZMQ_SRCFD);
             s_meta (&part, "Peer-Address", src->address, sizeof src->address);
             s_meta (&part, "User-Id", src->user, sizeof src->user);
+            s_meta (&part, "role", src->role, sizeof src->role);
         }
         zframe_t *copy = zframe_new (zmq_msg_data (&part), zmq_msg_size (&part));
         zmq_msg_close (&part);

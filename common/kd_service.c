@@ -29,6 +29,10 @@ kd_service_main (int argc, char **argv, unsigned service, const char *program,
     //  binds anything; a worker only connects, so it needs no server key.
     char err [512];
     int roles = service == KD_SVC_WORKER ? KD_CURVE_CLIENT : KD_CURVE_SERVER | KD_CURVE_CLIENT;
+    //  The client key is the service's own: its role is what peers see.
+    kd_curve_set_identity (service == KD_SVC_SCHEDULER ? "scheduler"
+                         : service == KD_SVC_SHARD ? "shard"
+                         : service == KD_SVC_MONITOR ? "monitor" : "worker");
     kd_curve_t *curve = kd_curve_new (config, roles, err, sizeof err);
     if (!curve || kd_curve_start_auth (curve)) {
         kd_error ("%s; refusing to start", curve ? "curve: cannot start the ZAP handler" : err);

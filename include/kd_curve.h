@@ -5,9 +5,15 @@
 
         DIR/server.cert            server public certificate (give to clients)
         DIR/server.cert_secret     server secret certificate (0600, servers only)
-        DIR/client.cert            client public certificate
-        DIR/client.cert_secret     client secret certificate (0600)
+        DIR/client.cert[_secret]   the workers' key pair (role worker)
+        DIR/ROLE.cert[_secret]     a key pair per other role: scheduler,
+                                   shard, monitor, observer (read-only)
         DIR/allowed/               public certificates of authorized clients
+
+    Each client certificate carries its role in its metadata ("role").
+    zauth hands a certificate's metadata to libzmq with its key, so every
+    message a service receives says which key sent it (ZeroMQ's "User-Id")
+    and that key's role ("role"); kd_role decides what a role may send.
 
     A socket that binds is a CURVE server: it uses the server secret key,
     and a ZAP handler (CZMQ's zauth actor) admits only clients whose public
@@ -40,6 +46,7 @@ extern "C" {
 #define KD_CURVE_SERVER_CERT  "server.cert"
 #define KD_CURVE_CLIENT_CERT  "client.cert"
 #define KD_CURVE_ALLOWED_DIR  "allowed"
+#define KD_CURVE_ROLE_META    "role"    //  certificate metadata naming the role
 
 typedef struct _kd_curve_t kd_curve_t;
 
@@ -55,6 +62,18 @@ kd_curve_t *
 //  value.
 kd_curve_t *
     kd_curve_new_dir (const char *dir, int roles, char *err, size_t err_size);
+
+//  Like kd_curve_new_dir, with the client key of identity: "worker" loads
+//  client.cert, another role ROLE.cert (client.cert, with a warning, when a
+//  keys directory from before roles has none).
+kd_curve_t *
+    kd_curve_new_as (const char *dir, int roles, const char *identity,
+                     char *err, size_t err_size);
+
+//  Set the identity kd_curve_new loads the client key of (default
+//  "worker"); a service sets its own name before kd_curve_new.
+void
+    kd_curve_set_identity (const char *identity);
 
 //  Destroy (stopping zauth if this instance started it) and null the
 //  caller's pointer.
@@ -92,10 +111,11 @@ kd_curve_t *
 void
     kd_curve_set_process (kd_curve_t *self);
 
-//  Write a server and a client certificate into dir (created if missing)
-//  and the client's public certificate into dir/allowed/.  Secret files
-//  get mode 0600.  Refuses to overwrite existing secret certificates.
-//  Returns 0 or -1 with err.
+//  Write a server certificate and one client certificate per role
+//  (client.cert for workers, ROLE.cert for the others) into dir (created if
+//  missing), and the clients' public certificates into dir/allowed/.
+//  Secret files get mode 0600.  Refuses to overwrite existing secret
+//  certificates.  Returns 0 or -1 with err.
 int
     kd_curve_keygen (const char *dir, char *err, size_t err_size);
 

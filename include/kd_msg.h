@@ -350,6 +350,7 @@ typedef struct {
     int fd;                     //  ZMQ_SRCFD, or -1 (inproc, unknown)
     char address [64];          //  "Peer-Address" (TCP: the IP), or ""
     char user [64];             //  "User-Id" from ZAP (CURVE: the key), or ""
+    char role [16];             //  "role" of that key's certificate, or ""
 } kd_msg_source_t;
 
 //  kd_msg_recv that also says where the message came from.  src may be

@@ -1008,30 +1008,27 @@ Test (kd_controller, a_refused_gradient_is_never_committed_and_its_lease_goes_ba
     cr_expect_eq (kd_controller_refuse (ctl, 9, 0, 0, 1), -1, "unknown rank");
     cr_assert_eq (kd_controller_refuse (ctl, 1, 0, 0, 1), 0);
     cr_expect_eq (kd_controller_refuse (ctl, 1, 0, 0, 1), -1, "refused twice");
-    cr_assert_eq (s_take (ctl), 2);
-    //  Its slices are named in drops, so shards forget them, and it is
-    //  released at once on a fresh lease.
+    cr_expect_eq (kd_controller_arrive (ctl, 1, 0, 0, 7, 1), -1, "arrived after its refusal");
+    //  It still counts at the barrier: BSP stays in lockstep.
+    cr_expect_eq (s_take (ctl), 0, "released before the barrier");
+    s_arrive_n (ctl, 0, 0, 0, 7, 2);
+    s_arrive_n (ctl, 2, 0, 0, 6, 2);
+    s_take (ctl);
+    //  The commit applies ranks 0 and 2, by their rows, and names rank 1's
+    //  gradient in drops so the shards forget its slices.
     rec_t *commit = s_first (KD_DEC_COMMIT);
-    cr_expect_eq (commit->n_entries, 0);
+    cr_assert (commit);
+    cr_assert_eq (commit->n_entries, 2);
+    for (size_t i = 0; i < commit->n_entries; i++)
+        cr_expect_neq (commit->entries [i].rank, 1, "the refused gradient was committed");
+    cr_expect_float_eq (commit->entries [0].weight, 7.0 / 13, 1e-15);
     cr_assert_eq (commit->n_drops, 1);
     cr_expect_eq (commit->drops [0].rank, 1);
     cr_expect_eq (commit->drops [0].samples, 7);
     cr_expect (s_release_rec (1)->dropped);
-    s_expect_lease (s_release_rec (1)->lease, 1, 0, 7);
+    cr_expect_not (s_release_rec (0)->dropped);
     cr_expect_eq (kd_controller_refused (ctl), 1);
     cr_expect_eq (kd_controller_dropped (ctl), 0, "a refusal is not a drop");
-    cr_expect_eq (kd_sampler_returned (sampler), 1);
-    //  The barrier still needs ranks 0 and 2, and then rank 1's next
-    //  gradient; the commit applies only those.
-    s_arrive_n (ctl, 0, 0, 0, 7, 2);
-    s_arrive_n (ctl, 2, 0, 0, 6, 2);
-    s_arrive_n (ctl, 1, 1, 0, 7, 3);
-    s_take (ctl);
-    commit = s_first (KD_DEC_COMMIT);
-    cr_assert (commit);
-    for (size_t i = 0; i < commit->n_entries; i++)
-        cr_expect (!(commit->entries [i].rank == 1 && commit->entries [i].clock == 0),
-                   "the refused gradient was committed");
     //  Epoch 0 lacks exactly the refused rows, and they are leased again.
     cr_expect_float_eq (kd_sampler_epoch_share (sampler, 0), 13.0 / 20, 1e-12);
     bool again = false;
@@ -2480,6 +2477,7 @@ typedef struct {
     uint32_t samples;           //  n_i the controller must report
     uint32_t group;             //  group whose commits count its lateness
     uint64_t gcount;            //  that group's commits when it started
+    bool refused;               //  a shard refused it: dropped, never applied
 } staged_t;
 
 //  What the simulation knows of one epoch.
@@ -2535,6 +2533,10 @@ typedef struct {
     uint32_t erank;             //  its rank
     bool expect_drop;           //  an arrival missed more than s commits
     bool deferred;              //  a dropped lease waits for its release
+    bool refuse;                //  shards refuse a gradient now and then
+    kd_lease_t after_event;     //  a lease the controller gives back once
+                                //  the event's releases took theirs
+    uint64_t refusals;          //  gradients refused so far
     kd_lease_t deferred_lease;  //  that lease
     bool members_changed;       //  membership of some group changed
     uint64_t min_clock_kept;    //  min_clock when nobody is active
@@ -2912,28 +2914,43 @@ s_sim_commit (sim_t *sim, const rec_t *d, uint32_t active)
                        (unsigned long) (sim->g_commits [g] - grad.gcount));
         fresh += is_fresh;
     }
+    uint32_t refused_fresh = 0;     //  refused gradients of this phase
     for (size_t i = 0; i < d->n_drops; i++) {
         const kd_entry_t *e = &d->drops [i];
+        bool is_fresh = sim->state [e->rank] == W_WAITING && sim->clock [e->rank] == e->clock;
         staged_t grad = s_sim_unstage (sim, e->rank, e->clock);
         cr_assert_eq (e->staleness, v_before - grad.base);
         cr_assert_eq (e->weight, 0);
         cr_assert_eq (e->samples, grad.samples);
-        //  Only a leaver's gradients, or an arrival over the bound, drop.
-        cr_assert_eq (e->rank, sim->erank, "(%u, %lu) dropped by another's event",
-                      e->rank, (unsigned long) e->clock);
-        cr_assert (sim->ekind == E_LEAVE || (sim->ekind == E_ARRIVE && sim->expect_drop),
-                   "(%u, %lu) dropped, but it was within the bound", e->rank,
-                   (unsigned long) e->clock);
+        //  Only a leaver's gradients, an arrival over the bound, or a
+        //  refused gradient (at its phase's commit) drop.
+        bool own = e->rank == sim->erank && (sim->ekind == E_LEAVE
+                || (sim->ekind == E_ARRIVE && sim->expect_drop));
+        cr_assert (own || grad.refused, "(%u, %lu) dropped, but it was within the bound",
+                   e->rank, (unsigned long) e->clock);
+        //  A refused gradient that waited in its phase, dropped by that
+        //  phase's commit, counted at the barrier like a fresh one.
+        if (grad.refused && is_fresh && phased && !own) {
+            refused_fresh++;
+            if (g == UINT32_MAX)
+                g = grad.group;
+            cr_assert_eq (grad.group, g, "refused gradient of group %u in a commit of %u", grad.group, g);
+        }
+        if (!own)
+            s_sim_give_back (sim, grad.lease);
+        else
         if (!DROPPED_LEASE_TO_OWN_RELEASE && sim->ekind == E_ARRIVE) {
             sim->deferred = true;
             sim->deferred_lease = grad.lease;
         }
         else
             s_sim_give_back (sim, grad.lease);
-        sim->dropped++;
+        //  The controller counts a refused gradient apart from drops.
+        if (!grad.refused)
+            sim->dropped++;
         sim->drops++;
     }
-    if (d->n_entries == 0)
+    if (d->n_entries == 0 && refused_fresh == 0)
         return;
     if (!phased) {
         cr_assert_eq (d->n_entries, 1);
@@ -2947,17 +2964,19 @@ s_sim_commit (sim_t *sim, const rec_t *d, uint32_t active)
     s_expect_weight_rule (&sim->opts, d, share);
     //  Released at the quota, or by the window.
     if (sim->opts.model == KD_CONS_BSP) {
-        cr_assert_eq (d->n_entries, active, "BSP commit of %zu of %u", d->n_entries, active);
-        cr_assert_eq (fresh, active);
+        cr_assert_eq (d->n_entries + refused_fresh, active, "BSP commit of %zu (and %u refused) of %u",
+                      d->n_entries, refused_fresh, active);
+        cr_assert_eq (fresh + refused_fresh, active);
         for (size_t i = 0; i < d->n_entries; i++)
             cr_assert_eq (d->entries [i].staleness, 0);
     }
     else {
         uint32_t k = s_sim_quota (sim, sim->g_size [g]);
         uint64_t window = s_sim_window (sim);
+        fresh += refused_fresh;
         bool by_window = window > 0 && fresh >= 2 && sim->now >= sim->t_first [g] + window;
-        cr_assert (fresh >= k || by_window, "group %u released %u fresh of K = %u",
-                   g, fresh, k);
+        cr_assert (fresh >= k || by_window, "group %u released %u fresh (%u refused) of K = %u, "
+                   "%zu entries, %zu drops", g, fresh, refused_fresh, k, d->n_entries, d->n_drops);
     }
     sim->g_commits [g]++;
     s_sim_group_bound (sim, g);
@@ -3183,6 +3202,9 @@ s_sim_settle (sim_t *sim)
         s_sim_counts (sim, &active, &pending, &computing, &waiting);
     }
     cr_assert_not (sim->deferred, "dropped worker not released");
+    if (sim->after_event.count > 0)
+        s_sim_give_back (sim, sim->after_event);
+    sim->after_event = (kd_lease_t) { 0 };
     //  GROUPS goes out exactly when some group's membership changed.
     if (sim->opts.model == KD_CONS_ALSP)
         cr_assert_eq (groups_seen, sim->members_changed ? 1 : 0,
@@ -3398,7 +3420,19 @@ s_sim_release_of (const sim_t *sim, uint32_t rank)
 //  from its group's commits since the release whether the arrival is
 //  fresh, late or dropped (invariant 4).
 static void
+s_sim_arrive_as (sim_t *sim, uint32_t rank, bool refused);
+
+static void
 s_sim_arrive (sim_t *sim, uint32_t rank)
+{
+    s_sim_arrive_as (sim, rank, false);
+}
+
+//  An arrival, or a refused one: a shard refused the gradient, which then
+//  counts at the barrier but is only ever named in drops (at its phase's
+//  commit, or at once when late), and its lease goes back.
+static void
+s_sim_arrive_as (sim_t *sim, uint32_t rank, bool refused)
 {
     uint64_t clock = sim->clock [rank];
     uint64_t base = sim->version [rank];
@@ -3410,16 +3444,26 @@ s_sim_arrive (sim_t *sim, uint32_t rank)
         cr_assert_eq (missed, sim->v - base, "with one group, missed commits are versions");
     if (!sim->frozen && sim->due [rank] > sim->now)
         sim->now = sim->due [rank];
-    cr_assert_eq (SIM_CALL (sim, kd_controller_arrive, rank, clock, base, samples,
-                            sim->now), 0);
+    if (refused) {
+        cr_assert_eq (SIM_CALL (sim, kd_controller_refuse, rank, clock, base, sim->now), 0);
+        sim->refusals++;
+        samples = sim->lease [rank].count;
+    }
+    else
+        cr_assert_eq (SIM_CALL (sim, kd_controller_arrive, rank, clock, base, samples,
+                                sim->now), 0);
+    kd_lease_t lease = sim->lease [rank];
     int k = 0;
     while (k < STAGED_SLOTS && sim->staged [rank][k].used)
         k++;
     cr_assert_lt (k, STAGED_SLOTS, "too many staged gradients");
     sim->staged [rank][k] = (staged_t) {
         .used = true, .clock = clock, .base = base, .lease = sim->lease [rank],
-        .samples = samples, .group = g, .gcount = sim->rel_gcount [rank]
+        .samples = samples, .group = g, .gcount = sim->rel_gcount [rank], .refused = refused
     };
+    //  ASP/SSP stage nothing: a refused gradient is just not applied.
+    if (refused && !phased)
+        sim->staged [rank][k].used = false;
     //  A fresh arrival into an empty phase starts its window.
     if (phased && missed == 0 && s_sim_waiting_in (sim, g) == 0)
         sim->t_first [g] = sim->now;
@@ -3428,7 +3472,9 @@ s_sim_arrive (sim_t *sim, uint32_t rank)
     sim->events++;
     sim->ekind = E_ARRIVE;
     sim->erank = rank;
-    sim->expect_drop = phased && missed > s_sim_s (sim);
+    sim->expect_drop = phased && (missed > s_sim_s (sim) || (refused && missed > 0));
+    if (refused && !phased)
+        sim->after_event = lease;
     s_sim_settle (sim);
 
     const rec_t *release = s_sim_release_of (sim, rank);
@@ -3439,7 +3485,7 @@ s_sim_arrive (sim_t *sim, uint32_t rank)
     }
     if (missed == 0) {
         //  Fresh: it waits, or its phase was released in this event.
-        cr_assert (!release || !release->dropped);
+        cr_assert (!release || release->dropped == refused);
         cr_assert_eq (s_sim_is_staged (sim, rank, clock), release == NULL);
         if (sim->opts.quota == 1 && sim->opts.model == KD_CONS_LSP)
             cr_assert (release, "K = 1 held an arrival");
@@ -3447,7 +3493,7 @@ s_sim_arrive (sim_t *sim, uint32_t rank)
     }
     //  Late or over the bound: released at once.
     cr_assert (release, "late arrival (%lu commits) held", (unsigned long) missed);
-    if (missed <= s_sim_s (sim)) {
+    if (missed <= s_sim_s (sim) && !refused) {
         sim->late_arrivals++;
         cr_assert_not (release->dropped);
         return;
@@ -3548,8 +3594,9 @@ s_sim_step (sim_t *sim)
         roll = 56;
     if (roll < 55) {
         uint32_t rank = s_sim_pick_computing (sim);
+        //  Now and then a shard refuses the gradient (NaN, over the norm).
         if (rank != UINT32_MAX)
-            s_sim_arrive (sim, rank);
+            s_sim_arrive_as (sim, rank, sim->refuse && s_below (sim, 16) == 0);
         return;
     }
     if (roll < 63 && sim->churn) {
@@ -3935,5 +3982,26 @@ Test (kd_controller, initial_version_resumes_every_model)
         cr_expect_eq (commit->version, 501);
         cr_expect_eq (commit->entries [0].staleness, 0);
         kd_controller_destroy (&ctl);
+    }
+}
+
+//  Refused gradients under every model: nothing of them is committed, every
+//  lease is still applied exactly once or returned, and under the phase
+//  engine each is named in a drop.
+Test (kd_controller, random_refusals_under_every_model)
+{
+    const kd_consistency_t models [] = { KD_CONS_BSP, KD_CONS_ASP, KD_CONS_SSP, KD_CONS_LSP, KD_CONS_ALSP };
+    for (int m = 0; m < 5; m++) {
+        kd_controller_opts_t opts = s_random_opts (models [m]);
+        sim_t sim;
+        s_sim_init (&sim, &opts, NULL, RANDOM_RANKS, 51 + (uint64_t) m);
+        sim.refuse = true;
+        s_sim_run (&sim, RANDOM_EVENTS);
+        cr_expect_gt (sim.refusals, 50, "%s: %lu refusals", kd_consistency_name (models [m]),
+                      (unsigned long) sim.refusals);
+        cr_expect_eq (kd_controller_refused (sim.ctl), sim.refusals);
+        cr_expect_gt (s_sim_full_epochs (&sim), 5, "%s: epochs did not complete",
+                      kd_consistency_name (models [m]));
+        s_sim_destroy (&sim);
     }
 }

@@ -71,6 +71,24 @@ Test (kd_curve, keygen_writes_layout_with_private_secrets)
     cr_assert (client && allowed && server);
     cr_expect_str_eq (zcert_public_txt (client), zcert_public_txt (allowed));
     cr_expect_str_neq (zcert_public_txt (client), zcert_public_txt (server));
+    //  The workers' key, and one more per role, each naming its role.
+    cr_expect_str_eq (zcert_meta (client, "role"), "worker");
+    const char *roles [] = { "scheduler", "shard", "monitor", "observer" };
+    for (int i = 0; i < 4; i++) {
+        snprintf (path, sizeof path, "%s/%s.cert", s_keys, roles [i]);
+        zcert_t *mine = zcert_load (path);
+        snprintf (path, sizeof path, "%s/allowed/%s.cert", s_keys, roles [i]);
+        zcert_t *listed = zcert_load (path);
+        cr_assert (mine && listed, "no key pair for role %s", roles [i]);
+        cr_expect_str_eq (zcert_meta (listed, "role"), roles [i]);
+        cr_expect_str_eq (zcert_public_txt (mine), zcert_public_txt (listed));
+        cr_expect_str_neq (zcert_public_txt (mine), zcert_public_txt (client));
+        char secret [64];
+        snprintf (secret, sizeof secret, "%s.cert_secret", roles [i]);
+        cr_expect_eq (s_mode (s_keys, secret), 0600);
+        zcert_destroy (&mine);
+        zcert_destroy (&listed);
+    }
     zcert_destroy (&client);
     zcert_destroy (&allowed);
     zcert_destroy (&server);
@@ -114,7 +132,7 @@ Test (kd_curve, missing_and_bad_keys_are_refused_with_the_file_named)
     kd_curve_t *curve = kd_curve_new_dir (s_keys, KD_CURVE_SERVER | KD_CURVE_CLIENT, err, sizeof err);
     cr_assert (curve, "%s", err);
     cr_expect (kd_curve_enabled (curve));
-    cr_expect_eq (kd_curve_allowed_count (curve), 1);
+    cr_expect_eq (kd_curve_allowed_count (curve), 5, "one key per role");
     kd_curve_destroy (&curve);
 
     //  A second copy of the same client key would make zcertstore assert.
@@ -133,22 +151,33 @@ Test (kd_curve, missing_and_bad_keys_are_refused_with_the_file_named)
     //  A file that is no certificate is skipped, not counted.
     s_write (allowed, "copy.cert", "metadata\n    name = \"not a certificate\"\n");
     curve = kd_curve_new_dir (s_keys, KD_CURVE_SERVER, err, sizeof err);
-    cr_expect (curve && kd_curve_allowed_count (curve) == 1, "%s", err);
+    cr_expect (curve && kd_curve_allowed_count (curve) == 5, "%s", err);
     kd_curve_destroy (&curve);
     char path [700];
     snprintf (path, sizeof path, "%s/copy.cert", allowed);
     unlink (path);
 
     //  No authorized client at all: a server would be useless.
-    snprintf (path, sizeof path, "%s/client.cert", allowed);
-    unlink (path);
+    const char *roles [] = { "client", "scheduler", "shard", "monitor", "observer" };
+    char *role_texts [5];
+    for (int i = 0; i < 5; i++) {
+        snprintf (path, sizeof path, "%s/%s.cert", allowed, roles [i]);
+        role_texts [i] = kd_test_slurp (path);
+        cr_assert (role_texts [i], "no %s", path);
+        unlink (path);
+    }
     cr_expect_null (kd_curve_new_dir (s_keys, KD_CURVE_SERVER, err, sizeof err));
     cr_expect (strstr (err, "no client certificates"), "%s", err);
     //  A client only needs its own pair and the server's public key.
     curve = kd_curve_new_dir (s_keys, KD_CURVE_CLIENT, err, sizeof err);
     cr_expect (curve, "%s", err);
     kd_curve_destroy (&curve);
-    s_write (allowed, "client.cert", text);
+    for (int i = 0; i < 5; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "%s.cert", roles [i]);
+        s_write (allowed, name, role_texts [i]);
+        free (role_texts [i]);
+    }
     free (text);
 
     //  A corrupted secret certificate.

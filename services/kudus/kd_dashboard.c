@@ -183,6 +183,8 @@ kd_dashboard_main (int argc, char **argv)
         kd_config_destroy (&config);
         return 2;
     }
+    //  A follower of the stream is an observer: its key can do nothing else.
+    kd_curve_set_identity ("observer");
     kd_curve_t *curve = kd_curve_new (config, KD_CURVE_CLIENT, err, sizeof err);
     if (!curve) {
         fprintf (stderr, "kudus dashboard: %s\n", err);

@@ -494,6 +494,7 @@ kd_local_main (int argc, char **argv)
         temp_keys = kd_curve_keygen_temp (err, sizeof err);
         have_keys = temp_keys && kd_config_set (c, "keys-dir", temp_keys, err, sizeof err) == 0;
     }
+    kd_curve_set_identity ("observer");
     kd_curve_t *curve = have_keys ? kd_curve_new (c, KD_CURVE_CLIENT, err, sizeof err) : NULL;
     if (!curve) {
         fprintf (stderr, "kudus local: %s\n", err);
@@ -659,6 +660,7 @@ kd_local_main (int argc, char **argv)
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
         s_pass (&a, c, "data-dir");
         s_pass (&a, c, "delay-ms");
+        s_pass (&a, c, "inject-nan-every");
         s_pass (&a, c, "hetero");
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);

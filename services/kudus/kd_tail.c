@@ -70,6 +70,8 @@ kd_tail_main (int argc, char **argv)
     int64_t count = kd_config_int (config, "count");
     double timeout = kd_config_double (config, "timeout");
     char err [512];
+    //  A follower of the stream is an observer: its key can do nothing else.
+    kd_curve_set_identity ("observer");
     kd_curve_t *curve = kd_curve_new (config, KD_CURVE_CLIENT, err, sizeof err);
     if (!curve) {
         fprintf (stderr, "kudus tail: %s\n", err);

@@ -15,6 +15,7 @@
 #include "kd_stream.h"
 #include "kd_metrics.h"
 #include "kd_guard.h"
+#include "kd_role.h"
 #include <cblas.h>
 #include <math.h>
 
@@ -823,7 +824,8 @@ s_on_intake (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, NULL);
+    kd_msg_source_t src;
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &src);
     if (rc == -2) {
         kd_warn ("malformed telemetry code=%d reason=\"%s\"", err.code, err.reason);
         if (id) {
@@ -836,6 +838,10 @@ s_on_intake (self_t *self)
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
+    if (!kd_role_check (KD_SVC_MONITOR, &src, msg, self->router)) {
+        kd_msg_destroy (&msg);
+        return;
+    }
     if (type == KD_MSG_TELEMETRY) {
         uint64_t rank = kd_msg_uint (msg, KD_F_RANK);
         uint64_t samples = kd_msg_uint (msg, KD_F_SAMPLES);

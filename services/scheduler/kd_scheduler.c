@@ -18,6 +18,7 @@
 */
 #include "kd_scheduler.h"
 #include "kd_guard.h"
+#include "kd_role.h"
 #include <math.h>
 #include <msgpack.h>
 
@@ -882,6 +883,15 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_MALFORMED, "name must not be empty");
         return;
     }
+    //  Under CURVE a key registers only as the role it was issued for.
+    if (*self->src.role && strcmp (self->src.role, role_name)) {
+        char reason [128];
+        snprintf (reason, sizeof reason, "forbidden: a %s key cannot register as %s",
+                  self->src.role, role_name);
+        kd_warn ("%s name=%s key=%s", reason, name, self->src.user);
+        s_error (self, id, KD_ERR_FORBIDDEN, reason);
+        return;
+    }
     if (role == S_ROLE_SHARD && !*kd_msg_str (msg, KD_F_ENDPOINT)) {
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
         return;
@@ -1265,6 +1275,10 @@ s_on_message (self_t *self)
         return;
     zframe_t *rid = kd_msg_routing_id (msg);
     kd_msg_type_t type = kd_msg_type (msg);
+    if (!kd_role_check (KD_SVC_SCHEDULER, &self->src, msg, self->router)) {
+        kd_msg_destroy (&msg);
+        return;
+    }
     if (type == KD_MSG_HELLO) {
         s_on_hello (self, msg, rid);
         kd_msg_destroy (&msg);

@@ -13,6 +13,7 @@
 #include "kd_shard.h"
 #include "kd_checkpoint.h"
 #include "kd_guard.h"
+#include "kd_role.h"
 #include <cblas.h>
 #include <malloc.h>
 #include <math.h>
@@ -1117,7 +1118,8 @@ s_on_request (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, NULL);
+    kd_msg_source_t src;
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &src);
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
@@ -1127,6 +1129,9 @@ s_on_request (self_t *self)
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
+    if (!kd_role_check (KD_SVC_SHARD, &src, msg, self->router))
+        self->errors++;
+    else
     if (!self->registered && type != KD_MSG_HEARTBEAT && type != KD_MSG_ERROR)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");
     else

@@ -28,6 +28,9 @@ typedef struct {
     bool hetero;                //  dynamic heterogeneity on
     double hetero_period;       //  seconds between speed changes
     kd_speed_t *speed;          //  speed schedule, NULL = constant
+    uint64_t nan_every;         //  inject-nan-every (0: never)
+    uint64_t iterations;        //  gradients computed
+    size_t n_params;            //  the model's size
 } self_t;
 
 //  One splitmix64 step from z, for stateless seeded choices.
@@ -100,6 +103,7 @@ s_setup (self_t *self)
     }
     self->params = (float *) calloc (n_params, sizeof (float));
     self->grad = (float *) calloc (n_params, sizeof (float));
+    self->n_params = n_params;
     self->xbuf = (float *) malloc (batch * KD_INPUT_DIM * sizeof (float));
     self->ybuf = (uint8_t *) malloc (batch);
     assert (self->params && self->grad && self->xbuf && self->ybuf);
@@ -150,6 +154,10 @@ s_train (self_t *self, kd_release_t *release)
         if (emulated > real_ms && kd_client_sleep (client, emulated - real_ms))
             break;
         kd_client_set_emulated_ms (client, emulated);
+        //  Fault injection: a poisoned gradient, which the client must not
+        //  push and the cluster must not apply.
+        if (self->nan_every > 0 && ++self->iterations % self->nan_every == 0 && self->n_params > 0)
+            self->grad [self->iterations % self->n_params] = NAN;
         if (kd_client_push (client, self->grad, rows)
         ||  kd_client_arrive (client, loss, release))
             break;
@@ -165,6 +173,7 @@ kd_worker_run (kd_config_t *config)
     int exit_code = 0;
     openblas_set_num_threads ((int) kd_config_int (config, "threads"));
     self->delay_ms = kd_config_double (config, "delay-ms");
+    self->nan_every = (uint64_t) kd_config_int (config, "inject-nan-every");
     self->slowdown = kd_config_double (config, "slowdown");
     self->hetero = strcmp (kd_config_str (config, "hetero"), "dynamic") == 0;
     self->hetero_period = kd_config_double (config, "hetero-period");

@@ -280,9 +280,12 @@ Test (curve, missing_or_empty_keys_refuse_to_start)
     mkdir (empty, 0755);
     //  Real keys, but nobody in allowed/.
     s_keygen ();
-    snprintf (no_clients, sizeof no_clients, "%s/%s/%s", s_keys, KD_CURVE_ALLOWED_DIR,
-              KD_CURVE_CLIENT_CERT);
-    unlink (no_clients);
+    const char *listed [] = { KD_CURVE_CLIENT_CERT, "scheduler.cert", "shard.cert", "monitor.cert",
+                              "observer.cert" };
+    for (size_t i = 0; i < sizeof listed / sizeof listed [0]; i++) {
+        snprintf (no_clients, sizeof no_clients, "%s/%s/%s", s_keys, KD_CURVE_ALLOWED_DIR, listed [i]);
+        cr_assert_eq (unlink (no_clients), 0, "keygen wrote no %s", no_clients);
+    }
     snprintf (no_clients, sizeof no_clients, "%s", s_keys);
     char sched [64], intake [64], pub [64], shard [64], port [16];
     snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
@@ -599,4 +602,186 @@ Test (curve, local_makes_temporary_keys_and_removes_them)
     cr_expect (strncmp (dir, "/tmp/kudus-keys-", 16) == 0, "keys at %s", dir);
     cr_expect_neq (stat (dir, &st), 0, "temporary keys %s left behind", dir);
     free (text);
+}
+
+//  ---------------------------------------------------------------------
+//  Roles bound to keys
+
+//  Send msg with a key of role (or with cert) and return the ERROR code of
+//  the answer, 0 for another answer, -1 for none.
+static int
+s_try (kd_curve_t *curve, const char *endpoint, kd_msg_t *msg)
+{
+    zsock_t *sock = s_socket (ZMQ_DEALER, S_NULL, curve, endpoint);
+    zsock_set_rcvtimeo (sock, 3000);
+    zsock_set_sndtimeo (sock, 3000);
+    kd_msg_send (&msg, sock);
+    kd_msg_t *reply = NULL;
+    kd_msg_err_t err;
+    int code = -1;
+    if (kd_msg_recv (sock, &reply, NULL, &err) == 0)
+        code = kd_msg_type (reply) == KD_MSG_ERROR ? (int) kd_msg_uint (reply, KD_F_CODE) : 0;
+    kd_msg_destroy (&reply);
+    zsock_destroy (&sock);
+    return code;
+}
+
+static kd_msg_t *
+s_hello (const char *role, const char *name)
+{
+    kd_msg_t *msg = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (msg, KD_F_ROLE, role);
+    kd_msg_set_str (msg, KD_F_NAME, name);
+    kd_msg_set_uint (msg, KD_F_SAMPLES, 60000);
+    if (!strcmp (role, "shard"))
+        kd_msg_set_str (msg, KD_F_ENDPOINT, "tcp://127.0.0.1:1");
+    return msg;
+}
+
+static kd_msg_t *
+s_with (kd_msg_type_t type)
+{
+    kd_msg_t *msg = kd_msg_new (type);
+    uint64_t zero = 0;
+    double one = 1;
+    switch (type) {
+        case KD_MSG_COMMIT:
+            kd_msg_set_uint (msg, KD_F_VERSION, 1);
+            kd_msg_set_uints (msg, KD_F_RANKS, &zero, 1);
+            kd_msg_set_uints (msg, KD_F_CLOCKS, &zero, 1);
+            kd_msg_set_floats (msg, KD_F_WEIGHTS, &one, 1);
+            break;
+        case KD_MSG_EVAL_OK:
+            kd_msg_set_uint (msg, KD_F_VERSION, 0);
+            kd_msg_set_float (msg, KD_F_ACCURACY, 0.99);
+            break;
+        case KD_MSG_COMMIT_OK:
+        case KD_MSG_PULL:
+            kd_msg_set_uint (msg, KD_F_VERSION, 0);
+            break;
+        case KD_MSG_TELEMETRY:
+            kd_msg_set_uint (msg, KD_F_RANK, 0);
+            kd_msg_set_uint (msg, KD_F_CLOCK, 0);
+            break;
+        case KD_MSG_PUSH: {
+            kd_msg_set_uint (msg, KD_F_RANK, 0);
+            kd_msg_set_uint (msg, KD_F_CLOCK, 0);
+            kd_msg_set_uint (msg, KD_F_BASE, 0);
+            kd_msg_set_uint (msg, KD_F_LO, 0);
+            zframe_t *data = zframe_new (NULL, 7850 * sizeof (float));
+            memset (zframe_data (data), 0, zframe_size (data));
+            kd_msg_set_data (msg, &data);
+            break;
+        }
+        default:
+            break;
+    }
+    return msg;
+}
+
+Test (curve, each_key_acts_only_in_its_role)
+{
+    s_keygen ();
+    char sched [64], intake [64], pub [64], shard [64], log [600];
+    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port);
+    snprintf (intake, sizeof intake, "tcp://127.0.0.1:%d", s_port + 1);
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (shard, sizeof shard, "tcp://127.0.0.1:%d", s_port + 100);
+    snprintf (log, sizeof log, "%s/services.log", s_dir);
+    const char *a_sched [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--min-workers", "4",
+                               "--model", "softmax", "--curve", "--keys-dir", s_keys, NULL };
+    const char *a_shard [] = { "kudus-shard", "--bind", shard, "--scheduler", sched,
+                               "--curve", "--keys-dir", s_keys, NULL };
+    const char *a_mon [] = { "kudus-monitor", "--bind", intake, "--pub-bind", pub, "--scheduler", sched,
+                             "--publish-ms", "100", "--curve", "--keys-dir", s_keys, NULL };
+    pid_t pids [3];
+    pids [0] = kd_test_spawn (a_sched, log);
+    pids [1] = kd_test_spawn (a_shard, log);
+    pids [2] = kd_test_spawn (a_mon, log);
+    usleep (2000 * 1000);
+    char err [512];
+    const char *roles [] = { "worker", "shard", "monitor", "observer" };
+    kd_curve_t *key [4];
+    for (int i = 0; i < 4; i++) {
+        key [i] = kd_curve_new_as (s_keys, KD_CURVE_CLIENT, roles [i], err, sizeof err);
+        cr_assert (key [i], "%s", err);
+    }
+    kd_curve_t *worker = key [0], *shard_key = key [1], *monitor_key = key [2], *observer = key [3];
+    //  The services registered with their own keys, so the shard serves.
+    cr_assert_eq (s_try (worker, shard, s_with (KD_MSG_PULL)), 0, "the shard did not register");
+    struct {
+        const char *what;
+        int code;
+    } tried [] = {
+        { "worker key registers as a shard", s_try (worker, sched, s_hello ("shard", "fake-shard")) },
+        { "worker key registers as a monitor", s_try (worker, sched, s_hello ("monitor", "fake-mon")) },
+        { "worker key sends COMMIT to a shard", s_try (worker, shard, s_with (KD_MSG_COMMIT)) },
+        { "worker key asks a shard for STATS", s_try (worker, shard, s_with (KD_MSG_STATS)) },
+        { "worker key sends EVAL_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_EVAL_OK)) },
+        { "worker key sends COMMIT_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_COMMIT_OK)) },
+        { "shard key pushes a gradient", s_try (shard_key, shard, s_with (KD_MSG_PUSH)) },
+        { "shard key registers as a worker", s_try (shard_key, sched, s_hello ("worker", "fake-w1")) },
+        { "monitor key sends TELEMETRY", s_try (monitor_key, intake, s_with (KD_MSG_TELEMETRY)) },
+        { "observer key registers as a worker", s_try (observer, sched, s_hello ("worker", "fake-w2")) },
+        { "observer key sends a HEARTBEAT", s_try (observer, sched, s_with (KD_MSG_HEARTBEAT)) },
+        { "observer key pulls the model", s_try (observer, shard, s_with (KD_MSG_PULL)) },
+        { "observer key sends TELEMETRY", s_try (observer, intake, s_with (KD_MSG_TELEMETRY)) },
+    };
+    int n = (int) (sizeof tried / sizeof tried [0]), refused = 0;
+    for (int i = 0; i < n; i++) {
+        cr_expect_eq (tried [i].code, KD_ERR_FORBIDDEN, "%s: answered %d, not 403", tried [i].what, tried [i].code);
+        refused += tried [i].code == KD_ERR_FORBIDDEN;
+    }
+    //  Each refusal names the key in the log.
+    char *worker_key = s_public_key (KD_CURVE_CLIENT_CERT);
+    char *observer_key = s_public_key ("observer.cert");
+    cr_expect_geq (kd_test_count (log, worker_key), 6, "refusals of the worker key not logged with it");
+    cr_expect_geq (kd_test_count (log, observer_key), 4, "refusals of the observer key not logged with it");
+    //  A name belongs to the key that registered it first.
+    cr_expect_eq (s_try (worker, sched, s_hello ("worker", "squatted")), 0);
+    zcert_t *other = zcert_new ();
+    zcert_set_meta (other, "role", "worker");
+    char path [700];
+    snprintf (path, sizeof path, "%s/allowed/second-worker.cert", s_keys);
+    cr_assert_eq (zcert_save_public (other, path), 0);
+    snprintf (path, sizeof path, "%s/second-worker.cert", s_keys);
+    cr_assert_eq (zcert_save (other, path), 0);
+    zclock_sleep (1100);        //  the certificate store rereads its directory
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    zsock_set_rcvtimeo (sock, 3000);
+    zsock_set_linger (sock, 0);
+    zcert_apply (other, sock);
+    char *server_key = s_public_key (KD_CURVE_SERVER_CERT);
+    zsock_set_curve_serverkey (sock, server_key);
+    zsock_connect (sock, "%s", sched);
+    kd_msg_t *hello = s_hello ("worker", "squatted");
+    kd_msg_send (&hello, sock);
+    kd_msg_t *reply = NULL;
+    kd_msg_err_t merr;
+    int squat = kd_msg_recv (sock, &reply, NULL, &merr) == 0 && kd_msg_type (reply) == KD_MSG_ERROR
+              ? (int) kd_msg_uint (reply, KD_F_CODE) : -1;
+    kd_msg_destroy (&reply);
+    cr_expect_eq (squat, KD_ERR_FORBIDDEN, "another key took a registered name (answer %d)", squat);
+    refused += squat == KD_ERR_FORBIDDEN;
+    //  ... but that key registers a name of its own.
+    hello = s_hello ("worker", "second");
+    kd_msg_send (&hello, sock);
+    cr_expect (kd_msg_recv (sock, &reply, NULL, &merr) == 0 && kd_msg_type (reply) == KD_MSG_WELCOME);
+    kd_msg_destroy (&reply);
+    zsock_destroy (&sock);
+    zcert_destroy (&other);
+    //  The observer reads the stream.
+    zsock_t *listener = s_socket (ZMQ_SUB, S_NULL, observer, pub);
+    int streamed = s_drain (&listener, 1, 2500);
+    zsock_destroy (&listener);
+    cr_expect (streamed > 0, "the observer got nothing from the stream");
+    printf ("FIGURE curve: forbidden role actions refused %d of %d (403, key logged); "
+            "the observer key reads the stream\n", refused, n + 1);
+    free (server_key);
+    free (worker_key);
+    free (observer_key);
+    for (int i = 0; i < 4; i++)
+        kd_curve_destroy (&key [i]);
+    for (int i = 0; i < 3; i++)
+        kd_test_kill (pids [i]);
 }

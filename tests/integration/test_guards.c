@@ -520,6 +520,43 @@ Test (guards, a_bind_beyond_loopback_without_curve_warns)
 }
 
 //  --------------------------------------------------------------------------
+//  Poisoned gradients from real workers
+
+Test (guards, poisoned_gradients_of_real_workers_are_never_applied_and_their_rows_train, .timeout = 300)
+{
+    //  Every 5th gradient of every worker has a NaN: the client does not
+    //  push it, the scheduler drops it and leases its rows again, and the
+    //  run still completes its epoch with every row applied once.
+    const char *models [] = { "bsp", "asp" };
+    for (int m = 0; m < 2; m++) {
+        char summary [256], base [16];
+        snprintf (summary, sizeof summary, "%s/summary-nan-%s.json", s_dir, models [m]);
+        snprintf (base, sizeof base, "%d", s_port);
+        const char *argv [] = { "kudus", "local", "--model", "softmax", "--epochs", "1", "--workers", "4",
+                                "--consistency", models [m], "--inject-nan-every", "5", "--seed", "7",
+                                "--base-port", base, "--quiet", "true", "--summary", summary, NULL };
+        pid_t pid = s_spawn (argv);
+        int status = -1;
+        bool exited = kd_test_wait (pid, 150000, &status);
+        if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+            kd_test_dump (s_log);
+        cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
+        char *text = kd_test_slurp (summary);
+        cr_assert (text, "no summary");
+        double refused = kd_test_json_number (text, "refused_gradients");
+        double epochs = kd_test_json_number (text, "epochs_completed");
+        double accuracy = kd_test_json_number (text, "test_accuracy");
+        printf ("FIGURE guards: %s, every 5th gradient poisoned: %.0f refused, never applied; "
+                "epochs completed %.0f; accuracy %.4f\n", models [m], refused, epochs, accuracy);
+        cr_expect_gt (refused, 100, "%s: %.0f refused", models [m], refused);
+        cr_expect_eq (epochs, 1, "%s: the epoch did not complete", models [m]);
+        cr_expect_gt (accuracy, 0.75, "%s: accuracy %.4f", models [m], accuracy);
+        cr_expect_geq (kd_test_count (s_log, "gradient not finite (NaN or Inf)"), 1);
+        free (text);
+    }
+}
+
+//  --------------------------------------------------------------------------
 //  A training run flooded from the side
 
 typedef struct {
