@@ -169,6 +169,18 @@ static const kd_setting_t s_table [] = {
     { "grad-norm-action", KD_CT_ENUM, "clip", 0, 0, "clip|refuse", S_SHD | S_LOC,
       "a slice over max-grad-norm is scaled down to it (clip) or refused (refuse)" },
 
+    //  kudus gen-ctr: a synthetic click log
+    { "rows", KD_CT_INT, "100000", 1, 1e12, NULL, KD_SVC_GENCTR,
+      "rows to write" },
+    { "features", KD_CT_INT, "1000000", 1, 1e12, NULL, KD_SVC_GENCTR,
+      "features in the model; indices run from 1 to this" },
+    { "zipf", KD_CT_DOUBLE, "1.1", 0.5, 5, NULL, KD_SVC_GENCTR,
+      "exponent of the power law of feature frequencies (the k-th commonest has weight k^-zipf)" },
+    { "per-row", KD_CT_INT, "40", 1, 65536, NULL, KD_SVC_GENCTR,
+      "distinct features in each row" },
+    { "seed", KD_CT_INT, "42", 0, 9007199254740991.0, NULL, KD_SVC_GENCTR,
+      "seed of the planted model and of the rows: the same seed writes the same file" },
+
     //  Monitor
     { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
       "seconds between test-set evaluations (0 = every new version)" },

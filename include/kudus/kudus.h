@@ -20,6 +20,7 @@
 
 #include "kd_tensor.h"
 #include "kd_dataset.h"
+#include "kd_libsvm.h"
 #include "kd_client.h"
 
 #ifdef __cplusplus

@@ -28,4 +28,8 @@ int
 int
     kd_keygen_main (int argc, char **argv);
 
+//  kudus gen-ctr OUT: a synthetic click log (kd_genctr.c).
+int
+    kd_genctr_main (int argc, char **argv);
+
 #endif

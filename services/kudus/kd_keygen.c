@@ -1,9 +1,9 @@
 /*  kd_keygen: `kudus keygen DIR` writes the CURVE keys of a cluster.
 
-    DIR gets a server and a client certificate (public file plus a 0600
-    "_secret" file each) and allowed/, the public certificates of the
-    clients the servers admit, which starts with the generated client.
-    The layout is described in include/kd_curve.h.
+    DIR gets a server certificate and a client certificate per role (public
+    file plus a 0600 "_secret" file each), and allowed/, the public
+    certificates of the clients the servers admit.  The layout is described
+    in include/kd_curve.h.
 */
 #include "kd_cli.h"
 
@@ -12,11 +12,11 @@ kd_keygen_main (int argc, char **argv)
 {
     if (argc == 2 && (!strcmp (argv [1], "--help") || !strcmp (argv [1], "-h"))) {
         printf ("usage: kudus keygen DIR\n\n"
-                "Writes DIR/%s[_secret] (servers), DIR/%s[_secret] (clients) and\n"
-                "DIR/%s/%s (the clients the servers admit).  Point the setting\n"
-                "keys-dir (KUDUS_KEYS_DIR) at DIR and set curve (KUDUS_CURVE=1).\n",
-                KD_CURVE_SERVER_CERT, KD_CURVE_CLIENT_CERT, KD_CURVE_ALLOWED_DIR,
-                KD_CURVE_CLIENT_CERT);
+                "Writes DIR/%s[_secret] (servers), a key pair per client role:\n"
+                "DIR/%s[_secret] (workers), DIR/{scheduler,shard,monitor,observer}.cert[_secret],\n"
+                "and DIR/%s/ (the clients the servers admit, each with its role).  Point\n"
+                "the setting keys-dir (KUDUS_KEYS_DIR) at DIR and set curve (KUDUS_CURVE=1).\n",
+                KD_CURVE_SERVER_CERT, KD_CURVE_CLIENT_CERT, KD_CURVE_ALLOWED_DIR);
         return 0;
     }
     if (argc != 2 || !strncmp (argv [1], "--", 2)) {
@@ -28,8 +28,8 @@ kd_keygen_main (int argc, char **argv)
         fprintf (stderr, "kudus keygen: %s\n", err);
         return 1;
     }
-    printf ("kudus keygen: wrote %s/%s, %s/%s (secret files mode 0600) and %s/%s/%s\n",
-            argv [1], KD_CURVE_SERVER_CERT, argv [1], KD_CURVE_CLIENT_CERT,
-            argv [1], KD_CURVE_ALLOWED_DIR, KD_CURVE_CLIENT_CERT);
+    printf ("kudus keygen: wrote %s/%s, a key pair per role (%s for workers; scheduler, shard, monitor "
+            "and observer .cert; secret files mode 0600) and %s/%s/\n",
+            argv [1], KD_CURVE_SERVER_CERT, KD_CURVE_CLIENT_CERT, argv [1], KD_CURVE_ALLOWED_DIR);
     return 0;
 }

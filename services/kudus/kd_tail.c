@@ -37,8 +37,8 @@ s_draw (kd_stream_t *stats, s_row_t *rows, s_row_t *shard_rows, const char *grou
             kd_stream_number (stats, KD_S_STALENESS_P50, 0), kd_stream_number (stats, KD_S_STALENESS_P99, 0),
             kd_stream_number (stats, KD_S_DROPPED, 0), kd_stream_number (stats, KD_S_REGROUPS, 0),
             *groups ? "  groups " : "", groups);
-    printf ("%5s %8s %10s %8s %9s %8s %8s %8s %6s %6s %6s %7s\n", "rank", "clock", "samples/s",
-            "loss", "compute", "push", "wait", "pull", "stale", "drop", "group", "age_ms");
+    printf ("%5s %8s %10s %8s %9s %8s %8s %8s %6s %6s %7s %6s %7s\n", "rank", "clock", "samples/s",
+            "loss", "compute", "push", "wait", "pull", "stale", "drop", "refused", "group", "age_ms");
     for (size_t r = 0; r < S_MAX_ROWS; r++)
         if (rows [r].used)
             fputs (rows [r].line, stdout);
@@ -46,8 +46,8 @@ s_draw (kd_stream_t *stats, s_row_t *rows, s_row_t *shard_rows, const char *grou
     for (size_t r = 0; r < S_MAX_SHARD_ROWS; r++)
         if (shard_rows [r].used) {
             if (!header)
-                printf ("%5s %8s %10s %10s %8s %9s %9s %6s %9s\n", "shard", "version", "pushes",
-                        "pulls", "commits", "MB in", "MB out", "staged", "ckpt age");
+                printf ("%5s %8s %10s %10s %8s %9s %9s %6s %7s %7s %9s\n", "shard", "version", "pushes",
+                        "pulls", "commits", "MB in", "MB out", "staged", "refused", "limited", "ckpt age");
             header = true;
             fputs (shard_rows [r].line, stdout);
         }
@@ -131,12 +131,13 @@ kd_tail_main (int argc, char **argv)
                 s_row_t *row = &rows [(size_t) rank];
                 row->used = true;
                 snprintf (row->line, sizeof row->line,
-                          "%5.0f %8.0f %10.0f %8.4f %9.2f %8.2f %8.2f %8.2f %6.0f %6.0f %6.0f %7.0f\n",
+                          "%5.0f %8.0f %10.0f %8.4f %9.2f %8.2f %8.2f %8.2f %6.0f %6.0f %7.0f %6.0f %7.0f\n",
                           rank, kd_stream_number (m, KD_S_CLOCK, 0), kd_stream_number (m, KD_S_SAMPLES_PER_S, 0),
                           kd_stream_number (m, KD_S_LOSS, 0), kd_stream_number (m, KD_S_COMPUTE_MS, 0),
                           kd_stream_number (m, KD_S_PUSH_MS, 0), kd_stream_number (m, KD_S_WAIT_MS, 0),
                           kd_stream_number (m, KD_S_PULL_MS, 0), kd_stream_number (m, KD_S_STALENESS, 0),
-                          kd_stream_number (m, KD_S_DROPPED, 0), kd_stream_number (m, KD_S_GROUP, 0),
+                          kd_stream_number (m, KD_S_DROPPED, 0), kd_stream_number (m, KD_S_REFUSED, 0),
+                          kd_stream_number (m, KD_S_GROUP, 0),
                           kd_stream_number (m, KD_S_AGE_MS, 0));
             }
         }
@@ -149,12 +150,13 @@ kd_tail_main (int argc, char **argv)
                 if (kd_stream_has (m, KD_S_CHECKPOINT_AGE_S))
                     snprintf (age, sizeof age, "%.1fs", kd_stream_number (m, KD_S_CHECKPOINT_AGE_S, 0));
                 row->used = true;
-                snprintf (row->line, sizeof row->line, "%5.0f %8.0f %10.0f %10.0f %8.0f %9.1f %9.1f %6.0f %9s\n",
+                snprintf (row->line, sizeof row->line, "%5.0f %8.0f %10.0f %10.0f %8.0f %9.1f %9.1f %6.0f %7.0f %7.0f %9s\n",
                           rank, kd_stream_number (m, KD_S_VERSION, 0), kd_stream_number (m, KD_S_PUSHES, 0),
                           kd_stream_number (m, KD_S_PULLS, 0), kd_stream_number (m, KD_S_COMMITS, 0),
                           kd_stream_number (m, KD_S_BYTES_IN, 0) / 1e6,
                           kd_stream_number (m, KD_S_BYTES_OUT, 0) / 1e6,
-                          kd_stream_number (m, KD_S_STAGED, 0), age);
+                          kd_stream_number (m, KD_S_STAGED, 0), kd_stream_number (m, KD_S_REFUSED, 0),
+                          kd_stream_number (m, KD_S_LIMITED, 0), age);
             }
         }
         else

@@ -17,6 +17,7 @@ s_usage (FILE *out)
         "  dashboard       a live web page of the monitor's stream\n"
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
+        "  gen-ctr OUT     write a synthetic click log (LIBSVM) with a planted model\n"
         "  linkd           link delay in user space (started by local --netns)\n"
         "  bench pushpull|barrier|compute\n"
         "                  benchmarks that print ratios (docs/performance.md)\n"
@@ -46,6 +47,8 @@ main (int argc, char **argv)
         return kd_bench_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "keygen"))
         return kd_keygen_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "gen-ctr"))
+        return kd_genctr_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "version") || !strcmp (cmd, "--version")) {
         int major, minor, patch;
         zmq_version (&major, &minor, &patch);

@@ -15,15 +15,17 @@ declare -A sources=(
     [kd_dataset]="$src/common/kd_dataset.c"
     [kd_checkpoint]="$src/common/kd_checkpoint.c $src/common/kd_log.c"
     [kd_stream]="$src/common/kd_stream.c $src/common/kd_msg.c"
+    [kd_libsvm]="$src/common/kd_libsvm.c"
 )
 declare -A libs=(
     [kd_msg]="libczmq libzmq msgpack"
     [kd_dataset]="zlib"
     [kd_checkpoint]="zlib"
     [kd_stream]="libczmq libzmq msgpack"
+    [kd_libsvm]="zlib"
 )
 status=0
-harnesses=(kd_msg kd_dataset kd_checkpoint kd_stream)
+harnesses=(kd_msg kd_dataset kd_checkpoint kd_stream kd_libsvm)
 for name in "${harnesses[@]}"; do
     bin="$out/fuzz_$name"
     # shellcheck disable=SC2086

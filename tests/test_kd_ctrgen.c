@@ -1,0 +1,164 @@
+/*  test_kd_ctrgen: the synthetic click log of `kudus gen-ctr`.
+
+    Rows are deterministic in the seed, hold distinct increasing indices in
+    range, feature frequencies follow the power law asked for, labels follow
+    the planted model, and the file `kudus gen-ctr` writes reads back through
+    kd_libsvm row for row.
+*/
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sys/wait.h>
+#include "kd_ctrgen.h"
+#include "kudus/kd_libsvm.h"
+#include "kd_testutil.h"
+
+TestSuite (kd_ctrgen, .timeout = 60);
+
+static kd_ctrgen_t *
+s_new (uint64_t features, double zipf, uint32_t per_row, uint64_t seed)
+{
+    char err [256];
+    kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, err, sizeof err);
+    cr_assert (gen, "%s", err);
+    return gen;
+}
+
+Test (kd_ctrgen, impossible_settings_are_refused)
+{
+    char err [256];
+    cr_expect_null (kd_ctrgen_new (10, 1.1, 11, 1, err, sizeof err));
+    cr_expect (strstr (err, "per-row"), "%s", err);
+    cr_expect_null (kd_ctrgen_new (10, 0.2, 5, 1, err, sizeof err));
+    cr_expect_null (kd_ctrgen_new (0, 1.1, 1, 1, err, sizeof err));
+}
+
+Test (kd_ctrgen, rows_are_deterministic_distinct_and_in_range)
+{
+    kd_ctrgen_t *a = s_new (1000000, 1.1, 40, 7), *b = s_new (1000000, 1.1, 40, 7);
+    kd_ctrgen_t *c = s_new (1000000, 1.1, 40, 8);
+    uint64_t ia [40], ib [40], ic [40];
+    int differ = 0;
+    for (int r = 0; r < 2000; r++) {
+        double sa, sb, sc;
+        int la = kd_ctrgen_row (a, ia, &sa), lb = kd_ctrgen_row (b, ib, &sb);
+        kd_ctrgen_row (c, ic, &sc);
+        cr_assert_eq (la, lb);
+        cr_assert (sa == sb);
+        cr_assert (!memcmp (ia, ib, sizeof ia), "same seed, different row %d", r);
+        differ += memcmp (ia, ic, sizeof ia) != 0;
+        for (int i = 0; i < 40; i++) {
+            cr_assert (ia [i] >= 1 && ia [i] <= 1000000);
+            cr_assert (i == 0 || ia [i] > ia [i - 1], "indices not increasing");
+        }
+    }
+    cr_expect_gt (differ, 1900, "another seed wrote the same rows");
+    kd_ctrgen_destroy (&a);
+    kd_ctrgen_destroy (&b);
+    kd_ctrgen_destroy (&c);
+    cr_expect_null (a);
+}
+
+Test (kd_ctrgen, ranks_follow_the_power_law)
+{
+    //  P(k) is proportional to k^-a: rank 1 is 2^a times rank 2 and 10^a
+    //  times rank 10.
+    const double a = 1.3;
+    kd_ctrgen_t *gen = s_new (100000000, a, 1, 3);
+    uint64_t count [11] = { 0 };
+    const int draws = 2000000;
+    for (int i = 0; i < draws; i++) {
+        uint64_t k = kd_ctrgen_rank (gen);
+        cr_assert (k >= 1 && k <= 100000000);
+        if (k <= 10)
+            count [k]++;
+    }
+    cr_expect_float_eq ((double) count [1] / (double) count [2], pow (2, a), 0.05 * pow (2, a));
+    cr_expect_float_eq ((double) count [1] / (double) count [10], pow (10, a), 0.1 * pow (10, a));
+    //  The commonest features land far apart in the index space.
+    uint64_t f2 = kd_ctrgen_feature_of_rank (gen, 2), f3 = kd_ctrgen_feature_of_rank (gen, 3);
+    cr_expect (f2 > 1000 && f3 > 1000 && f2 != f3, "hot features %llu, %llu", (unsigned long long) f2,
+               (unsigned long long) f3);
+    kd_ctrgen_destroy (&gen);
+}
+
+Test (kd_ctrgen, auc_is_exact_on_known_cases)
+{
+    double s1 [] = { 0.1, 0.4, 0.35, 0.8 };
+    uint8_t l1 [] = { 0, 0, 1, 1 };
+    cr_expect_float_eq (kd_ctrgen_auc (s1, l1, 4), 0.75, 1e-12);
+    double s2 [] = { 1, 2, 3, 4 };
+    uint8_t l2 [] = { 0, 0, 1, 1 };
+    cr_expect_float_eq (kd_ctrgen_auc (s2, l2, 4), 1.0, 1e-12);
+    double s3 [] = { 5, 5, 5, 5 };
+    cr_expect_float_eq (kd_ctrgen_auc (s3, l2, 4), 0.5, 1e-12, "ties count half");
+    uint8_t none [] = { 0, 0, 0, 0 };
+    cr_expect (isnan (kd_ctrgen_auc (s2, none, 4)));
+}
+
+Test (kd_ctrgen, labels_follow_the_planted_model)
+{
+    kd_ctrgen_t *gen = s_new (10000000, 1.1, 40, 11);
+    enum { N = 50000 };
+    static double scores [N];
+    static uint8_t labels [N];
+    uint64_t index [40];
+    double positives = 0, mean_p = 0;
+    for (int r = 0; r < N; r++) {
+        labels [r] = (uint8_t) kd_ctrgen_row (gen, index, &scores [r]);
+        //  The score is the bias plus the weights of the row's features.
+        double logit = kd_ctrgen_bias (gen);
+        for (int i = 0; i < 40; i++)
+            logit += kd_ctrgen_weight (gen, index [i]);
+        cr_assert_float_eq (scores [r], logit, 1e-9);
+        positives += labels [r];
+        mean_p += 1 / (1 + exp (-scores [r]));
+    }
+    //  Labels are drawn from the model: their mean is its mean, and its
+    //  scores rank them well.
+    cr_expect_float_eq (positives / N, mean_p / N, 0.01);
+    double auc = kd_ctrgen_auc (scores, labels, N);
+    cr_expect (auc > 0.75 && auc < 0.95, "planted AUC %.4f", auc);
+    kd_ctrgen_destroy (&gen);
+}
+
+Test (kd_ctrgen, the_written_file_reads_back_through_kd_libsvm)
+{
+    char *dir = kd_test_tmpdir ();
+    char path [512], meta [600];
+    snprintf (path, sizeof path, "%s/ctr.svm.gz", dir);
+    snprintf (meta, sizeof meta, "%s.json", path);
+    const char *argv [] = { "kudus", "gen-ctr", "--rows", "3000", "--features", "50000", "--per-row", "12",
+                            "--seed", "5", path, NULL };
+    pid_t pid = kd_test_spawn (argv, NULL);
+    int status = -1;
+    cr_assert (kd_test_wait (pid, 30000, &status) && WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    char err [256];
+    kd_libsvm_t *r = kd_libsvm_open (path, 50000, err, sizeof err);
+    cr_assert (r, "%s", err);
+    kd_ctrgen_t *gen = s_new (50000, 1.1, 12, 5);
+    kd_libsvm_row_t row;
+    uint64_t index [12];
+    int n = 0, rc;
+    while ((rc = kd_libsvm_next (r, &row, err, sizeof err)) == 1) {
+        double score;
+        int label = kd_ctrgen_row (gen, index, &score);
+        cr_assert_eq (row.label, (float) label, "row %d", n);
+        cr_assert_eq (row.nnz, 12);
+        for (int i = 0; i < 12; i++) {
+            cr_assert_eq (row.index [i], index [i]);
+            cr_assert_eq (row.value [i], 1.0f);
+        }
+        n++;
+    }
+    cr_expect_eq (rc, 0, "%s", err);
+    cr_expect_eq (n, 3000);
+    char *json = kd_test_slurp (meta);
+    cr_assert (json);
+    cr_expect_eq (kd_test_json_number (json, "rows"), 3000);
+    double auc = kd_test_json_number (json, "planted_auc");
+    cr_expect (auc > 0.7 && auc < 1, "planted AUC %g", auc);
+    free (json);
+    kd_libsvm_destroy (&r);
+    kd_ctrgen_destroy (&gen);
+    free (dir);
+}
