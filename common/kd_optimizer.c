@@ -27,7 +27,8 @@ static const struct {
     kd_opt_kind_t kind;
 } s_kinds [] = {
     { "sgd", KD_OPT_SGD }, { "momentum", KD_OPT_SGD }, { "nesterov", KD_OPT_NESTEROV },
-    { "adagrad", KD_OPT_ADAGRAD }, { "adam", KD_OPT_ADAM }, { "adamw", KD_OPT_ADAMW }
+    { "adagrad", KD_OPT_ADAGRAD }, { "adam", KD_OPT_ADAM }, { "adamw", KD_OPT_ADAMW },
+    { "ftrl", KD_OPT_FTRL }
 };
 
 int
@@ -48,6 +49,7 @@ kd_optimizer_kind_name (kd_opt_kind_t kind)
         case KD_OPT_ADAGRAD:  return "adagrad";
         case KD_OPT_ADAM:     return "adam";
         case KD_OPT_ADAMW:    return "adamw";
+        case KD_OPT_FTRL:     return "ftrl";
     }
     return "unknown";
 }
@@ -58,7 +60,8 @@ kd_optimizer_defaults (kd_opt_kind_t kind)
     kd_optimizer_opts_t o = {
         .kind = kind, .lr = 0.001, .momentum = 0, .beta1 = 0.9, .beta2 = 0.999,
         .eps = 1e-8, .weight_decay = 0, .schedule = KD_SCHED_CONSTANT,
-        .step_every = 1, .gamma = 1, .cosine_steps = 1, .warmup = 0
+        .step_every = 1, .gamma = 1, .cosine_steps = 1, .warmup = 0,
+        .l1 = 0, .l2 = 0, .ftrl_beta = 1
     };
     if (kind == KD_OPT_SGD || kind == KD_OPT_NESTEROV)
         o.lr = 0.01;
@@ -70,6 +73,8 @@ kd_optimizer_defaults (kd_opt_kind_t kind)
     }
     if (kind == KD_OPT_ADAMW)
         o.weight_decay = 0.01;
+    if (kind == KD_OPT_FTRL)
+        o.lr = 0.1;
     return o;
 }
 
@@ -155,7 +160,7 @@ kd_optimizer_opts_check (const kd_optimizer_opts_t *o, char *err, size_t err_siz
 {
     assert (o);
     const char *bad = NULL;
-    if (o->kind < KD_OPT_SGD || o->kind > KD_OPT_ADAMW)
+    if (o->kind < KD_OPT_SGD || o->kind > KD_OPT_FTRL)
         bad = "unknown optimizer";
     else
     if (!(o->lr > 0 && o->lr <= 100))
@@ -182,6 +187,13 @@ kd_optimizer_opts_check (const kd_optimizer_opts_t *o, char *err, size_t err_siz
     else
     if (o->warmup > 100000000)
         bad = "warm-up must be at most 1e8 steps";
+    else
+    if (!(o->l1 >= 0 && o->l1 <= 1e6) || !(o->l2 >= 0 && o->l2 <= 1e6)
+    ||  !(o->ftrl_beta > 0 && o->ftrl_beta <= 1e6))
+        bad = "l1 and l2 must be in [0, 1e6] and ftrl's beta in (0, 1e6]";
+    else
+    if (o->kind == KD_OPT_FTRL && o->weight_decay != 0)
+        bad = "ftrl takes l2, not weight decay";
     if (bad) {
         snprintf (err, err_size, "optimizer: %s", bad);
         return -1;
@@ -221,6 +233,10 @@ kd_optimizer_format (const kd_optimizer_opts_t *o, char *out, size_t out_size)
                       s_exact (o->beta2, b [3], sizeof b [3]), s_exact (o->eps, b [4], sizeof b [4]),
                       s_exact (o->weight_decay, b [5], sizeof b [5]), sched,
                       (unsigned long long) o->warmup);
+    if (n >= 0 && (size_t) n < out_size && o->kind == KD_OPT_FTRL)
+        n += snprintf (out + n, out_size - (size_t) n, " l1=%s l2=%s beta=%s",
+                       s_exact (o->l1, b [0], sizeof b [0]), s_exact (o->l2, b [1], sizeof b [1]),
+                       s_exact (o->ftrl_beta, b [2], sizeof b [2]));
     return n < 0 || (size_t) n >= out_size ? -1 : 0;
 }
 
@@ -253,7 +269,8 @@ kd_optimizer_parse (const char *spec, kd_optimizer_opts_t *opts, char *err, size
         double *field = !strcmp (word, "lr") ? &o.lr : !strcmp (word, "momentum") ? &o.momentum
                       : !strcmp (word, "beta1") ? &o.beta1 : !strcmp (word, "beta2") ? &o.beta2
                       : !strcmp (word, "eps") ? &o.eps : !strcmp (word, "wd") ? &o.weight_decay
-                      : NULL;
+                      : !strcmp (word, "l1") ? &o.l1 : !strcmp (word, "l2") ? &o.l2
+                      : !strcmp (word, "beta") ? &o.ftrl_beta : NULL;
         int rc = 0;
         if (field)
             rc = s_double (eq, field);
@@ -313,6 +330,7 @@ kd_optimizer_new (const kd_optimizer_opts_t *opts, size_t n)
         case KD_OPT_ADAGRAD:  self->n_state = 1; break;
         case KD_OPT_ADAM:
         case KD_OPT_ADAMW:    self->n_state = 2; break;
+        case KD_OPT_FTRL:     self->n_state = 2; break;
     }
     if (self->n_state > 0) {
         self->block = (float *) calloc (self->n_state * n, sizeof (float));
@@ -406,6 +424,26 @@ s_adam (kd_optimizer_t *self, float *x, const float *g, double lr)
     }
 }
 
+//  FTRL-Proximal; state 0 is z, state 1 is n.  In double: n grows, and
+//  sqrt (n + g g) - sqrt (n) loses its digits in float.
+static void
+s_ftrl (kd_optimizer_t *self, float *x, const float *g, double alpha)
+{
+    const kd_optimizer_opts_t *o = &self->opts;
+    float *z = self->state [0], *n = self->state [1];
+    for (size_t i = 0; i < self->n; i++) {
+        double gi = g [i], ni = n [i], zi = z [i];
+        double n_new = ni + gi * gi;
+        double sigma = (sqrt (n_new) - sqrt (ni)) / alpha;
+        zi += gi - sigma * x [i];
+        z [i] = (float) zi;
+        n [i] = (float) n_new;
+        double az = fabs (zi);
+        x [i] = az <= o->l1 ? 0.0f
+              : (float) (-(zi - copysign (o->l1, zi)) / ((o->ftrl_beta + sqrt (n_new)) / alpha + o->l2));
+    }
+}
+
 void
 kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
 {
@@ -418,6 +456,7 @@ kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
         case KD_OPT_ADAGRAD:  s_adagrad (self, params, g, (float) lr); break;
         case KD_OPT_ADAM:
         case KD_OPT_ADAMW:    s_adam (self, params, g, lr); break;
+        case KD_OPT_FTRL:     s_ftrl (self, params, g, lr); break;
     }
 }
 

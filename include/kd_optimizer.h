@@ -13,6 +13,13 @@
       adam      d = g + wd x;  m = b1 m + (1-b1) d;  v = b2 v + (1-b2) d d;
                 x -= lr/(1-b1^t) m / (sqrt (v) / sqrt (1-b2^t) + eps)
       adamw     x *= 1 - lr wd, then adam with wd = 0
+      ftrl      FTRL-Proximal (McMahan et al., KDD 2013), per key, alpha = lr:
+                sigma = (sqrt (n + g g) - sqrt (n)) / alpha;  z += g - sigma x;
+                n += g g;  x = |z| <= l1 ? 0
+                             : -(z - sign (z) l1) / ((beta + sqrt (n)) / alpha + l2)
+                (in double, stored in float32; x is a function of z and n, so
+                a key's first step replaces its initial value, as for the
+                zero-initialized linear models FTRL is meant for)
 
     The learning rate follows a schedule of the optimizer's step t (1, 2,
     ...): constant, step (times gamma every N steps) or cosine (from lr
@@ -43,7 +50,8 @@ typedef enum {
     KD_OPT_NESTEROV,                    //  SGD with Nesterov momentum
     KD_OPT_ADAGRAD,
     KD_OPT_ADAM,
-    KD_OPT_ADAMW
+    KD_OPT_ADAMW,
+    KD_OPT_FTRL                         //  FTRL-Proximal
 } kd_opt_kind_t;
 
 typedef enum {
@@ -59,7 +67,9 @@ typedef struct {
     double momentum;                    //  sgd, nesterov: mu
     double beta1, beta2;                //  adam, adamw
     double eps;                         //  adagrad, adam, adamw
-    double weight_decay;                //  every rule (adamw: decoupled)
+    double weight_decay;                //  every rule but ftrl (adamw: decoupled)
+    double l1, l2;                      //  ftrl: L1 and L2 penalties
+    double ftrl_beta;                   //  ftrl: beta of the per-key rate
     kd_sched_kind_t schedule;           //  learning-rate schedule
     uint64_t step_every;                //  step: steps between decays
     double gamma;                       //  step: decay factor
@@ -72,7 +82,7 @@ kd_optimizer_opts_t
     kd_optimizer_defaults (kd_opt_kind_t kind);
 
 //  Parse a rule name ("sgd", "momentum" (= sgd), "nesterov", "adagrad",
-//  "adam", "adamw"); -1 if unknown.
+//  "adam", "adamw", "ftrl"); -1 if unknown.
 int
     kd_optimizer_kind_parse (const char *name);
 const char *

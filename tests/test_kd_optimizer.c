@@ -6,6 +6,7 @@
 */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kd_optimizer.h"
 
@@ -163,4 +164,73 @@ Test (kd_optimizer, new_refuses_bad_options)
     cr_expect_eq (kd_optimizer_kind_parse ("momentum"), KD_OPT_SGD);
     cr_expect_eq (kd_optimizer_kind_parse ("nope"), -1);
     cr_expect_str_eq (kd_optimizer_kind_name (KD_OPT_ADAMW), "adamw");
+}
+
+//  FTRL-Proximal in double, straight from McMahan et al. (2013), Algorithm 1.
+static void
+s_ftrl_reference (double *w, double *z, double *n, const double *g, size_t k,
+                  double alpha, double beta, double l1, double l2)
+{
+    for (size_t i = 0; i < k; i++) {
+        double sigma = (sqrt (n [i] + g [i] * g [i]) - sqrt (n [i])) / alpha;
+        z [i] += g [i] - sigma * w [i];
+        n [i] += g [i] * g [i];
+        w [i] = fabs (z [i]) <= l1 ? 0
+              : -(z [i] - (z [i] > 0 ? l1 : -l1)) / ((beta + sqrt (n [i])) / alpha + l2);
+    }
+}
+
+Test (kd_optimizer, ftrl_follows_the_papers_algorithm)
+{
+    enum { K = 64, STEPS = 300 };
+    kd_optimizer_t *opt = s_new ("ftrl lr=0.05 l1=8 l2=0.1 beta=1", K);
+    cr_expect_eq (kd_optimizer_state_count (opt), 2);
+    float x [K], g [K];
+    double w [K] = { 0 }, z [K] = { 0 }, n [K] = { 0 }, gd [K];
+    for (size_t i = 0; i < K; i++)
+        x [i] = 0;
+    unsigned seed = 9;
+    size_t zeros = 0;
+    for (int t = 0; t < STEPS; t++) {
+        for (size_t i = 0; i < K; i++) {
+            //  Keys with a bias pull away from 0; the rest hover around it.
+            double bias = i < K / 2 ? 0.4 : 0.0;
+            g [i] = (float) (bias + ((double) rand_r (&seed) / RAND_MAX - 0.5));
+            gd [i] = g [i];
+        }
+        kd_optimizer_step (opt, x, g);
+        s_ftrl_reference (w, z, n, gd, K, 0.05, 1, 8, 0.1);
+        for (size_t i = 0; i < K; i++)
+            cr_assert_float_eq (x [i], w [i], 1e-5 + 1e-4 * fabs (w [i]), "step %d key %zu", t, i);
+    }
+    //  L1 makes the keys without signal exactly 0, and leaves the others.
+    for (size_t i = K / 2; i < K; i++)
+        zeros += x [i] == 0.0f;
+    cr_expect_gt (zeros, K / 4, "l1 left %zu of %d noise keys at 0", zeros, K / 2);
+    for (size_t i = 0; i < K / 2; i++)
+        cr_expect_lt (x [i], 0.0f, "a key with a steady positive gradient did not go negative");
+    kd_optimizer_destroy (&opt);
+}
+
+Test (kd_optimizer, ftrl_spec_round_trip_and_refusals)
+{
+    kd_optimizer_opts_t o = kd_optimizer_defaults (KD_OPT_FTRL), back;
+    cr_expect_eq (o.lr, 0.1);
+    o.l1 = 1.5;
+    o.l2 = 0.25;
+    o.ftrl_beta = 2;
+    char err [256], spec [KD_OPTIMIZER_SPEC_MAX];
+    cr_assert_eq (kd_optimizer_format (&o, spec, sizeof spec), 0);
+    cr_expect (strstr (spec, "ftrl lr=0.1 ") && strstr (spec, " l1=1.5 l2=0.25 beta=2"), "%s", spec);
+    cr_assert_eq (kd_optimizer_parse (spec, &back, err, sizeof err), 0, "%s", err);
+    cr_expect (back.kind == KD_OPT_FTRL && back.l1 == 1.5 && back.l2 == 0.25 && back.ftrl_beta == 2);
+    //  Other rules' specs do not carry FTRL's fields.
+    kd_optimizer_opts_t adam = kd_optimizer_defaults (KD_OPT_ADAM);
+    cr_assert_eq (kd_optimizer_format (&adam, spec, sizeof spec), 0);
+    cr_expect_null (strstr (spec, "l1="), "%s", spec);
+    const char *bad [] = { "ftrl l1=-1", "ftrl l2=nan", "ftrl beta=0", "ftrl wd=0.1", "ftrl l1=1e7" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++)
+        cr_expect_eq (kd_optimizer_parse (bad [i], &back, err, sizeof err), -2, "%s accepted", bad [i]);
+    cr_expect_eq (kd_optimizer_kind_parse ("ftrl"), KD_OPT_FTRL);
+    cr_expect_str_eq (kd_optimizer_kind_name (KD_OPT_FTRL), "ftrl");
 }

@@ -119,6 +119,7 @@ _telemetry = _fn("kd_client_telemetry", ctypes.c_int, _P)
 _leave = _fn("kd_client_leave", ctypes.c_int, _P, ctypes.c_char_p)
 _stopped = _fn("kd_client_stopped", ctypes.c_bool, _P)
 _dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
+_refused = _fn("kd_client_refused", ctypes.c_uint64, _P)
 _version_str = _fn("kudus_version", ctypes.c_char_p)
 
 
@@ -219,6 +220,9 @@ class Client:
     version = property(lambda self: _version(self._c))
     stopped = property(lambda self: bool(_stopped(self._c)))
     dropped = property(lambda self: _dropped(self._c))
+    # Gradients not applied because they held a NaN or an Inf (not sent) or a
+    # shard refused them; their rows went back to be trained again.
+    refused = property(lambda self: _refused(self._c))
 
     @property
     def tensors(self):

@@ -599,7 +599,8 @@ kd_local_main (int argc, char **argv)
     //  Scheduler, with every training and consistency setting.
     static const char *sched_settings [] = {
         "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
-        "optimizer", "beta1", "beta2", "eps", "weight-decay", "lr-schedule", "warmup-steps",
+        "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
+        "lr-schedule", "warmup-steps",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "group-ratio", "min-group", "max-groups", "group-staleness",
         "staleness-weight",

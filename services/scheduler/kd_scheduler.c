@@ -724,6 +724,8 @@ s_write_summary (self_t *self)
     fputs (n_tensors > 0 && self->n_params > 0 ? "\n  ]" : "]", f);
     fputs (",\n  \"consistency\": ", f);
     s_json_str (f, kd_config_str (self->config, "consistency"));
+    fputs (",\n  \"optimizer\": ", f);
+    s_json_str (f, self->optimizer);
     fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"wall_seconds\": %.3f,\n",
              self->max_live_workers, self->n_shards, wall);
     fputs ("  \"test_accuracy\": ", f);
@@ -1465,6 +1467,9 @@ kd_scheduler_optimizer (kd_config_t *config, char *spec, size_t spec_size,
     o.beta2 = kd_config_double (config, "beta2");
     o.eps = kd_config_double (config, "eps");
     o.weight_decay = kd_config_double (config, "weight-decay");
+    o.l1 = kd_config_double (config, "l1");
+    o.l2 = kd_config_double (config, "l2");
+    o.ftrl_beta = kd_config_double (config, "ftrl-beta");
     o.warmup = (uint64_t) kd_config_int (config, "warmup-steps");
     char why [200];
     if (kd_optimizer_schedule_parse (kd_config_str (config, "lr-schedule"), &o, why, sizeof why)) {

@@ -109,6 +109,32 @@ Test (services, local_cluster_trains_better_than_chance)
     free (json);
 }
 
+//  FTRL-Proximal, the shards' rule for sparse linear models, trains the
+//  softmax model from the command line, and the summary names it.
+Test (services, ftrl_trains_from_the_command_line)
+{
+    char summary [256], log [256], port [16];
+    snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
+    snprintf (log, sizeof log, "%s/local.log", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *argv [] = { "kudus", "local", "--workers", "2", "--epochs", "1", "--optimizer", "ftrl",
+                            "--lr", "0.3", "--l1", "0.0001", "--l2", "0.001", "--base-port", port,
+                            "--quiet", "true", "--summary", summary, NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 150000, &status);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        s_dump (log);
+    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
+    char *json = kd_test_slurp (summary);
+    cr_assert (json);
+    double accuracy = kd_test_json_number (json, "test_accuracy");
+    cr_expect (accuracy > 0.78, "ftrl reached %f", accuracy);
+    cr_expect (strstr (json, "ftrl lr=0.3") && strstr (json, "l1=0.0001 l2=0.001 beta=1"),
+               "the summary does not name the rule: %s", json);
+    free (json);
+}
+
 //  A DEALER to an endpoint with a receive timeout.
 static zsock_t *
 s_client (const char *endpoint)

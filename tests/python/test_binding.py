@@ -57,20 +57,28 @@ def test_python_and_c_workers_train_one_model(cluster):
         grad = np.zeros_like(params)
         with pytest.raises(ValueError):
             client.pull(np.zeros(3, np.float32))
-        iterations = 0
+        iterations = poisoned = 0
         while release is not None and client.pull(params):
             loss = softmax_gradient(params, x[release.rows], y[release.rows], grad)
+            # Every 10th gradient holds a NaN: it is not sent, and its rows
+            # go back to be trained again.
+            if iterations % 10 == 9:
+                grad[5] = np.nan
+                poisoned += 1
             if not client.push(grad, len(release.rows)):
                 break
             release = client.arrive(loss)
             client.telemetry()
             iterations += 1
         assert client.stopped
+        assert client.refused == poisoned > 10, (client.refused, poisoned)
     assert c.wait(timeout=120) == 0
     s = c.summary()
     assert s["stop_reason"] == "epochs", s["stop_reason"]
     names = {w["name"]: w for w in s["per_worker"]}
     assert "py-worker" in names and len(names) == 2, names
     assert all(w["applied_samples"] > 1000 for w in names.values()), names
+    assert names["py-worker"]["refused"] == poisoned, names["py-worker"]
+    assert s["refused_gradients"] == poisoned
     assert iterations > 100
     assert s["test_accuracy"] >= 0.75, s["test_accuracy"]
