@@ -17,17 +17,27 @@
     Kudus code: a header-sized frame with the values, and a request-sized
     message, so S goes out and S comes back in as many messages as
     push+pull uses, at the same in-flight depth.  Kudus figures are reported as ratios to
-    them.  GB/s counts payload bytes moved: S for push or pull, 2 S for
+    them.  Each timed run is sized by time (--run-seconds), not by count, so
+    the default matrix takes minutes whatever the machine.  Each row also
+    gives the peak resident set of the processes behind it: the largest
+    shard's, the largest echo server's, and this client's.
+
+    Stopped by SIGINT or SIGTERM, the command says "interrupted", names the
+    configurations it completed (their rows are already printed), reaps its
+    children and exits 130; a real failure names the configuration and why
+    it failed, and exits 1.  GB/s counts payload bytes moved: S for push or pull, 2 S for
     push+pull and for the echo.  The op times (us) are medians over the ops
     of one run, meaningful as round trips at inflight 1.
 */
 #include "kd_bench.h"
+#include "kd_half.h"
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define S_MAX_SHARDS    16              //  shards in one configuration
-#define S_BUDGET_BYTES  (256.0 * 1024 * 1024)  //  payload per timed run
+#define S_BUDGET_BYTES  (256.0 * 1024 * 1024)  //  memcpy: bytes per timed run
 #define S_MIN_OPS       8               //  ops per timed run at least
 #define S_MAX_OPS       4000            //  ops per timed run at most
 #define S_TIMEOUT_MS    30000           //  a reply later than this fails
@@ -50,17 +60,33 @@ typedef struct {
     uint64_t lo [S_MAX_SHARDS];         //  first key each shard holds
     float *values;              //  what we push: S bytes
     double *op_us;              //  per op duration, scratch
+    uint64_t dtype;             //  values on the wire (kd_dtype_t)
+    float *scratch;             //  a pulled slice converted back to fp32
+    size_t done;                //  ops the last run completed
+    char why [160];             //  why the last run failed
 } s_cluster_t;
 
-//  Time S_MIN..S_MAX ops so that a run moves about S_BUDGET_BYTES.
+//  Ops a timed run issues at least.
 static size_t
-s_ops_for (size_t op_bytes, size_t inflight)
+s_min_ops (size_t inflight)
 {
-    double ops = S_BUDGET_BYTES / (double) op_bytes;
-    size_t min = inflight * 2 > S_MIN_OPS ? inflight * 2 : S_MIN_OPS;
-    if (ops < (double) min)
-        return min;
-    return ops > S_MAX_OPS ? S_MAX_OPS : (size_t) ops;
+    return inflight * 2 > S_MIN_OPS ? inflight * 2 : S_MIN_OPS;
+}
+
+//  Peak resident set of a process in KiB (-1 if unknown).
+static long
+s_peak_rss (pid_t pid)
+{
+    char path [64], line [256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    long kib = -1;
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f))
+        if (!strncmp (line, "VmHWM:", 6))
+            kib = atol (line + 6);
+    if (f)
+        fclose (f);
+    return kib;
 }
 
 //  --------------------------------------------------------------------------
@@ -92,6 +118,17 @@ s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
         kd_msg_set_uint (push, KD_F_CLOCK, 0);
         kd_msg_set_uint (push, KD_F_BASE, 0);
         kd_msg_set_uint (push, KD_F_LO, c->lo [s]);
+        if (c->dtype != KD_DTYPE_F32) {
+            //  Converted per push, as a worker would: the cost is timed.
+            zframe_t *data = zframe_new (NULL, c->floats * 2);
+            if (c->dtype == KD_DTYPE_F16)
+                kd_half_from_float ((uint16_t *) zframe_data (data), c->values + s * c->floats, c->floats);
+            else
+                kd_bf16_from_float ((uint16_t *) zframe_data (data), c->values + s * c->floats, c->floats);
+            kd_msg_set_uint (push, KD_F_DTYPE, c->dtype);
+            kd_msg_set_data (push, &data);
+        }
+        else
         //  The values never change during a run, so ZeroMQ may read them
         //  until the reply comes without a copy or a callback.
         kd_msg_set_data_ref (push, c->values + s * c->floats, bytes, NULL, NULL);
@@ -101,6 +138,8 @@ s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
     if (mode == S_PULL || mode == S_PUSHPULL) {
         kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
         kd_msg_set_uint (pull, KD_F_VERSION, 0);
+        if (c->dtype != KD_DTYPE_F32)
+            kd_msg_set_uint (pull, KD_F_DTYPE, c->dtype);
         if (kd_msg_send (&pull, c->kudus [s]))
             return -1;
     }
@@ -128,29 +167,37 @@ s_recv_reply (s_cluster_t *c, s_mode_t mode, size_t s)
     }
     kd_msg_t *reply = NULL;
     kd_msg_err_t err;
-    if (kd_msg_recv (c->kudus [s], &reply, NULL, &err) != 0)
+    if (kd_msg_recv (c->kudus [s], &reply, NULL, &err) != 0) {
+        snprintf (c->why, sizeof c->why, "shard %zu: no reply within %d ms", s, S_TIMEOUT_MS);
         return -1;
+    }
     int rc = -1;
-    size_t count = 0;
-    kd_msg_data_floats (reply, &count);
     if (kd_msg_type (reply) == KD_MSG_PUSH_OK)
         rc = 0;
     else
-    if (kd_msg_type (reply) == KD_MSG_PULL_OK && count == c->floats)
+    //  A 16-bit pull is converted back, as a worker would: timed too.
+    if (kd_msg_type (reply) == KD_MSG_PULL_OK && kd_msg_uint (reply, KD_F_COUNT) == c->floats
+    &&  (c->dtype == KD_DTYPE_F32 || kd_msg_data_to_floats (reply, c->scratch, c->floats) == 0))
         rc = 0;
     else
-        kd_error ("unexpected reply %s from shard %zu", kd_msg_type_name (kd_msg_type (reply)), s);
+        snprintf (c->why, sizeof c->why, "shard %zu answered %s (%s)", s,
+                  kd_msg_type_name (kd_msg_type (reply)),
+                  kd_msg_type (reply) == KD_MSG_ERROR ? kd_msg_str (reply, KD_F_REASON) : "unexpected");
     kd_msg_destroy (&reply);
     return rc;
 }
 
-//  Run `ops` ops with `inflight` in flight on every shard.  Shards answer
+//  Run ops with `inflight` in flight on every shard: at least the minimum,
+//  then more while `seconds` have not passed, at most `ops`.  Shards answer
 //  in order, so op i is done once every shard has sent its i-th reply (or
-//  pair of replies).  Returns the elapsed seconds, or -1; per-op times go
-//  to c->op_us.
+//  pair of replies).  Returns the elapsed seconds, -1 on a failure (why in
+//  c->why) or -2 when a signal stopped it; the ops done go to c->done and
+//  their times to c->op_us.
 static double
-s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight)
+s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight, double seconds)
 {
+    c->why [0] = 0;
+    c->done = 0;
     size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO ? 2 : 1;
     size_t got [S_MAX_SHARDS] = { 0 };
     zmq_pollitem_t items [S_MAX_SHARDS];
@@ -159,23 +206,38 @@ s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight)
             zsock_resolve (mode == S_ECHO ? c->echo [s] : c->kudus [s]), 0, ZMQ_POLLIN, 0 };
     double *start = (double *) malloc (ops * sizeof (double));
     assert (start);
-    size_t sent = 0, done = 0;
+    size_t sent = 0, done = 0, min_ops = s_min_ops (inflight);
     double t0 = kd_now_msf ();
-    while (done < ops) {
-        while (sent < ops && sent - done < inflight) {
+    while (true) {
+        //  Fill the window; nothing in flight after that means we are done.
+        while (sent < ops && sent - done < inflight
+           &&  (sent < min_ops || kd_now_msf () - t0 < seconds * 1000)) {
             start [sent] = kd_now_msf ();
             for (size_t s = 0; s < c->shards; s++)
-                if (s_send_op (c, mode, s, sent, inflight))
+                if (s_send_op (c, mode, s, sent, inflight)) {
+                    if (zsys_interrupted)
+                        goto interrupted;
+                    snprintf (c->why, sizeof c->why, "shard %zu: cannot send", s);
                     goto failed;
+                }
             sent++;
         }
+        if (done == sent)
+            break;
         int rc = zmq_poll (items, (int) c->shards, S_TIMEOUT_MS);
+        if (zsys_interrupted)
+            goto interrupted;
+        if (rc == 0)
+            snprintf (c->why, sizeof c->why, "no reply within %d ms", S_TIMEOUT_MS);
         if (rc <= 0)
             goto failed;
         for (size_t s = 0; s < c->shards; s++)
             while (zsock_events (mode == S_ECHO ? c->echo [s] : c->kudus [s]) & ZMQ_POLLIN) {
-                if (s_recv_reply (c, mode, s))
+                if (s_recv_reply (c, mode, s)) {
+                    if (zsys_interrupted)
+                        goto interrupted;
                     goto failed;
+                }
                 got [s]++;
             }
         size_t all = SIZE_MAX;
@@ -183,15 +245,24 @@ s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight)
             if (got [s] / replies_per_op < all)
                 all = got [s] / replies_per_op;
         double now = kd_now_msf ();
-        for (; done < all && done < ops; done++)
+        for (; done < all && done < sent; done++)
             c->op_us [done] = (now - start [done]) * 1000.0;
     }
     free (start);
+    c->done = done;
     return (kd_now_msf () - t0) / 1000.0;
 failed:
-    kd_error ("pushpull run failed mode=%d sent=%zu done=%zu", (int) mode, sent, done);
+    if (!c->why [0])
+        snprintf (c->why, sizeof c->why, "%s", zmq_strerror (zmq_errno ()));
+    snprintf (c->why + strlen (c->why), sizeof c->why - strlen (c->why),
+              " (mode %s, sent %zu, done %zu)",
+              mode == S_PUSH ? "push" : mode == S_PULL ? "pull" : mode == S_PUSHPULL ? "push+pull" : "echo",
+              sent, done);
     free (start);
     return -1;
+interrupted:
+    free (start);
+    return -2;
 }
 
 //  --------------------------------------------------------------------------
@@ -328,6 +399,25 @@ kd_bench_pushpull (kd_bench_t *b)
     int n_sizes = kd_bench_list (kd_config_str (b->config, "sizes"), sizes, KD_BENCH_MAX_LIST);
     int n_shards = kd_bench_list (kd_config_str (b->config, "shards"), shard_counts, KD_BENCH_MAX_LIST);
     int n_inflight = kd_bench_list (kd_config_str (b->config, "inflight"), inflights, KD_BENCH_MAX_LIST);
+    uint64_t dtypes [3];
+    int n_dtypes = 0;
+    {
+        char list [64];
+        snprintf (list, sizeof list, "%s", kd_config_str (b->config, "dtypes"));
+        char *save = NULL;
+        for (char *w = strtok_r (list, ",", &save); w; w = strtok_r (NULL, ",", &save)) {
+            int d = kd_dtype_parse (w);
+            if (d < 0 || n_dtypes == 3) {
+                fprintf (stderr, "kudus bench pushpull: --dtypes lists fp32, fp16, bf16, not '%s'\n", w);
+                return 2;
+            }
+            dtypes [n_dtypes++] = (uint64_t) d;
+        }
+        if (n_dtypes == 0) {
+            fprintf (stderr, "kudus bench pushpull: --dtypes is empty\n");
+            return 2;
+        }
+    }
     if (n_sizes < 1 || n_shards < 1 || n_inflight < 1) {
         fprintf (stderr, "kudus bench pushpull: --sizes, --shards and --inflight are comma-separated positive numbers\n");
         return 2;
@@ -346,6 +436,9 @@ kd_bench_pushpull (kd_bench_t *b)
     signal (SIGPIPE, SIG_IGN);
     int rc = 0;
     bool header = false;
+    double seconds = kd_config_double (b->config, "run-seconds");
+    int total = n_sizes * n_shards * n_inflight * n_dtypes, completed = 0;
+    char last [96] = "none";
     for (int si = 0; si < n_sizes && rc == 0; si++) {
         double memcpy_gbps = s_memcpy_gbps (sizes [si], b->repeat);
         for (int ni = 0; ni < n_shards && rc == 0; ni++) {
@@ -361,34 +454,54 @@ kd_bench_pushpull (kd_bench_t *b)
             for (size_t i = 0; i < size / sizeof (float); i++)
                 c.values [i] = (float) (i % 1000) * 1e-3f;
             c.op_us = (double *) malloc (S_MAX_OPS * sizeof (double) + 64 * 2 * sizeof (double));
-            assert (c.op_us);
+            c.scratch = (float *) malloc (c.floats * sizeof (float) + 4);
+            assert (c.op_us && c.scratch);
             if (s_cluster_start (&c)) {
-                kd_error ("cannot start the cluster shards=%zu size=%zu", shards, size);
-                rc = 1;
+                if (zsys_interrupted)
+                    rc = 130;
+                else {
+                    fprintf (stderr, "kudus bench pushpull: configuration size=%zu shards=%zu failed: "
+                             "the shards did not start (see above)\n", size, shards);
+                    rc = 1;
+                }
             }
-            for (int ii = 0; ii < n_inflight && rc == 0; ii++) {
-                size_t inflight = inflights [ii];
+            //  Each in-flight depth with each dtype; fp32's push+pull, when
+            //  it ran first, is what the others are a ratio to.
+            double fp32_pushpull = 0;
+            for (int k = 0; k < n_inflight * n_dtypes && rc == 0; k++) {
+                size_t inflight = inflights [k / n_dtypes];
+                c.dtype = dtypes [k % n_dtypes];
+                if (k % n_dtypes == 0)
+                    fp32_pushpull = 0;
                 double gbps [4][KD_BENCH_MAX_LIST * 4], us [4][KD_BENCH_MAX_LIST * 4];
                 int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.
+                double secs = 0;
+                int failed_mode = -1;
                 for (int m = 0; m < 4 && rc == 0; m++)
-                    if (s_run (&c, (s_mode_t) m, inflight * 2, inflight) < 0)
-                        rc = 1;
+                    if ((secs = s_run (&c, (s_mode_t) m, inflight * 2, inflight, 0)) < 0) {
+                        rc = secs == -2 ? 130 : 1;
+                        failed_mode = m;
+                    }
                 //  The modes take turns within each repeat, so that a
                 //  change in machine load touches them all alike.
                 for (int r = 0; r < repeat && rc == 0; r++)
                     for (int m = 0; m < 4 && rc == 0; m++) {
                         size_t op_bytes = (m == S_PUSHPULL || m == S_ECHO) ? 2 * size : size;
-                        size_t ops = s_ops_for (op_bytes, inflight);
-                        double secs = s_run (&c, (s_mode_t) m, ops, inflight);
+                        secs = s_run (&c, (s_mode_t) m, S_MAX_OPS, inflight, seconds);
                         if (secs <= 0) {
-                            rc = 1;
+                            rc = secs == -2 ? 130 : 1;
+                            failed_mode = m;
                             break;
                         }
-                        gbps [m][r] = (double) op_bytes * (double) ops / secs / 1e9;
-                        us [m][r] = kd_bench_median (c.op_us, (int) ops);
+                        gbps [m][r] = (double) op_bytes * (double) c.done / secs / 1e9;
+                        us [m][r] = kd_bench_median (c.op_us, (int) c.done);
                     }
+                if (rc == 1)
+                    fprintf (stderr, "kudus bench pushpull: configuration size=%zu shards=%zu inflight=%zu "
+                             "failed: %s\n", size, shards, inflight, c.why);
+                (void) failed_mode;
                 if (rc)
                     break;
                 double med [4], med_us [4];
@@ -411,20 +524,49 @@ kd_bench_pushpull (kd_bench_t *b)
                 snprintf (v [11], 32, "%.1f", med_us [S_ECHO]);
                 snprintf (v [12], 32, "%.3f", med_us [S_PUSHPULL] / med_us [S_ECHO]);
                 snprintf (v [13], 32, "%d", repeat);
+                if (c.dtype == KD_DTYPE_F32)
+                    fp32_pushpull = med [S_PUSHPULL];
+                char dtype_json [16], vs_fp32 [32];
+                snprintf (dtype_json, sizeof dtype_json, "\"%s\"", kd_dtype_name (c.dtype));
+                //  GB/s count fp32-equivalent payload, so a ratio above 1 is
+                //  a 16-bit wire that moves the model faster.
+                snprintf (vs_fp32, sizeof vs_fp32, "%.3f", fp32_pushpull > 0 ? med [S_PUSHPULL] / fp32_pushpull : 0.0);
+                //  Peak resident sets, read while the processes live.
+                long shard_rss = -1, echo_rss = -1;
+                for (size_t s = 0; s < shards; s++) {
+                    long k = s_peak_rss (c.shard_pid [s]), e = s_peak_rss (c.echo_pid [s]);
+                    shard_rss = k > shard_rss ? k : shard_rss;
+                    echo_rss = e > echo_rss ? e : echo_rss;
+                }
+                struct rusage self_usage;
+                getrusage (RUSAGE_SELF, &self_usage);
+                snprintf (v [14], 32, "%ld", shard_rss);
+                snprintf (v [15], 32, "%ld", echo_rss);
+                char client_rss [32];
+                snprintf (client_rss, sizeof client_rss, "%ld", self_usage.ru_maxrss);
                 const char *kv [] = {
-                    "size_bytes", v [0], "shards", v [1], "inflight", v [2],
+                    "size_bytes", v [0], "shards", v [1], "inflight", v [2], "dtype", dtype_json,
+                    "ratio_vs_fp32", vs_fp32,
                     "push_gbps", v [3], "pull_gbps", v [4], "pushpull_gbps", v [5],
                     "zmq_echo_gbps", v [6], "memcpy_gbps", v [7],
                     "ratio_vs_zmq", v [8], "ratio_vs_memcpy", v [9],
                     "pushpull_us", v [10], "zmq_echo_us", v [11], "rtt_ratio", v [12],
-                    "repeat", v [13], NULL };
+                    "repeat", v [13], "shard_rss_kib", v [14], "echo_rss_kib", v [15],
+                    "client_rss_kib", client_rss, NULL };
                 kd_bench_row (b, "pushpull", &header, kv);
+                completed++;
+                snprintf (last, sizeof last, "size=%zu shards=%zu inflight=%zu dtype=%s", size, shards,
+                          inflight, kd_dtype_name (c.dtype));
             }
             s_cluster_stop (&c);
             free (c.values);
             free (c.op_us);
+            free (c.scratch);
         }
     }
+    if (rc == 130)
+        fprintf (stderr, "kudus bench pushpull: interrupted; %d of %d configurations completed "
+                 "(the last: %s), their rows above; every child stopped\n", completed, total, last);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include "kd_client.h"
 #include "kd_shardset.h"
 #include <math.h>
+#include "kd_half.h"
 #include <stdatomic.h>
 
 #define S_MAX_SHARDS     KD_SHARDSET_MAX    //  shards in the address book at most
@@ -77,6 +78,7 @@ struct _kd_client_t {
     uint64_t pushed_samples;    //  rows of the gradient pushed this clock
     bool pushed;                //  a gradient was pushed this clock
     bool refused;               //  ... and a shard refused it (or we did)
+    uint64_t wire_dtype;        //  kd_dtype_t of pushes and pulls
     uint64_t refused_total;     //  gradients refused so far
     uint64_t push_tau;          //  direct: largest staleness the shards saw
     const float *cache;         //  SSP: the buffer last pulled into
@@ -690,6 +692,17 @@ kd_client_dropped (kd_client_t *self)
     return self->dropped;
 }
 
+int
+kd_client_set_wire_dtype (kd_client_t *self, const char *name)
+{
+    assert (self);
+    int dtype = kd_dtype_parse (name);
+    if (dtype < 0)
+        return -1;
+    self->wire_dtype = (uint64_t) dtype;
+    return 0;
+}
+
 uint64_t
 kd_client_refused (kd_client_t *self)
 {
@@ -817,9 +830,11 @@ typedef struct {
 static kd_msg_t *
 s_pull_request (kd_client_t *self, size_t i, void *arg)
 {
-    (void) self, (void) i;
+    (void) i;
     kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
     kd_msg_set_uint (msg, KD_F_VERSION, ((s_pull_arg_t *) arg)->version);
+    if (self->wire_dtype != KD_DTYPE_F32)
+        kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
     return msg;
 }
 
@@ -930,6 +945,17 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
     const float *slice = gradient + lo;
     size_t bytes = (size_t) (hi - lo) * sizeof (float);
+    if (self->wire_dtype != KD_DTYPE_F32) {
+        //  16-bit values: converted into a frame of their own each time.
+        zframe_t *data = zframe_new (NULL, (size_t) (hi - lo) * 2);
+        if (self->wire_dtype == KD_DTYPE_F16)
+            kd_half_from_float ((uint16_t *) zframe_data (data), slice, (size_t) (hi - lo));
+        else
+            kd_bf16_from_float ((uint16_t *) zframe_data (data), slice, (size_t) (hi - lo));
+        kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
+        kd_msg_set_data (msg, &data);
+        return msg;
+    }
     //  The first push of a clock borrows the gradient: the caller may write
     //  it again only after every shard answered PUSH_OK, and a shard can
     //  only answer once ZeroMQ has written this message, which goes out

@@ -8,6 +8,7 @@
 
 #define S_MAX_TRACKED   65536   //  peers with strikes remembered at most
 #define S_MAX_BANNED    4096    //  disconnected peers remembered at most
+#define S_EVENT_BATCH   256     //  monitor events read per call at most
 
 struct _kd_guard_t {
     zsock_t *router;            //  the guarded socket (not ours)
@@ -90,16 +91,36 @@ kd_guard_socket (kd_guard_t *self)
     return self->monitor;
 }
 
-//  Shut a connection down if fd is still a TCP socket to address (libzmq
-//  may have closed and reused the descriptor since the request came in).
-//  Returns true when it was shut down.
+//  The port the guarded ROUTER listens on (0 if unknown).
+static int
+s_listen_port (kd_guard_t *self)
+{
+    const char *endpoint = zsock_endpoint (self->router);
+    const char *colon = endpoint ? strrchr (endpoint, ':') : NULL;
+    return colon ? atoi (colon + 1) : 0;
+}
+
+//  Shut a connection down if fd is still one this ROUTER accepted (its
+//  local port is the one we listen on) and, when address is given, its
+//  peer is that address.  libzmq owns the descriptor and may have closed
+//  and reused it since the event or the message that named it, so a
+//  descriptor that fails either check is left alone.  Returns true when it
+//  was shut down.
 static bool
-s_shutdown (int fd, const char *address)
+s_shutdown (kd_guard_t *self, int fd, const char *address)
 {
     if (fd < 0)
         return false;
-    struct sockaddr_storage peer;
-    socklen_t len = sizeof peer;
+    struct sockaddr_storage local, peer;
+    socklen_t len = sizeof local;
+    int port = s_listen_port (self);
+    if (getsockname (fd, (struct sockaddr *) &local, &len) != 0 || port <= 0)
+        return false;
+    int local_port = local.ss_family == AF_INET ? ntohs (((struct sockaddr_in *) &local)->sin_port)
+                   : local.ss_family == AF_INET6 ? ntohs (((struct sockaddr_in6 *) &local)->sin6_port) : -1;
+    if (local_port != port)
+        return false;
+    len = sizeof peer;
     if (getpeername (fd, (struct sockaddr *) &peer, &len) != 0)
         return false;
     if (address && *address) {
@@ -121,31 +142,47 @@ kd_guard_on_event (kd_guard_t *self)
     assert (self);
     if (!self->monitor)
         return;
-    zmsg_t *event = zmsg_recv (self->monitor);
-    if (!event)
-        return;
-    zframe_t *head = zmsg_first (event);
-    if (head && zframe_size (head) == 6) {
+    //  Every pending event first: a connection accepted and already gone
+    //  in the same batch must not be acted on, since its descriptor may
+    //  now be another connection's.
+    struct {
         uint16_t id;
         uint32_t value;
-        memcpy (&id, zframe_data (head), 2);
-        memcpy (&value, zframe_data (head) + 2, 4);
-        if (id == ZMQ_EVENT_ACCEPTED) {
-            self->connections++;
-            if (self->max_connections && self->connections > (size_t) self->max_connections) {
-                //  Closed at once: it will show up as disconnected, which
-                //  takes it off the count again.
-                kd_warn ("%s: connection refused: %zu open, max-connections=%d",
-                         self->service, self->connections - 1, self->max_connections);
-                if (s_shutdown ((int) value, NULL))
-                    self->disconnects++;
-            }
+    } events [S_EVENT_BATCH];
+    int n = 0;
+    do {
+        zmsg_t *event = zmsg_recv (self->monitor);
+        if (!event)
+            break;
+        zframe_t *head = zmsg_first (event);
+        if (head && zframe_size (head) == 6) {
+            memcpy (&events [n].id, zframe_data (head), 2);
+            memcpy (&events [n].value, zframe_data (head) + 2, 4);
+            n++;
         }
-        else
-        if (id == ZMQ_EVENT_DISCONNECTED && self->connections > 0)
-            self->connections--;
+        zmsg_destroy (&event);
+    } while (n < S_EVENT_BATCH && (zsock_events (self->monitor) & ZMQ_POLLIN));
+    for (int i = 0; i < n; i++) {
+        if (events [i].id == ZMQ_EVENT_DISCONNECTED) {
+            if (self->connections > 0)
+                self->connections--;
+            continue;
+        }
+        if (events [i].id != ZMQ_EVENT_ACCEPTED)
+            continue;
+        self->connections++;
+        if (!self->max_connections || self->connections <= (size_t) self->max_connections)
+            continue;
+        bool gone = false;
+        for (int j = i + 1; j < n && !gone; j++)
+            gone = events [j].id == ZMQ_EVENT_DISCONNECTED && events [j].value == events [i].value;
+        //  Closed at once: it will show up as disconnected, which takes
+        //  it off the count again.
+        kd_warn ("%s: connection refused: %zu open, max-connections=%d",
+                 self->service, self->connections - 1, self->max_connections);
+        if (!gone && s_shutdown (self, (int) events [i].value, NULL))
+            self->disconnects++;
     }
-    zmsg_destroy (&event);
 }
 
 int
@@ -195,7 +232,7 @@ kd_guard_strike (kd_guard_t *self, zframe_t *routing_id, const char *reason)
         zhashx_purge (self->banned);
     zhashx_insert (self->banned, key, (void *) 1);
     //  The descriptor is only known for the request just received.
-    bool closed = !strcmp (key, self->last_id) && s_shutdown (self->last.fd, self->last.address);
+    bool closed = !strcmp (key, self->last_id) && s_shutdown (self, self->last.fd, self->last.address);
     self->disconnects++;
     kd_warn ("%s: peer disconnected after %d malformed messages peer=%s address=%s key=%s "
              "closed=%s last=\"%s\"", self->service, self->max_malformed, key,

@@ -222,8 +222,15 @@ s_fill (kd_libsvm_t *self)
     int n = gzread (self->file, self->buf + self->end, (unsigned) room);
     if (n < 0)
         return -1;
-    if (n == 0)
+    if (n == 0) {
+        //  A gzip stream cut short reads as an end with Z_BUF_ERROR: its
+        //  last line would be a truncated row.
+        int code = Z_OK;
+        gzerror (self->file, &code);
+        if (code == Z_BUF_ERROR)
+            return -1;
         self->eof = true;
+    }
     self->end += (size_t) n;
     return n;
 }

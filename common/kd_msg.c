@@ -17,6 +17,7 @@
     docs/protocol.md is the normative description of the wire.
 */
 #include "kd_msg.h"
+#include "kd_half.h"
 #include <assert.h>
 #include <msgpack.h>
 #include <stdarg.h>
@@ -110,6 +111,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (SHAPES,        "shapes",       UINTS),
     S_FIELD (COUNTERS,      "counters",     UINTS),
     S_FIELD (REFUSED,       "refused",      UINT),
+    S_FIELD (DTYPE,         "dtype",        UINT),
 };
 
 typedef enum {
@@ -158,12 +160,12 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (STOP, 0, S_BIT (REASON), NONE),
     S_TYPE (PUSH,
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO)
-          | S_BIT (COUNT), 0, REQUIRED),
+          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE), REQUIRED),
     S_TYPE (PUSH_OK, S_BIT (CLOCK), 0, NONE),
-    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT), NONE),
+    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE), NONE),
     S_TYPE (PULL_OK,
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
-            S_BIT (TS_MS), REQUIRED),
+            S_BIT (TS_MS) | S_BIT (DTYPE), REQUIRED),
     S_TYPE (COMMIT,
             S_BIT (VERSION) | S_BIT (RANKS) | S_BIT (CLOCKS) | S_BIT (WEIGHTS),
             S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS)
@@ -567,17 +569,47 @@ kd_msg_strs (kd_msg_t *self, kd_field_t field, size_t *count)
 //  Data frame
 
 //  Take ownership of a float32 frame and set "count" from its length.
+size_t
+kd_dtype_size (uint64_t dtype)
+{
+    return dtype == KD_DTYPE_F32 ? 4 : dtype == KD_DTYPE_F16 || dtype == KD_DTYPE_BF16 ? 2 : 0;
+}
+
+int
+kd_dtype_parse (const char *name)
+{
+    if (!name)
+        return -1;
+    return !strcmp (name, "fp32") ? KD_DTYPE_F32 : !strcmp (name, "fp16") ? KD_DTYPE_F16
+         : !strcmp (name, "bf16") ? KD_DTYPE_BF16 : -1;
+}
+
+const char *
+kd_dtype_name (uint64_t dtype)
+{
+    return dtype == KD_DTYPE_F32 ? "fp32" : dtype == KD_DTYPE_F16 ? "fp16"
+         : dtype == KD_DTYPE_BF16 ? "bf16" : "unknown";
+}
+
+//  Bytes per value of a message's data frame: set "dtype" before the data.
+static size_t
+s_value_bytes (kd_msg_t *self)
+{
+    size_t size = kd_dtype_size (kd_msg_uint (self, KD_F_DTYPE));
+    return size ? size : S_FLOAT_BYTES;
+}
+
 void
 kd_msg_set_data (kd_msg_t *self, zframe_t **frame_p)
 {
     assert (self);
     assert (frame_p && *frame_p);
-    assert (zframe_size (*frame_p) % S_FLOAT_BYTES == 0);
+    assert (zframe_size (*frame_p) % s_value_bytes (self) == 0);
     zframe_destroy (&self->data);
     s_ref_release (self);
     self->data = *frame_p;
     *frame_p = NULL;
-    kd_msg_set_uint (self, KD_F_COUNT, zframe_size (self->data) / S_FLOAT_BYTES);
+    kd_msg_set_uint (self, KD_F_COUNT, zframe_size (self->data) / s_value_bytes (self));
 }
 
 //  Borrow size bytes at data as the data frame, sent without a copy.
@@ -587,7 +619,7 @@ kd_msg_set_data_ref (kd_msg_t *self, const void *data, size_t size,
 {
     assert (self);
     assert (data || size == 0);
-    assert (size % S_FLOAT_BYTES == 0);
+    assert (size % s_value_bytes (self) == 0);
     zframe_destroy (&self->data);
     s_ref_release (self);
     self->has_ref = true;
@@ -595,7 +627,7 @@ kd_msg_set_data_ref (kd_msg_t *self, const void *data, size_t size,
     self->ref_size = size;
     self->ref_free = free_fn;
     self->ref_hint = hint;
-    kd_msg_set_uint (self, KD_F_COUNT, size / S_FLOAT_BYTES);
+    kd_msg_set_uint (self, KD_F_COUNT, size / s_value_bytes (self));
 }
 
 //  Data frame, borrowed; NULL when none.
@@ -626,6 +658,11 @@ const float *
 kd_msg_data_floats (kd_msg_t *self, size_t *count)
 {
     assert (self);
+    if (kd_msg_uint (self, KD_F_DTYPE) != KD_DTYPE_F32) {
+        if (count)
+            *count = 0;
+        return NULL;
+    }
     if (self->has_ref) {
         if (count)
             *count = self->ref_size / S_FLOAT_BYTES;
@@ -639,6 +676,26 @@ kd_msg_data_floats (kd_msg_t *self, size_t *count)
     if (count)
         *count = zframe_size (self->data) / S_FLOAT_BYTES;
     return (const float *) zframe_data (self->data);
+}
+
+int
+kd_msg_data_to_floats (kd_msg_t *self, float *out, size_t count)
+{
+    assert (self && (out || count == 0));
+    const void *data = self->has_ref ? self->ref_data : self->data ? zframe_data (self->data) : NULL;
+    size_t bytes = s_data_size (self);
+    uint64_t dtype = kd_msg_uint (self, KD_F_DTYPE);
+    size_t value_bytes = kd_dtype_size (dtype);
+    if (!data || value_bytes == 0 || bytes != count * value_bytes)
+        return -1;
+    if (dtype == KD_DTYPE_F32)
+        memcpy (out, data, bytes);
+    else
+    if (dtype == KD_DTYPE_F16)
+        kd_half_to_float (out, (const uint16_t *) data, count);
+    else
+        kd_bf16_to_float (out, (const uint16_t *) data, count);
+    return 0;
 }
 
 //  --------------------------------------------------------------------------
@@ -682,7 +739,8 @@ s_encodable (kd_msg_t *self)
     if ((spec->data == S_DATA_REQUIRED) != has_data)
         return false;
     if (has_data
-    &&  kd_msg_uint (self, KD_F_COUNT) != s_data_size (self) / S_FLOAT_BYTES)
+    &&  (kd_dtype_size (kd_msg_uint (self, KD_F_DTYPE)) == 0
+    ||   kd_msg_uint (self, KD_F_COUNT) != s_data_size (self) / s_value_bytes (self)))
         return false;
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
         if (!(self->present & ((uint64_t) 1 << f)))
@@ -1303,17 +1361,23 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
             goto cleanup;
         }
         size_t bytes = zframe_size (data);
-        if (bytes % S_FLOAT_BYTES) {
+        uint64_t dtype = kd_msg_uint (msg, KD_F_DTYPE);
+        size_t value_bytes = kd_dtype_size (dtype);
+        if (value_bytes == 0) {
+            s_fail (err, KD_ERR_MALFORMED, "unknown dtype %llu", (unsigned long long) dtype);
+            goto cleanup;
+        }
+        if (bytes % value_bytes) {
             s_fail (err, KD_ERR_MALFORMED,
-                    "data frame of %zu bytes is not a multiple of %d",
-                    bytes, S_FLOAT_BYTES);
+                    "data frame of %zu bytes is not a multiple of %zu",
+                    bytes, value_bytes);
             goto cleanup;
         }
         uint64_t count = kd_msg_uint (msg, KD_F_COUNT);
-        if (count != bytes / S_FLOAT_BYTES) {
+        if (count != bytes / value_bytes) {
             s_fail (err, KD_ERR_MALFORMED,
-                    "count %llu disagrees with data frame of %zu floats",
-                    (unsigned long long) count, bytes / S_FLOAT_BYTES);
+                    "count %llu disagrees with data frame of %zu values",
+                    (unsigned long long) count, bytes / value_bytes);
             goto cleanup;
         }
         //  libzmq may hand us a frame that points into its receive buffer at

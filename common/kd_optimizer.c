@@ -314,6 +314,21 @@ kd_optimizer_lr_at (const kd_optimizer_opts_t *o, uint64_t t)
     return lr;
 }
 
+size_t
+kd_optimizer_state_count_of (const kd_optimizer_opts_t *opts)
+{
+    assert (opts);
+    switch (opts->kind) {
+        case KD_OPT_SGD:      return opts->momentum > 0 ? 1 : 0;
+        case KD_OPT_NESTEROV: return 1;
+        case KD_OPT_ADAGRAD:  return 1;
+        case KD_OPT_ADAM:
+        case KD_OPT_ADAMW:
+        case KD_OPT_FTRL:     return 2;
+    }
+    return 0;
+}
+
 kd_optimizer_t *
 kd_optimizer_new (const kd_optimizer_opts_t *opts, size_t n)
 {
@@ -324,14 +339,7 @@ kd_optimizer_new (const kd_optimizer_opts_t *opts, size_t n)
     assert (self);
     self->opts = *opts;
     self->n = n;
-    switch (opts->kind) {
-        case KD_OPT_SGD:      self->n_state = opts->momentum > 0 ? 1 : 0; break;
-        case KD_OPT_NESTEROV: self->n_state = 1; break;
-        case KD_OPT_ADAGRAD:  self->n_state = 1; break;
-        case KD_OPT_ADAM:
-        case KD_OPT_ADAMW:    self->n_state = 2; break;
-        case KD_OPT_FTRL:     self->n_state = 2; break;
-    }
+    self->n_state = kd_optimizer_state_count_of (opts);
     if (self->n_state > 0) {
         self->block = (float *) calloc (self->n_state * n, sizeof (float));
         assert (self->block);
@@ -438,17 +446,20 @@ s_ftrl (kd_optimizer_t *self, float *x, const float *g, double alpha)
         zi += gi - sigma * x [i];
         z [i] = (float) zi;
         n [i] = (float) n_new;
-        double az = fabs (zi);
-        x [i] = az <= o->l1 ? 0.0f
+        //  x from the stored z and n, so that it is a function of the
+        //  state alone: a zero gradient then changes nothing, and a key's
+        //  value is the same however often it is recomputed.
+        zi = z [i];
+        n_new = n [i];
+        x [i] = fabs (zi) <= o->l1 ? 0.0f
               : (float) (-(zi - copysign (o->l1, zi)) / ((o->ftrl_beta + sqrt (n_new)) / alpha + o->l2));
     }
 }
 
-void
-kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
+//  The rule's step on self's keys, with self's state and step count.
+static void
+s_dispatch (kd_optimizer_t *self, float *params, const float *g)
 {
-    assert (self && params && g);
-    self->t++;
     double lr = kd_optimizer_lr_at (&self->opts, self->t);
     switch (self->opts.kind) {
         case KD_OPT_SGD:
@@ -458,6 +469,27 @@ kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
         case KD_OPT_ADAMW:    s_adam (self, params, g, lr); break;
         case KD_OPT_FTRL:     s_ftrl (self, params, g, lr); break;
     }
+}
+
+void
+kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
+{
+    assert (self && params && g);
+    self->t++;
+    s_dispatch (self, params, g);
+}
+
+void
+kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, float *params,
+                    float *const *state, const float *g, size_t n)
+{
+    assert (opts && params && g);
+    //  A view of the caller's keys: nothing is allocated.
+    kd_optimizer_t view = { .opts = *opts, .n = n, .t = t ? t : 1,
+                            .n_state = kd_optimizer_state_count_of (opts) };
+    for (size_t i = 0; i < view.n_state; i++)
+        view.state [i] = state [i];
+    s_dispatch (&view, params, g);
 }
 
 uint64_t

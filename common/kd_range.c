@@ -44,3 +44,19 @@ kd_range_owner (uint64_t n, uint64_t parts, uint64_t key)
     s_u128_t top = ((s_u128_t) key + 1) * parts - 1;
     return (int64_t) (top / n);
 }
+
+int64_t
+kd_range_hash_owner (uint64_t parts, uint64_t key)
+{
+    if (parts == 0 || parts > INT32_MAX)
+        return -1;
+    //  Jump consistent hash: follow the key's jumps through bucket counts
+    //  with a linear congruential generator seeded by the key.
+    int64_t b = -1, j = 0;
+    while (j < (int64_t) parts) {
+        b = j;
+        key = key * 2862933555777941757ull + 1;
+        j = (int64_t) ((double) (b + 1) * ((double) (1ll << 31) / (double) ((key >> 33) + 1)));
+    }
+    return b;
+}

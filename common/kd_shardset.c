@@ -114,12 +114,11 @@ kd_shardset_take_pull (kd_shardset_t *self, size_t i, kd_msg_t *reply, uint64_t 
 {
     assert (self && i < self->n && reply && params);
     s_entry_t *s = &self->shards [i];
-    size_t count = 0;
-    const float *values = kd_msg_data_floats (reply, &count);
-    if (kd_msg_type (reply) != KD_MSG_PULL_OK || !values
+    size_t count = (size_t) (s->hi - s->lo);
+    //  fp32 is copied; fp16 and bf16 are converted on the way.
+    if (kd_msg_type (reply) != KD_MSG_PULL_OK
     ||  kd_msg_uint (reply, KD_F_VERSION) < min_version
-    ||  kd_msg_uint (reply, KD_F_LO) != s->lo || count != (size_t) (s->hi - s->lo))
+    ||  kd_msg_uint (reply, KD_F_LO) != s->lo || kd_msg_uint (reply, KD_F_COUNT) != count)
         return -1;
-    memcpy (params + s->lo, values, count * sizeof (float));
-    return 0;
+    return kd_msg_data_to_floats (reply, params + s->lo, count);
 }

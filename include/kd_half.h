@@ -8,8 +8,8 @@
 
     fp16 uses the CPU's F16C instructions (VCVTPS2PH, VCVTPH2PS) when it has
     them, eight values at a time, and a portable bit-exact equivalent
-    otherwise; the tests check that both give the same bits.  bf16 is plain
-    integer arithmetic that compilers vectorize.
+    otherwise; bf16 uses AVX2 integer arithmetic where the CPU has it.  The
+    tests check that every path gives the same bits.
 */
 #ifndef KD_HALF_H_INCLUDED
 #define KD_HALF_H_INCLUDED
@@ -35,8 +35,8 @@ void
 bool
     kd_half_has_f16c (void);
 
-//  Use the portable fp16 path even where F16C exists (for the tests and
-//  benchmarks that compare the two).
+//  Use the portable paths even where F16C and AVX2 exist (for the tests and
+//  benchmarks that compare them).
 void
     kd_half_force_portable (bool on);
 

@@ -169,6 +169,7 @@ typedef enum {
     KD_F_COUNTERS,      //  uints  a shard's counters, by kd_shard_counter_t
     KD_F_REFUSED,       //  uint   gradients a shard refused (ARRIVE: of this
                         //         clock; TELEMETRY: all of this worker's)
+    KD_F_DTYPE,         //  uint   the data frame's values: kd_dtype_t (absent: fp32)
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 
@@ -192,6 +193,23 @@ typedef enum {
     KD_SC_PARKED,           //  pulls parked now, waiting for a version
     KD_SC_COUNT             //  one past the last
 } kd_shard_counter_t;
+
+//  What the data frame's values are (field "dtype"; absent means fp32).
+typedef enum {
+    KD_DTYPE_F32  = 0,
+    KD_DTYPE_F16  = 1,          //  IEEE binary16
+    KD_DTYPE_BF16 = 2           //  bfloat16
+} kd_dtype_t;
+
+//  Bytes per value of a dtype; 0 for an unknown one.
+size_t
+    kd_dtype_size (uint64_t dtype);
+
+//  "fp32", "fp16", "bf16" to a dtype, -1 if unknown; and back.
+int
+    kd_dtype_parse (const char *name);
+const char *
+    kd_dtype_name (uint64_t dtype);
 
 //  Error codes carried by ERROR, modelled on HTTP's classes.
 typedef enum {
@@ -306,10 +324,17 @@ void
 //  Detach the data frame: caller owns it, the message keeps none.
 zframe_t *
     kd_msg_take_data (kd_msg_t *self);
-//  The data frame as floats, or NULL when absent; *count is set.  The
-//  pointer is into the received frame: no copy is made.
+//  The data frame as floats, or NULL when absent or not fp32 (field
+//  "dtype"); *count is set.  The pointer is into the received frame: no
+//  copy is made.
 const float *
     kd_msg_data_floats (kd_msg_t *self, size_t *count);
+
+//  The data frame's values as float32, whatever its dtype: converted into
+//  out (count floats) from fp16 or bf16, copied from fp32.  Returns 0, or
+//  -1 when there is no frame or it does not hold count values.
+int
+    kd_msg_data_to_floats (kd_msg_t *self, float *out, size_t count);
 
 //  Encode into a new zmsg (routing id first if set).  Caller owns *out.
 //  Returns 0, or -1 if the message lacks a required field.

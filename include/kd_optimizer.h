@@ -124,6 +124,18 @@ void
 void
     kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g);
 
+//  State buffers a rule keeps per key (0 to KD_OPTIMIZER_MAX_STATE).
+size_t
+    kd_optimizer_state_count_of (const kd_optimizer_opts_t *opts);
+
+//  One step t (1-based) of the rule on n keys whose state the caller
+//  holds, state [i] being n floats for each of the rule's buffers: what
+//  kd_optimizer_step does, for keys that do not sit in one array (a sparse
+//  tensor's rows).
+void
+    kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, float *params,
+                        float *const *state, const float *g, size_t n);
+
 //  Learning rate of step t (1-based) under the schedule.
 double
     kd_optimizer_lr_at (const kd_optimizer_opts_t *opts, uint64_t t);

@@ -26,6 +26,14 @@ int
 int64_t
     kd_range_owner (uint64_t n, uint64_t parts, uint64_t key);
 
+//  Which of `parts` holds key under consistent hashing (the jump hash of
+//  Lamping and Veach, 2014): keys spread evenly whatever their order, so
+//  a run of hot neighbouring keys lands on many parts, and adding a part
+//  moves only the keys it takes, about 1/(parts+1) of them.  -1 if parts
+//  is 0 or over INT32_MAX.
+int64_t
+    kd_range_hash_owner (uint64_t parts, uint64_t key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -130,6 +130,37 @@ Test (kd_half, f16c_and_portable_give_the_same_bits)
     free (hb);
 }
 
+Test (kd_half, bf16_vector_and_portable_give_the_same_bits)
+{
+    enum { N = (1 << 20) + 5 };
+    float *src = (float *) malloc (N * sizeof (float)), *a = (float *) malloc (N * sizeof (float)),
+          *b = (float *) malloc (N * sizeof (float));
+    uint16_t *ha = (uint16_t *) malloc (N * 2), *hb = (uint16_t *) malloc (N * 2);
+    unsigned seed = 5;
+    for (size_t i = 0; i < N; i++) {
+        uint32_t u = (uint32_t) rand_r (&seed) << 16 ^ (uint32_t) rand_r (&seed);
+        memcpy (&src [i], &u, 4);
+    }
+    src [0] = NAN;
+    src [1] = -INFINITY;
+    src [2] = 1.0f + 0x1.0p-8f;
+    kd_bf16_from_float (ha, src, N);
+    kd_half_force_portable (true);
+    kd_bf16_from_float (hb, src, N);
+    kd_half_force_portable (false);
+    cr_expect (!memcmp (ha, hb, N * 2), "bf16 paths differ");
+    kd_bf16_to_float (a, ha, N);
+    kd_half_force_portable (true);
+    kd_bf16_to_float (b, ha, N);
+    kd_half_force_portable (false);
+    cr_expect (!memcmp (a, b, N * sizeof (float)), "bf16 paths differ back");
+    free (src);
+    free (a);
+    free (b);
+    free (ha);
+    free (hb);
+}
+
 Test (kd_half, bf16_rounds_to_nearest_even_and_keeps_the_range)
 {
     float in [] = { 1.0f, -2.5f, 3.0e38f, 1e-38f, INFINITY, NAN, 0.0f, -0.0f };

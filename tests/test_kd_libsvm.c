@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#include <unistd.h>
 #include "kudus/kd_libsvm.h"
 #include "kd_testutil.h"
 
@@ -223,4 +224,33 @@ Test (kd_libsvm, random_bytes_never_crash_the_parser)
     cr_expect_gt (rows, 100);
     cr_expect_gt (errors, 100);
     kd_libsvm_destroy (&r);
+}
+
+Test (kd_libsvm, a_truncated_gzip_file_is_an_error_not_a_short_row)
+{
+    //  Many rows, gzipped, then cut in the middle of the stream.
+    size_t size = 200000;
+    char *text = (char *) malloc (size + 64);
+    size_t at = 0;
+    for (int i = 0; at + 32 < size; i++)
+        at += (size_t) sprintf (text + at, "%d %d:0.123456 %d:1\n", i % 2, i % 50 + 1, i % 50 + 60);
+    char *path = s_write ("cut.svm.gz", text, true);
+    FILE *f = fopen (path, "r+b");
+    cr_assert (f);
+    fseek (f, 0, SEEK_END);
+    long full = ftell (f);
+    cr_assert_eq (ftruncate (fileno (f), full / 2), 0);
+    fclose (f);
+    char err [256];
+    kd_libsvm_t *r = kd_libsvm_open (path, 0, err, sizeof err);
+    cr_assert (r);
+    kd_libsvm_row_t row;
+    int rc, rows = 0;
+    while ((rc = kd_libsvm_next (r, &row, err, sizeof err)) == 1)
+        rows++;
+    cr_expect_eq (rc, -1, "a cut file read as complete after %d rows", rows);
+    cr_expect (strstr (err, "cut.svm.gz") && strstr (err, "cannot read"), "%s", err);
+    kd_libsvm_destroy (&r);
+    free (text);
+    free (path);
 }

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kd_msg.h"
+#include "kd_half.h"
+#include <math.h>
 
 TestSuite (kd_msg);
 
@@ -506,6 +508,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
         { KD_F_COUNTERS, "counters", KD_FT_UINTS }, { KD_F_REFUSED, "refused", KD_FT_UINT },
+        { KD_F_DTYPE, "dtype", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -2026,4 +2029,85 @@ Test (kd_msg, borrowed_data_is_sent_and_let_go_once)
     kd_msg_destroy (&m);
     zsock_destroy (&dealer);
     zsock_destroy (&router);
+}
+
+//  16-bit values on the wire: count is in values of the dtype, the decoder
+//  checks the frame against it, and the values come back as float32.
+Test (kd_msg, dtype_frames_round_trip_and_are_checked)
+{
+    const float values [5] = { 1.0f, -2.5f, 0.1f, 65504.0f, 0.0f };
+    const uint64_t dtypes [] = { KD_DTYPE_F16, KD_DTYPE_BF16 };
+    for (int d = 0; d < 2; d++) {
+        kd_msg_t *msg = kd_msg_new (KD_MSG_PULL_OK);
+        kd_msg_set_uint (msg, KD_F_VERSION, 3);
+        kd_msg_set_uint (msg, KD_F_LO, 0);
+        kd_msg_set_uint (msg, KD_F_DTYPE, dtypes [d]);
+        zframe_t *data = zframe_new (NULL, 5 * 2);
+        uint16_t *h = (uint16_t *) zframe_data (data);
+        for (int i = 0; i < 5; i++) {
+            float one = values [i];
+            uint16_t bits;
+            //  Exact in fp16 but 0.1; within bf16's step for all.
+            if (dtypes [d] == KD_DTYPE_F16)
+                kd_half_from_float (&bits, &one, 1);
+            else
+                kd_bf16_from_float (&bits, &one, 1);
+            h [i] = bits;
+        }
+        kd_msg_set_data (msg, &data);
+        cr_expect_eq (kd_msg_uint (msg, KD_F_COUNT), 5, "count is in values, not bytes / 4");
+        size_t n = 99;
+        cr_expect_null (kd_msg_data_floats (msg, &n), "16-bit values read as floats");
+        cr_expect_eq (n, 0);
+        zmsg_t *wire = NULL;
+        cr_assert_eq (kd_msg_encode (msg, &wire), 0);
+        kd_msg_t *back = NULL;
+        kd_msg_err_t err;
+        cr_assert_eq (kd_msg_decode (&wire, false, &back, NULL, &err), 0, "%s", err.reason);
+        float out [5];
+        cr_assert_eq (kd_msg_data_to_floats (back, out, 5), 0);
+        cr_expect_eq (kd_msg_data_to_floats (back, out, 4), -1, "a wrong count was accepted");
+        for (int i = 0; i < 5; i++)
+            cr_expect (fabsf (out [i] - values [i]) <= fabsf (values [i]) * 0.004f, "%s value %d: %g",
+                       kd_dtype_name (dtypes [d]), i, out [i]);
+        kd_msg_destroy (&back);
+        kd_msg_destroy (&msg);
+    }
+    //  A frame whose size disagrees with count x 2 bytes, and an unknown
+    //  dtype, are malformed.
+    struct {
+        uint64_t dtype, count;
+        size_t bytes;
+        const char *why;
+    } bad [] = {
+        { KD_DTYPE_F16, 5, 12, "count" }, { KD_DTYPE_F16, 5, 11, "multiple" },
+        { 7, 5, 10, "unknown dtype" }, { KD_DTYPE_F32, 5, 10, "multiple" },
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad [0]; b++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init (&sb);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map (&pk, 6);
+        const char *keys [] = { "v", "t", "version", "lo", "count", "dtype" };
+        for (int k = 0; k < 6; k++) {
+            msgpack_pack_str (&pk, strlen (keys [k]));
+            msgpack_pack_str_body (&pk, keys [k], strlen (keys [k]));
+            if (k == 1) {
+                msgpack_pack_str (&pk, 7);
+                msgpack_pack_str_body (&pk, "PULL_OK", 7);
+            }
+            else
+                msgpack_pack_uint64 (&pk, k == 0 ? 1 : k == 4 ? bad [b].count : k == 5 ? bad [b].dtype : 0);
+        }
+        zmsg_t *wire = zmsg_new ();
+        zmsg_addmem (wire, sb.data, sb.size);
+        zmsg_addmem (wire, NULL, bad [b].bytes);
+        msgpack_sbuffer_destroy (&sb);
+        kd_msg_t *out = NULL;
+        kd_msg_err_t err;
+        cr_expect_eq (kd_msg_decode (&wire, false, &out, NULL, &err), -2, "case %zu accepted", b);
+        cr_expect (strstr (err.reason, bad [b].why), "case %zu: %s", b, err.reason);
+        zmsg_destroy (&wire);
+    }
 }

@@ -5,6 +5,7 @@
     key, including when there are more parts than keys.
 */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include "kd_range.h"
 
@@ -137,4 +138,30 @@ Test (kd_range, owner_rejects_unrepresentable_part_counts)
     //  INT64_MAX parts is still representable.
     cr_expect_eq (kd_range_owner (1, (uint64_t) INT64_MAX, 0),
                   INT64_MAX - 1);
+}
+
+Test (kd_range, hash_owner_spreads_keys_and_moves_few_when_a_part_is_added)
+{
+    cr_expect_eq (kd_range_hash_owner (0, 5), -1);
+    cr_expect_eq (kd_range_hash_owner (1, 12345), 0);
+    enum { N = 200000, P = 8 };
+    uint64_t count [P + 1] = { 0 };
+    int moved = 0, moved_elsewhere = 0;
+    for (uint64_t k = 0; k < N; k++) {
+        //  Neighbouring keys: a range partition would put them all on one part.
+        int64_t a = kd_range_hash_owner (P, k), b = kd_range_hash_owner (P + 1, k);
+        cr_assert (a >= 0 && a < P && b >= 0 && b <= P);
+        count [a]++;
+        if (a != b) {
+            moved++;
+            moved_elsewhere += b != P;
+        }
+        cr_assert_eq (kd_range_hash_owner (P, k), a, "not a function of the key");
+    }
+    for (int p = 0; p < P; p++)
+        cr_expect (fabs ((double) count [p] - N / P) < 0.03 * N / P, "part %d holds %lu of %d", p,
+                   (unsigned long) count [p], N);
+    //  Adding a ninth part moves about a ninth of the keys, all to it.
+    cr_expect (fabs ((double) moved - N / (P + 1)) < 0.05 * N / (P + 1), "moved %d", moved);
+    cr_expect_eq (moved_elsewhere, 0, "a key moved between old parts");
 }

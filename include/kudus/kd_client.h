@@ -213,6 +213,14 @@ int
 bool
     kd_client_stopped (kd_client_t *self);
 
+//  The values' type on the wire for pushes and pulls: "fp32" (the default),
+//  "fp16" or "bf16".  The shards keep float32 master weights and convert;
+//  the client converts its gradient and the pulled values (fp16 with the
+//  CPU's F16C instructions where it has them).  Returns 0, or -1 for an
+//  unknown name.
+int
+    kd_client_set_wire_dtype (kd_client_t *self, const char *name);
+
 //  Counters: gradients of ours the scheduler dropped, gradients refused
 //  (not finite, or over a shard's max-grad-norm: never applied, and their
 //  rows go back to the lease queue), and pulls the SSP cache saved.

@@ -120,6 +120,7 @@ _leave = _fn("kd_client_leave", ctypes.c_int, _P, ctypes.c_char_p)
 _stopped = _fn("kd_client_stopped", ctypes.c_bool, _P)
 _dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
 _refused = _fn("kd_client_refused", ctypes.c_uint64, _P)
+_set_wire_dtype = _fn("kd_client_set_wire_dtype", ctypes.c_int, _P, ctypes.c_char_p)
 _version_str = _fn("kudus_version", ctypes.c_char_p)
 
 
@@ -142,7 +143,7 @@ class Client:
     """
 
     def __init__(self, scheduler, name=None, samples=0, monitor=None, layout=None,
-                 rank=None, timeout_ms=None, curve_keys=None):
+                 rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None):
         self._c = _new(scheduler.encode(), name.encode() if name else None)
         if not self._c:
             raise KudusError(f"kudus: cannot create a client for scheduler {scheduler!r}")
@@ -159,6 +160,10 @@ class Client:
             raise KudusError(f"kudus: cannot connect to monitor {monitor!r}")
         if layout is not None:
             self.set_layout(layout)
+        # "fp16" or "bf16" halve the bytes of pushes and pulls; the shards
+        # keep float32 weights.
+        if wire_dtype and _set_wire_dtype(self._c, wire_dtype.encode()) != 0:
+            raise ValueError(f"kudus: wire_dtype is fp32, fp16 or bf16, not {wire_dtype!r}")
 
     # Life cycle -------------------------------------------------------
     def close(self):

@@ -183,6 +183,9 @@ kd_dashboard_main (int argc, char **argv)
         kd_config_destroy (&config);
         return 2;
     }
+    if (ntohl (addr.sin_addr.s_addr) >> 24 != 127)
+        kd_warn ("the dashboard at %s is served to any host that reaches it, without authentication",
+                 listen);
     //  A follower of the stream is an observer: its key can do nothing else.
     kd_curve_set_identity ("observer");
     kd_curve_t *curve = kd_curve_new (config, KD_CURVE_CLIENT, err, sizeof err);

@@ -662,6 +662,7 @@ kd_local_main (int argc, char **argv)
         s_pass (&a, c, "data-dir");
         s_pass (&a, c, "delay-ms");
         s_pass (&a, c, "inject-nan-every");
+        s_pass (&a, c, "wire-dtype");
         s_pass (&a, c, "hetero");
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);

@@ -154,9 +154,11 @@ s_delete_scan (const char *prefix)
     char names [256][S_NAME_MAX];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir (dir)) && n < 256)
-        if (!strncmp (e->d_name, prefix, strlen (prefix)) && strlen (e->d_name) < S_NAME_MAX)
-            snprintf (names [n++], S_NAME_MAX, "%s", e->d_name);
+    while ((e = readdir (dir)) && n < 256) {
+        size_t len = strlen (e->d_name);
+        if (!strncmp (e->d_name, prefix, strlen (prefix)) && len < S_NAME_MAX)
+            memcpy (names [n++], e->d_name, len + 1);
+    }
     closedir (dir);
     //  Nodes first, the switch last: its bridge outlives their links.
     for (int pass = 0; pass < 2; pass++)
@@ -372,7 +374,7 @@ kd_netns_new (const char *const *names, const kd_link_t *links, size_t n, char *
           || s_step (err, err_size, "ip -n %s addr add %s/16 dev eth0", ns, self->addrs [i])
           || s_step (err, err_size, "ip -n %s link set eth0 up", ns);
         if (rc == 0 && l->rate_mbit > 0) {
-            char port [16];
+            char port [32];
             snprintf (port, sizeof port, "p%zu", i);
             rc = s_shape (ns, "eth0", l->rate_mbit, err, err_size)
               || s_shape (sw, port, l->rate_mbit, err, err_size);

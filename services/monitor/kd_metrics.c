@@ -1,6 +1,7 @@
 /*  kd_metrics: the monitor's Prometheus endpoint (see kd_metrics.h).
 */
 #include "kd_metrics.h"
+#include "kd_log.h"
 #include "kd_util.h"
 #include <arpa/inet.h>
 #include <assert.h>
@@ -65,6 +66,9 @@ kd_metrics_new (const char *bind, char *err, size_t err_size)
         snprintf (err, err_size, "metrics bind %s", why);
         return NULL;
     }
+    //  HTTP has no CURVE: beyond loopback anyone who reaches it reads them.
+    if (ntohl (addr.sin_addr.s_addr) >> 24 != 127)
+        kd_warn ("metrics at %s are served to any host that reaches it, without authentication", bind);
     kd_metrics_t *self = (kd_metrics_t *) calloc (1, sizeof *self);
     assert (self);
     pthread_mutex_init (&self->lock, NULL);

@@ -839,6 +839,7 @@ s_on_intake (self_t *self)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
     if (!kd_role_check (KD_SVC_MONITOR, &src, msg, self->router)) {
+        kd_guard_strike (self->guard, kd_msg_routing_id (msg), "forbidden for its role");
         kd_msg_destroy (&msg);
         return;
     }

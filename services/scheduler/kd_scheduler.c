@@ -170,6 +170,15 @@ s_refused_drops (self_t *self, uint64_t refused)
     return strcmp (model, "asp") && strcmp (model, "ssp") ? refused : 0;
 }
 
+//  Drops that were not refusals.  A refused gradient still waiting at its
+//  barrier when the run stops was counted as refused but never dropped.
+static uint64_t
+s_true_drops (self_t *self, uint64_t drops, uint64_t refused)
+{
+    uint64_t r = s_refused_drops (self, refused);
+    return drops > r ? drops - r : 0;
+}
+
 //  Routing id as a printable key.
 static void
 s_id_hex (zframe_t *id, char *out, size_t size)
@@ -669,7 +678,7 @@ s_write_workers (self_t *self, FILE *f)
                  (unsigned long long) m->applied);
         s_json_num (f, "%.5f", self->samples ? (double) m->applied / (double) self->samples : NAN);
         fprintf (f, ", \"dropped\": %llu, \"refused\": %llu, \"iterations\": %llu, \"iter_ms_mean\": ",
-                 (unsigned long long) (m->drops - s_refused_drops (self, m->refused)),
+                 (unsigned long long) s_true_drops (self, m->drops, m->refused),
                  (unsigned long long) m->refused,
                  (unsigned long long) m->iterations);
         s_json_num (f, "%.3f", m->iter_ms / its);
@@ -758,7 +767,7 @@ s_write_summary (self_t *self)
     uint64_t refused = kd_controller_refused (self->ctl);
     fprintf (f, "  \"dropped_gradients\": %llu,\n  \"refused_gradients\": %llu,\n"
              "  \"regroups\": %llu,\n  \"regroup_times\": [",
-             (unsigned long long) (self->dropped - s_refused_drops (self, refused)),
+             (unsigned long long) s_true_drops (self, self->dropped, refused),
              (unsigned long long) refused, (unsigned long long) self->regroups);
     for (size_t i = 0; i < self->n_regroup_s; i++)
         fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
@@ -858,9 +867,21 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
 static const char *
 s_source_key (self_t *self)
 {
-    if (*self->src.user)
+    //  Without CURVE, "User-Id" is whatever the peer says: not a key.
+    if (*self->src.user && kd_curve_enabled (kd_curve_process ()))
         return self->src.user;
     return *self->src.address ? self->src.address : "local";
+}
+
+//  A member's name no longer counts against the key that registered it.
+static void
+s_unregister_key (self_t *self, s_member_t *m)
+{
+    uintptr_t names = (uintptr_t) zhashx_lookup (self->by_key, m->key);
+    if (names > 1)
+        zhashx_update (self->by_key, m->key, (void *) (names - 1));
+    else
+        zhashx_delete (self->by_key, m->key);
 }
 
 static void
@@ -928,7 +949,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     //  Under CURVE a name belongs to the key that first registered it:
     //  another key cannot take its rank by reusing the name.  (Without
     //  CURVE the address may change on a restart, so it binds nothing.)
-    if (m && *self->src.user && strcmp (m->key, self->src.user)) {
+    if (m && *self->src.user && kd_curve_enabled (kd_curve_process ()) && strcmp (m->key, self->src.user)) {
         char reason [160];
         snprintf (reason, sizeof reason, "name %s is bound to another key", name);
         kd_warn ("hello refused name=%s key=%s: registered by key=%s", name, self->src.user, m->key);
@@ -951,6 +972,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
             self->shards [hint] = NULL;
             if (old->routing_id)
                 zhashx_delete (self->by_id, old->id_hex);
+            s_unregister_key (self, old);
             zhashx_delete (self->by_name, old->name);
         }
     }
@@ -1278,6 +1300,7 @@ s_on_message (self_t *self)
     zframe_t *rid = kd_msg_routing_id (msg);
     kd_msg_type_t type = kd_msg_type (msg);
     if (!kd_role_check (KD_SVC_SCHEDULER, &self->src, msg, self->router)) {
+        kd_guard_strike (self->guard, rid, "forbidden for its role");
         kd_msg_destroy (&msg);
         return;
     }

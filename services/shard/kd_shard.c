@@ -14,6 +14,7 @@
 #include "kd_checkpoint.h"
 #include "kd_guard.h"
 #include "kd_role.h"
+#include "kd_half.h"
 #include <cblas.h>
 #include <malloc.h>
 #include <math.h>
@@ -61,6 +62,7 @@ typedef struct {
 typedef struct {
     zframe_t *routing_id;       //  who asked
     uint64_t version;           //  minimum version wanted
+    uint64_t dtype;             //  the values it wants (kd_dtype_t)
 } s_parked_t;
 
 static void s_parked_destroy (void **item);
@@ -441,9 +443,10 @@ s_error (self_t *self, zframe_t *routing_id, int code, const char *reason)
     kd_msg_send (&reply, self->router);
 }
 
-//  Send our range at the current version to one puller.
+//  Send our range at the current version to one puller, as fp32 (lent,
+//  without a copy) or converted to the 16-bit dtype it asked for.
 static void
-s_send_params (self_t *self, zframe_t *routing_id)
+s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype)
 {
     kd_msg_t *reply = kd_msg_new (KD_MSG_PULL_OK);
     kd_msg_set_routing_id (reply, routing_id);
@@ -451,6 +454,19 @@ s_send_params (self_t *self, zframe_t *routing_id)
     kd_msg_set_uint (reply, KD_F_LO, self->lo);
     kd_msg_set_uint (reply, KD_F_TS_MS, self->version_ts);
     kd_msg_set_uint (reply, KD_F_SAMPLES, self->samples);
+    if (dtype != KD_DTYPE_F32) {
+        zframe_t *data = zframe_new (NULL, self->n * 2);
+        if (dtype == KD_DTYPE_F16)
+            kd_half_from_float ((uint16_t *) zframe_data (data), self->params, self->n);
+        else
+            kd_bf16_from_float ((uint16_t *) zframe_data (data), self->params, self->n);
+        kd_msg_set_uint (reply, KD_F_DTYPE, dtype);
+        kd_msg_set_data (reply, &data);
+        kd_msg_send (&reply, self->router);
+        self->pulls++;
+        self->bytes_out += self->n * 2;
+        return;
+    }
     //  No copy: the frame borrows our buffer and holds a reference to it,
     //  and a commit that comes before ZeroMQ has sent it writes a copy
     //  (s_params_writable).
@@ -484,7 +500,7 @@ s_release_parked (self_t *self)
     s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
     while (p) {
         if (p->version <= self->version) {
-            s_send_params (self, p->routing_id);
+            s_send_params (self, p->routing_id, p->dtype);
             zlistx_delete (self->parked, zlistx_cursor (self->parked));
         }
         p = (s_parked_t *) zlistx_next (self->parked);
@@ -953,9 +969,10 @@ s_on_push (self_t *self, kd_msg_t *msg)
 {
     zframe_t *id = kd_msg_routing_id (msg);
     uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
-    size_t count = 0;
-    kd_msg_data_floats (msg, &count);
-    self->bytes_in += count * sizeof (float);
+    uint64_t dtype = kd_msg_uint (msg, KD_F_DTYPE);
+    //  The codec checked that count values of dtype fill the frame.
+    size_t count = (size_t) kd_msg_uint (msg, KD_F_COUNT);
+    self->bytes_in += count * kd_dtype_size (dtype);
     if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n) {
         char reason [128];
         snprintf (reason, sizeof reason, "push range lo=%llu count=%zu, shard holds lo=%llu count=%zu",
@@ -995,8 +1012,15 @@ s_on_push (self_t *self, kd_msg_t *msg)
             return;
         }
     }
-    //  The received frame is ours to scale in place.
-    zframe_t *data = kd_msg_take_data (msg);
+    //  The received frame is ours to scale in place; 16-bit values become
+    //  a float32 frame first (the shard keeps fp32 master weights).
+    zframe_t *data;
+    if (dtype == KD_DTYPE_F32)
+        data = kd_msg_take_data (msg);
+    else {
+        data = zframe_new (NULL, count * sizeof (float));
+        kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
+    }
     if (!s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count)) {
         zframe_destroy (&data);
         return;
@@ -1025,10 +1049,15 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_STATE, "pull asks for a version too far ahead");
         return;
     }
+    uint64_t dtype = kd_msg_uint (msg, KD_F_DTYPE);
+    if (kd_dtype_size (dtype) == 0) {
+        s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED, "pull asks for an unknown dtype");
+        return;
+    }
     //  An external model is served once a worker sent its initial values:
     //  until then every pull is parked.
     if (want <= self->version && self->initialized) {
-        s_send_params (self, kd_msg_routing_id (msg));
+        s_send_params (self, kd_msg_routing_id (msg), dtype);
         return;
     }
     //  One parked pull per peer: a retry replaces the one before, so a
@@ -1037,6 +1066,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
          q = (s_parked_t *) zlistx_next (self->parked))
         if (zframe_eq (q->routing_id, kd_msg_routing_id (msg))) {
             q->version = want;
+            q->dtype = dtype;
             return;
         }
     if (zlistx_size (self->parked) >= self->max_parked) {
@@ -1048,6 +1078,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     s_parked_t *p = (s_parked_t *) zmalloc (sizeof *p);
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
+    p->dtype = dtype;
     zlistx_add_end (self->parked, p);
 }
 
@@ -1129,8 +1160,11 @@ s_on_request (self_t *self)
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
-    if (!kd_role_check (KD_SVC_SHARD, &src, msg, self->router))
+    if (!kd_role_check (KD_SVC_SHARD, &src, msg, self->router)) {
+        //  A key that keeps trying what its role may not do is cut off too.
         self->errors++;
+        kd_guard_strike (self->guard, kd_msg_routing_id (msg), "forbidden for its role");
+    }
     else
     if (!self->registered && type != KD_MSG_HEARTBEAT && type != KD_MSG_ERROR)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");

@@ -11,10 +11,10 @@ mkdir -p "$out"
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/include/kudus")
 declare -A sources=(
-    [kd_msg]="$src/common/kd_msg.c"
+    [kd_msg]="$src/common/kd_msg.c $src/common/kd_half.c"
     [kd_dataset]="$src/common/kd_dataset.c"
     [kd_checkpoint]="$src/common/kd_checkpoint.c $src/common/kd_log.c"
-    [kd_stream]="$src/common/kd_stream.c $src/common/kd_msg.c"
+    [kd_stream]="$src/common/kd_stream.c $src/common/kd_msg.c $src/common/kd_half.c"
     [kd_libsvm]="$src/common/kd_libsvm.c"
 )
 declare -A libs=(

@@ -118,7 +118,8 @@ Test (bench, pushpull_json_smoke)
     snprintf (err, sizeof err, "%s/pushpull.err", s_dir);
     snprintf (port, sizeof port, "%d", s_port);
     const char *args [] = { "pushpull", "--json", "--sizes", "4K,64K", "--shards", "1,2",
-                            "--inflight", "1,2", "--repeat", "1", "--base-port", port, NULL };
+                            "--inflight", "1,2", "--dtypes", "fp32,fp16", "--repeat", "1",
+                            "--run-seconds", "0.05", "--base-port", port, NULL };
     int rc = s_run (args, out, err);
     if (rc != 0)
         s_dump (err);
@@ -126,9 +127,81 @@ Test (bench, pushpull_json_smoke)
     const char *keys [] = { "size_bytes", "shards", "inflight", "push_gbps", "pull_gbps",
                             "pushpull_gbps", "zmq_echo_gbps", "memcpy_gbps", "ratio_vs_zmq",
                             "ratio_vs_memcpy", "pushpull_us", "zmq_echo_us", "rtt_ratio",
-                            "repeat", NULL };
-    cr_expect_eq (s_check_lines (out, "pushpull", keys, NULL), 8,
-                  "2 sizes x 2 shard counts x 2 in-flight depths");
+                            "repeat", "shard_rss_kib", "echo_rss_kib", "client_rss_kib",
+                            "ratio_vs_fp32", NULL };
+    cr_expect_eq (s_check_lines (out, "pushpull", keys, NULL), 16,
+                  "2 sizes x 2 shard counts x 2 in-flight depths x 2 dtypes");
+    char *text = kd_test_slurp (out);
+    cr_expect (text && strstr (text, "\"dtype\":\"fp16\"") && strstr (text, "\"dtype\":\"fp32\""),
+               "rows do not name their dtype: %s", text ? text : "(none)");
+    free (text);
+}
+
+//  Children of a process, from /proc (space-separated pids).
+static int
+s_children (pid_t pid, pid_t *out, int max)
+{
+    char path [96];
+    snprintf (path, sizeof path, "/proc/%d/task/%d/children", (int) pid, (int) pid);
+    char *text = kd_test_slurp (path);
+    int n = 0;
+    for (char *p = text; p && *p && n < max;) {
+        char *end = NULL;
+        long v = strtol (p, &end, 10);
+        if (end == p)
+            break;
+        out [n++] = (pid_t) v;
+        p = end;
+    }
+    free (text);
+    return n;
+}
+
+//  A user's Ctrl-C: the bench says "interrupted", names what it completed,
+//  exits 130 and leaves no child behind.
+Test (bench, pushpull_interrupted_says_so_and_reaps_its_children)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/pushpull.out", s_dir);
+    snprintf (err, sizeof err, "%s/pushpull.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *argv [] = { kd_test_bin ("kudus"), "bench", "pushpull", "--sizes", "4K,64K,1M",
+                            "--shards", "1,2", "--inflight", "1,4", "--repeat", "30",
+                            "--base-port", port, NULL };
+    pid_t pid = fork ();
+    cr_assert (pid >= 0);
+    if (pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
+        int o = open (out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open (err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2 (o, STDOUT_FILENO);
+        dup2 (e, STDERR_FILENO);
+        execv (argv [0], (char *const *) argv);
+        _exit (127);
+    }
+    //  Let it start its cluster and time some runs.
+    pid_t kids [64];
+    int n_kids = 0;
+    for (int i = 0; i < 50 && n_kids < 3; i++) {
+        zclock_sleep (100);
+        n_kids = s_children (pid, kids, 64);
+    }
+    zclock_sleep (1500);
+    n_kids = s_children (pid, kids, 64);
+    cr_assert_geq (n_kids, 3, "the bench started %d processes", n_kids);
+    kill (pid, SIGINT);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 30000, &status);
+    if (!exited)
+        kd_test_kill (pid);
+    cr_assert (exited, "the bench did not stop on SIGINT");
+    char *text = kd_test_slurp (err);
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 130, "exit status 0x%x: %s", status, text);
+    cr_expect (text && strstr (text, "interrupted;") && strstr (text, "configurations completed"),
+               "no interrupted message: %s", text ? text : "(none)");
+    cr_expect (text && !strstr (text, "failed"), "an interruption read as a failure: %s", text);
+    free (text);
+    for (int i = 0; i < n_kids; i++)
+        cr_expect (kill (kids [i], 0) != 0, "child %d outlived the bench", (int) kids [i]);
 }
 
 Test (bench, barrier_json_smoke)

@@ -135,6 +135,39 @@ Test (services, ftrl_trains_from_the_command_line)
     free (json);
 }
 
+//  Pushes and pulls in fp16 and bf16 train as float32 does: the shards keep
+//  fp32 master weights and convert.
+Test (services, wire_dtypes_train_as_fp32_does, .timeout = 400)
+{
+    const char *dtypes [] = { "fp32", "fp16", "bf16" };
+    double accuracy [3];
+    for (int d = 0; d < 3; d++) {
+        char summary [256], log [256], port [16];
+        snprintf (summary, sizeof summary, "%s/summary-%s.json", s_dir, dtypes [d]);
+        snprintf (log, sizeof log, "%s/local-%s.log", s_dir, dtypes [d]);
+        snprintf (port, sizeof port, "%d", s_port);
+        const char *argv [] = { "kudus", "local", "--workers", "2", "--epochs", "1", "--seed", "3",
+                                "--wire-dtype", dtypes [d], "--base-port", port, "--quiet", "true",
+                                "--summary", summary, NULL };
+        pid_t pid = kd_test_spawn (argv, log);
+        int status = -1;
+        bool exited = kd_test_wait (pid, 150000, &status);
+        if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+            s_dump (log);
+        cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: kudus local failed",
+                   dtypes [d]);
+        char *json = kd_test_slurp (summary);
+        cr_assert (json);
+        accuracy [d] = kd_test_json_number (json, "test_accuracy");
+        free (json);
+    }
+    printf ("FIGURE services: softmax, 1 epoch: accuracy fp32 %.4f, fp16 %.4f, bf16 %.4f\n",
+            accuracy [0], accuracy [1], accuracy [2]);
+    cr_expect (accuracy [0] > 0.78, "fp32 reached %f", accuracy [0]);
+    cr_expect (fabs (accuracy [1] - accuracy [0]) <= 0.01, "fp16 %f against fp32 %f", accuracy [1], accuracy [0]);
+    cr_expect (fabs (accuracy [2] - accuracy [0]) <= 0.01, "bf16 %f against fp32 %f", accuracy [2], accuracy [0]);
+}
+
 //  A DEALER to an endpoint with a receive timeout.
 static zsock_t *
 s_client (const char *endpoint)

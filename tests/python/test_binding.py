@@ -25,6 +25,8 @@ def test_bad_arguments_are_clear_errors():
             c.set_layout([("w", (3, 4)), ("w", (2,))])        # a name twice
         with pytest.raises(kudus.KudusError):
             c.set_layout([("w", (0, 4))])                     # an empty tensor
+    with pytest.raises(ValueError):
+        kudus.Client("tcp://127.0.0.1:9", "x", wire_dtype="fp8")
 
 
 def softmax_gradient(params, x, y, grad):
@@ -47,7 +49,8 @@ def test_python_and_c_workers_train_one_model(cluster):
     x, y = fashion_mnist("train")
     c = cluster("--model", "softmax", "--workers", "1", "--external-workers", "1",
                 "--epochs", "1", "--max-seconds", "120")
-    with kudus.Client(c.scheduler, "py-worker", samples=len(x), monitor=c.monitor) as client:
+    with kudus.Client(c.scheduler, "py-worker", samples=len(x), monitor=c.monitor,
+                      wire_dtype="fp16") as client:
         assert client.register(timeout_ms=30000)
         assert client.model == "softmax"
         assert [t.name for t in client.tensors] == ["W", "b"]

@@ -1,0 +1,218 @@
+/*  kd_sparse: a shard's sparse tensor (see kd_sparse.h).
+*/
+#include "kd_sparse.h"
+#include "kd_util.h"
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_MIN_SLOTS  1024               //  table slots at first
+#define S_MAX_ROWS   0xfffffffeu        //  rows are numbered in 32 bits
+
+typedef struct {
+    uint64_t key;
+    uint32_t row;                       //  row + 1; 0 = free slot
+} s_slot_t;
+
+struct _kd_sparse_t {
+    size_t dim;                         //  floats per row
+    kd_optimizer_opts_t opts;           //  the update rule
+    size_t n_state;                     //  its state buffers per row
+    size_t stride;                      //  floats per row in the arena: (1 + n_state) dim
+    double init_scale;                  //  initial values' range (0: zeros)
+    uint64_t seed;                      //  of the initial values
+    uint64_t t;                         //  steps taken
+    s_slot_t *slots;                    //  the table
+    size_t n_slots;                     //  a power of two
+    float *arena;                       //  rows, stride floats each
+    uint64_t *keys;                     //  key of each row, for iteration
+    size_t n_rows, cap_rows;
+};
+
+kd_sparse_t *
+kd_sparse_new (size_t dim, const kd_optimizer_opts_t *opts, double init_scale, uint64_t seed)
+{
+    char err [128];
+    if (dim == 0 || !opts || kd_optimizer_opts_check (opts, err, sizeof err) || !(init_scale >= 0))
+        return NULL;
+    kd_sparse_t *self = (kd_sparse_t *) calloc (1, sizeof (kd_sparse_t));
+    if (!self)
+        return NULL;
+    self->dim = dim;
+    self->opts = *opts;
+    self->n_state = kd_optimizer_state_count_of (opts);
+    self->stride = (1 + self->n_state) * dim;
+    self->init_scale = init_scale;
+    self->seed = seed;
+    self->n_slots = S_MIN_SLOTS;
+    self->slots = (s_slot_t *) calloc (self->n_slots, sizeof (s_slot_t));
+    if (!self->slots) {
+        free (self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+kd_sparse_destroy (kd_sparse_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    kd_sparse_t *self = *self_p;
+    free (self->slots);
+    free (self->arena);
+    free (self->keys);
+    free (self);
+    *self_p = NULL;
+}
+
+static size_t
+s_home (kd_sparse_t *self, uint64_t key)
+{
+    return (size_t) (kd_mix64 (key) & (self->n_slots - 1));
+}
+
+//  The slot of key, or the free slot that ends its probe.
+static s_slot_t *
+s_probe (kd_sparse_t *self, uint64_t key)
+{
+    size_t i = s_home (self, key);
+    while (self->slots [i].row && self->slots [i].key != key)
+        i = (i + 1) & (self->n_slots - 1);
+    return &self->slots [i];
+}
+
+//  Initial values of a key's row.
+static void
+s_init_row (kd_sparse_t *self, uint64_t key, float *out)
+{
+    if (self->init_scale == 0) {
+        memset (out, 0, self->dim * sizeof (float));
+        return;
+    }
+    uint64_t state = kd_mix64 (self->seed ^ kd_mix64 (key));
+    for (size_t j = 0; j < self->dim; j++) {
+        double u = (double) (kd_splitmix64 (&state) >> 11) * 0x1.0p-53;
+        out [j] = (float) ((2 * u - 1) * self->init_scale);
+    }
+}
+
+//  Double the table, rehashing every key.
+static int
+s_grow_table (kd_sparse_t *self)
+{
+    size_t n = self->n_slots * 2;
+    s_slot_t *slots = (s_slot_t *) calloc (n, sizeof (s_slot_t));
+    if (!slots)
+        return -1;
+    s_slot_t *old = self->slots;
+    size_t n_old = self->n_slots;
+    self->slots = slots;
+    self->n_slots = n;
+    for (size_t i = 0; i < n_old; i++)
+        if (old [i].row)
+            *s_probe (self, old [i].key) = old [i];
+    free (old);
+    return 0;
+}
+
+//  Room for `more` rows, in the arena and under the table's load of 1/2.
+static int
+s_reserve (kd_sparse_t *self, size_t more)
+{
+    if (self->n_rows + more > S_MAX_ROWS)
+        return -1;
+    while ((self->n_rows + more) * 2 > self->n_slots)
+        if (s_grow_table (self))
+            return -1;
+    if (self->n_rows + more > self->cap_rows) {
+        size_t cap = self->cap_rows ? self->cap_rows : 256;
+        while (cap < self->n_rows + more)
+            cap *= 2;
+        float *arena = (float *) realloc (self->arena, cap * self->stride * sizeof (float));
+        if (!arena)
+            return -1;
+        self->arena = arena;
+        uint64_t *keys = (uint64_t *) realloc (self->keys, cap * sizeof (uint64_t));
+        if (!keys)
+            return -1;
+        self->keys = keys;
+        self->cap_rows = cap;
+    }
+    return 0;
+}
+
+void
+kd_sparse_pull (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out)
+{
+    assert (self && (n == 0 || (keys && out)));
+    for (size_t i = 0; i < n; i++) {
+        s_slot_t *slot = s_probe (self, keys [i]);
+        if (slot->row)
+            memcpy (out + i * self->dim, self->arena + (size_t) (slot->row - 1) * self->stride,
+                    self->dim * sizeof (float));
+        else
+            s_init_row (self, keys [i], out + i * self->dim);
+    }
+}
+
+int
+kd_sparse_step (kd_sparse_t *self, const uint64_t *keys, size_t n, const float *g)
+{
+    assert (self && (n == 0 || (keys && g)));
+    //  Room for every key first, so a failure applies nothing.
+    if (s_reserve (self, n))
+        return -1;
+    self->t++;
+    for (size_t i = 0; i < n; i++) {
+        s_slot_t *slot = s_probe (self, keys [i]);
+        if (!slot->row) {
+            size_t row = self->n_rows++;
+            float *values = self->arena + row * self->stride;
+            s_init_row (self, keys [i], values);
+            memset (values + self->dim, 0, self->n_state * self->dim * sizeof (float));
+            self->keys [row] = keys [i];
+            slot->key = keys [i];
+            slot->row = (uint32_t) row + 1;
+        }
+        float *values = self->arena + (size_t) (slot->row - 1) * self->stride;
+        float *state [KD_OPTIMIZER_MAX_STATE];
+        for (size_t s = 0; s < self->n_state; s++)
+            state [s] = values + (1 + s) * self->dim;
+        kd_optimizer_apply (&self->opts, self->t, values, state, g + i * self->dim, self->dim);
+    }
+    return 0;
+}
+
+size_t
+kd_sparse_rows (kd_sparse_t *self)
+{
+    assert (self);
+    return self->n_rows;
+}
+
+uint64_t
+kd_sparse_steps (kd_sparse_t *self)
+{
+    assert (self);
+    return self->t;
+}
+
+size_t
+kd_sparse_bytes (kd_sparse_t *self)
+{
+    assert (self);
+    return self->cap_rows * (self->stride * sizeof (float) + sizeof (uint64_t))
+         + self->n_slots * sizeof (s_slot_t);
+}
+
+const float *
+kd_sparse_row (kd_sparse_t *self, size_t i, uint64_t *key)
+{
+    assert (self);
+    if (i >= self->n_rows)
+        return NULL;
+    if (key)
+        *key = self->keys [i];
+    return self->arena + i * self->stride;
+}
