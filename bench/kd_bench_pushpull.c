@@ -478,11 +478,9 @@ kd_bench_pushpull (kd_bench_t *b)
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.
                 double secs = 0;
-                int failed_mode = -1;
                 for (int m = 0; m < 4 && rc == 0; m++)
                     if ((secs = s_run (&c, (s_mode_t) m, inflight * 2, inflight, 0)) < 0) {
                         rc = secs == -2 ? 130 : 1;
-                        failed_mode = m;
                     }
                 //  The modes take turns within each repeat, so that a
                 //  change in machine load touches them all alike.
@@ -492,7 +490,6 @@ kd_bench_pushpull (kd_bench_t *b)
                         secs = s_run (&c, (s_mode_t) m, S_MAX_OPS, inflight, seconds);
                         if (secs <= 0) {
                             rc = secs == -2 ? 130 : 1;
-                            failed_mode = m;
                             break;
                         }
                         gbps [m][r] = (double) op_bytes * (double) c.done / secs / 1e9;
@@ -501,7 +498,6 @@ kd_bench_pushpull (kd_bench_t *b)
                 if (rc == 1)
                     fprintf (stderr, "kudus bench pushpull: configuration size=%zu shards=%zu inflight=%zu "
                              "failed: %s\n", size, shards, inflight, c.why);
-                (void) failed_mode;
                 if (rc)
                     break;
                 double med [4], med_us [4];
