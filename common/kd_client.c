@@ -48,6 +48,7 @@ struct _kd_client_t {
     kd_shardset_t *book;        //  the shards' address book (START), or NULL
     s_shard_t shards [S_MAX_SHARDS];  //  per-shard round state
     size_t n_shards;            //  shards in the book
+    uint64_t rerouted;          //  bit i: range i's socket was replaced (ROUTE)
     bool welcomed, started;     //  registration stages
     uint64_t t0_ms;             //  wall clock start of training (START)
     bool stop;                  //  STOP came, or we left
@@ -437,6 +438,19 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     if (type == KD_MSG_START)
         s_on_start (self, msg);
     else
+    if (type == KD_MSG_ROUTE && self->book) {
+        //  A replica was promoted: its range's requests go there now.
+        size_t i = (size_t) kd_msg_uint (msg, KD_F_RANK);
+        int rc = kd_shardset_reroute (self->book, i, kd_msg_str (msg, KD_F_ENDPOINT));
+        if (rc == 1) {
+            kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
+            self->rerouted |= 1ull << i;
+        }
+        else
+        if (rc < 0)
+            kd_warn ("route refused range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
+    }
+    else
     if (type == KD_MSG_STOP) {
         kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
         self->stop = true;
@@ -732,6 +746,7 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     if (s_over (self))
         return -1;
     size_t n = self->n_shards, pending = n;
+    self->rerouted = 0;
     uint64_t resend_at [S_MAX_SHARDS];
     int backoff [S_MAX_SHARDS];
     zmq_pollitem_t items [S_MAX_SHARDS + 1];
@@ -769,6 +784,20 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
             return -1;
         if (items [0].revents & ZMQ_POLLIN)
             s_on_scheduler (self, 0);
+        //  A request to a range whose primary changed goes to the new one
+        //  now, on its new socket.
+        for (size_t i = 0; i < n && self->rerouted; i++)
+            if (self->rerouted & (1ull << i)) {
+                self->rerouted &= ~(1ull << i);
+                items [i + 1].socket = zsock_resolve (kd_shardset_socket (self->book, i));
+                items [i + 1].revents = 0;
+                if (!self->shards [i].done) {
+                    kd_msg_t *req = request (self, i, arg);
+                    kd_msg_send (&req, kd_shardset_socket (self->book, i));
+                    backoff [i] = self->timeout_ms < S_RETRY_FIRST_MS ? self->timeout_ms : S_RETRY_FIRST_MS;
+                    resend_at [i] = kd_now_ms () + (uint64_t) backoff [i];
+                }
+            }
         for (size_t i = 0; i < n; i++) {
             if (!(items [i + 1].revents & ZMQ_POLLIN))
                 continue;

@@ -74,6 +74,8 @@ static const kd_setting_t s_table [] = {
     //  Cluster shape and training (the scheduler hands these to its peers)
     { "shards", KD_CT_INT, "2", 1, 64, NULL, S_SCH | S_LOC,
       "parameter shards to wait for before training starts" },
+    { "replicas", KD_CT_INT, "1", 1, 8, NULL, S_SCH | S_LOC,
+      "replicas of each key range, chained (1: none); shards x replicas shard processes run" },
     { "min-workers", KD_CT_INT, "4", 1, 1024, NULL, S_SCH,
       "workers to wait for before training starts" },
     { "workers", KD_CT_INT, "4", 0, 256, NULL, S_LOC,

@@ -112,11 +112,13 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (COUNTERS,      "counters",     UINTS),
     S_FIELD (REFUSED,       "refused",      UINT),
     S_FIELD (DTYPE,         "dtype",        UINT),
+    S_FIELD (SYNC,          "sync",         UINT),
 };
 
 typedef enum {
     S_DATA_NONE,                    //  a data frame is malformed
-    S_DATA_REQUIRED                 //  a data frame must follow the header
+    S_DATA_REQUIRED,                //  a data frame must follow the header
+    S_DATA_OPTIONAL                 //  a data frame may follow (checked alike)
 } s_data_t;
 
 typedef struct {
@@ -160,7 +162,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (STOP, 0, S_BIT (REASON), NONE),
     S_TYPE (PUSH,
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO)
-          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE), REQUIRED),
+          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE), REQUIRED),
     S_TYPE (PUSH_OK, S_BIT (CLOCK), 0, NONE),
     S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE), NONE),
     S_TYPE (PULL_OK,
@@ -169,7 +171,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (COMMIT,
             S_BIT (VERSION) | S_BIT (RANKS) | S_BIT (CLOCKS) | S_BIT (WEIGHTS),
             S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS)
-          | S_BIT (SAMPLES), NONE),
+          | S_BIT (SAMPLES) | S_BIT (ROLE), NONE),
     S_TYPE (COMMIT_OK, S_BIT (VERSION), S_BIT (LOST), NONE),
     S_TYPE (TELEMETRY,
             S_BIT (RANK) | S_BIT (CLOCK),
@@ -190,10 +192,17 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (EVENT, S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
           | S_BIT (VERSION) | S_BIT (LOST), NONE),
-    S_TYPE (INIT, S_BIT (LO) | S_BIT (COUNT), 0, REQUIRED),
+    S_TYPE (INIT, S_BIT (LO) | S_BIT (COUNT), S_BIT (ROLE), REQUIRED),
     S_TYPE (INIT_OK, S_BIT (VERSION), 0, NONE),
     S_TYPE (STATS, 0, 0, NONE),
     S_TYPE (STATS_OK, S_BIT (RANK) | S_BIT (VERSION) | S_BIT (COUNTERS), S_BIT (TS_MS), NONE),
+    S_TYPE (CHAIN, S_BIT (ROLE), S_BIT (ENDPOINT) | S_BIT (SYNC), NONE),
+    S_TYPE (SYNC, S_BIT (KIND),
+            S_BIT (VERSION) | S_BIT (SAMPLES) | S_BIT (TS_MS) | S_BIT (LO)
+          | S_BIT (COUNT) | S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE)
+          | S_BIT (SESSION) | S_BIT (DTYPE), OPTIONAL),
+    S_TYPE (SYNC_OK, S_BIT (VERSION), S_BIT (RANK), NONE),
+    S_TYPE (ROUTE, S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE),
 };
 
 //  Array fields of one type that must have the same length, because entry i
@@ -736,7 +745,7 @@ s_encodable (kd_msg_t *self)
     if ((self->present & spec->required) != spec->required)
         return false;
     bool has_data = self->data != NULL || self->has_ref;
-    if ((spec->data == S_DATA_REQUIRED) != has_data)
+    if ((spec->data == S_DATA_REQUIRED && !has_data) || (spec->data == S_DATA_NONE && has_data))
         return false;
     if (has_data
     &&  (kd_dtype_size (kd_msg_uint (self, KD_F_DTYPE)) == 0
@@ -1355,7 +1364,7 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
         s_fail (err, KD_ERR_MALFORMED, "%s takes no data frame", spec->name);
         goto cleanup;
     }
-    if (spec->data == S_DATA_REQUIRED) {
+    if (spec->data == S_DATA_REQUIRED || (spec->data == S_DATA_OPTIONAL && data)) {
         if (!data) {
             s_fail (err, KD_ERR_MALFORMED, "%s requires a data frame", spec->name);
             goto cleanup;
@@ -1552,6 +1561,26 @@ kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
 }
 
 //  Build an ERROR reply with the reason cut to KD_MSG_MAX_STRING bytes.
+kd_msg_t *
+kd_msg_dup (kd_msg_t *self)
+{
+    assert (self);
+    zmsg_t *zmsg = NULL;
+    if (s_encode (self, &zmsg, false, false))
+        return NULL;
+    if (self->routing_id) {
+        zframe_t *id = zmsg_pop (zmsg);
+        zframe_destroy (&id);
+    }
+    kd_msg_t *copy = NULL;
+    kd_msg_err_t err;
+    if (kd_msg_decode (&zmsg, false, &copy, NULL, &err)) {
+        zmsg_destroy (&zmsg);
+        return NULL;
+    }
+    return copy;
+}
+
 kd_msg_t *
 kd_msg_new_error (zframe_t *routing_id, int code, const char *reason)
 {

@@ -12,6 +12,8 @@ typedef struct {
 struct _kd_shardset_t {
     s_entry_t shards [KD_SHARDSET_MAX];     //  the book
     size_t n;                   //  entries in use
+    int64_t max_msg;            //  socket limit, for rerouted sockets
+    kd_curve_t *curve;          //  keys, for rerouted sockets (borrowed)
 };
 
 kd_shardset_t *
@@ -33,6 +35,8 @@ kd_shardset_new (kd_msg_t *start, size_t n_params, int64_t max_msg, kd_curve_t *
             return NULL;
         }
     kd_shardset_t *self = (kd_shardset_t *) zmalloc (sizeof *self);
+    self->max_msg = max_msg;
+    self->curve = curve;
     for (size_t i = 0; i < n; i++) {
         s_entry_t *s = &self->shards [i];
         s->sock = zsock_new (ZMQ_DEALER);
@@ -64,6 +68,32 @@ kd_shardset_destroy (kd_shardset_t **self_p)
     }
     free (self);
     *self_p = NULL;
+}
+
+int
+kd_shardset_reroute (kd_shardset_t *self, size_t i, const char *endpoint)
+{
+    assert (self && endpoint);
+    if (i >= self->n || !*endpoint)
+        return -1;
+    s_entry_t *s = &self->shards [i];
+    if (!strcmp (s->endpoint, endpoint))
+        return 0;
+    //  A new socket: requests queued for the old address must not reach a
+    //  replica that is no longer the primary.
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    kd_socket_harden (sock, self->max_msg);
+    kd_curve_client (self->curve ? self->curve : kd_curve_process (), sock);
+    if (zsock_connect (sock, "%s", endpoint) != 0) {
+        zsock_destroy (&sock);
+        return -1;
+    }
+    zsock_set_linger (s->sock, 0);
+    zsock_destroy (&s->sock);
+    s->sock = sock;
+    free (s->endpoint);
+    s->endpoint = strdup (endpoint);
+    return 1;
 }
 
 size_t

@@ -91,6 +91,10 @@ typedef enum {
     KD_MSG_INIT_OK,
     KD_MSG_STATS,
     KD_MSG_STATS_OK,
+    KD_MSG_CHAIN,           //  scheduler -> shard: its place in its range's chain
+    KD_MSG_SYNC,            //  shard -> shard: one part of a state transfer
+    KD_MSG_SYNC_OK,         //  shard -> shard, scheduler: the transfer is applied
+    KD_MSG_ROUTE,           //  scheduler -> worker, monitor: a range's new primary
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -170,6 +174,7 @@ typedef enum {
     KD_F_REFUSED,       //  uint   gradients a shard refused (ARRIVE: of this
                         //         clock; TELEMETRY: all of this worker's)
     KD_F_DTYPE,         //  uint   the data frame's values: kd_dtype_t (absent: fp32)
+    KD_F_SYNC,          //  uint   CHAIN: 1 when the successor is new and needs our state
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 
@@ -384,6 +389,11 @@ typedef struct {
 int
     kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
                       kd_msg_err_t *err, kd_msg_source_t *src);
+
+//  A copy of a message without its routing id (encoded and decoded, so
+//  it holds its own data frame), or NULL if it cannot be encoded.
+kd_msg_t *
+    kd_msg_dup (kd_msg_t *self);
 
 //  Build an ERROR reply (routing id copied when given).  Caller owns it.
 kd_msg_t *

@@ -45,6 +45,13 @@ zsock_t *
     kd_shardset_socket (kd_shardset_t *self, size_t i);
 const char *
     kd_shardset_endpoint (kd_shardset_t *self, size_t i);
+
+//  ROUTE: range i's writes go to another replica now.  Its socket is
+//  replaced (the old one's socket pointer is no longer valid).  Returns
+//  1 when it changed, 0 when it was already there, -1 on a bad range or
+//  an endpoint that cannot be connected (the book is unchanged).
+int
+    kd_shardset_reroute (kd_shardset_t *self, size_t i, const char *endpoint);
 uint64_t
     kd_shardset_lo (kd_shardset_t *self, size_t i);
 uint64_t

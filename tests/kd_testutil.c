@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "kd_testutil.h"
 #include "kd_util.h"
+#include "kd_msg.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -172,4 +173,24 @@ kd_test_dealer (const char *endpoint)
     if (zsock_connect (sock, "%s", endpoint) != 0)
         zsock_destroy (&sock);
     return sock;
+}
+
+int64_t
+kd_test_shard_version (const char *endpoint, int timeout_ms)
+{
+    zsock_t *sock = kd_test_dealer (endpoint);
+    if (!sock)
+        return -1;
+    zsock_set_rcvtimeo (sock, timeout_ms);
+    kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (pull, KD_F_VERSION, 0);
+    kd_msg_send (&pull, sock);
+    int64_t version = -1;
+    kd_msg_t *reply = NULL;
+    if (kd_msg_recv (sock, &reply, NULL, &(kd_msg_err_t) { 0 }) == 0
+    &&  kd_msg_type (reply) == KD_MSG_PULL_OK)
+        version = (int64_t) kd_msg_uint (reply, KD_F_VERSION);
+    kd_msg_destroy (&reply);
+    zsock_destroy (&sock);
+    return version;
 }

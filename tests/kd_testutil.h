@@ -60,6 +60,11 @@ const char *
 zsock_t *
     kd_test_dealer (const char *endpoint);
 
+//  The version a shard serves: PULL version 0, and its PULL_OK's version;
+//  -1 when no PULL_OK comes within timeout_ms.
+int64_t
+    kd_test_shard_version (const char *endpoint, int timeout_ms);
+
 //  A process's peak and current resident set, in KiB (-1 if unknown).
 void
     kd_test_rss (pid_t pid, long *peak, long *now);

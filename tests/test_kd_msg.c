@@ -82,6 +82,12 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_INIT_OK, { KD_F_VERSION, END }, { END }, false },
     { KD_MSG_STATS, { END }, { END }, false },
     { KD_MSG_STATS_OK, { KD_F_RANK, KD_F_VERSION, KD_F_COUNTERS, END }, { KD_F_TS_MS, END }, false },
+    { KD_MSG_CHAIN, { KD_F_ROLE, END }, { KD_F_ENDPOINT, KD_F_SYNC, END }, false },
+    { KD_MSG_SYNC, { KD_F_KIND, END },
+      { KD_F_VERSION, KD_F_SAMPLES, KD_F_TS_MS, KD_F_LO, KD_F_RANK, KD_F_CLOCK, KD_F_BASE,
+        KD_F_SESSION, END }, false },
+    { KD_MSG_SYNC_OK, { KD_F_VERSION, END }, { KD_F_RANK, END }, false },
+    { KD_MSG_ROUTE, { KD_F_RANK, KD_F_ENDPOINT, END }, { END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -456,7 +462,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         NULL, "HELLO", "WELCOME", "START", "HEARTBEAT", "ARRIVE", "RELEASE",
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
         "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
-        "INIT", "INIT_OK", "STATS", "STATS_OK"
+        "INIT", "INIT_OK", "STATS", "STATS_OK", "CHAIN", "SYNC", "SYNC_OK", "ROUTE"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -508,7 +514,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_OPTIMIZER, "optimizer", KD_FT_STR },
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
         { KD_F_COUNTERS, "counters", KD_FT_UINTS }, { KD_F_REFUSED, "refused", KD_FT_UINT },
-        { KD_F_DTYPE, "dtype", KD_FT_UINT },
+        { KD_F_DTYPE, "dtype", KD_FT_UINT }, { KD_F_SYNC, "sync", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -517,6 +523,55 @@ Test (kd_msg, tables_name_every_type_and_field)
         cr_expect_eq (kd_msg_field_kind (fields [i].f), fields [i].kind, "%s",
                       fields [i].name);
     }
+}
+
+Test (kd_msg, replica_messages_and_a_copy)
+{
+    //  SYNC may carry values or not; either way it round-trips.
+    zsock_t *a = zsock_new_pair ("@inproc://kd-msg-sync");
+    zsock_t *b = zsock_new_pair (">inproc://kd-msg-sync");
+    kd_msg_t *part = kd_msg_new (KD_MSG_SYNC);
+    kd_msg_set_str (part, KD_F_KIND, "params");
+    float values [3] = { 1, 2, 3 };
+    zframe_t *data = zframe_new (values, sizeof values);
+    kd_msg_set_uint (part, KD_F_COUNT, 3);
+    kd_msg_set_data (part, &data);
+    kd_msg_t *copy = kd_msg_dup (part);
+    cr_assert (copy);
+    cr_expect_eq (kd_msg_send (&part, a), 0);
+    kd_msg_t *end = kd_msg_new (KD_MSG_SYNC);
+    kd_msg_set_str (end, KD_F_KIND, "end");
+    cr_expect_eq (kd_msg_send (&end, a), 0);
+    kd_msg_t *got = NULL;
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    size_t n = 0;
+    const float *v = kd_msg_data_floats (got, &n);
+    cr_expect_eq (n, 3);
+    cr_expect_eq (v [2], 3.0f);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_str_eq (kd_msg_str (got, KD_F_KIND), "end");
+    cr_expect_null (kd_msg_data (got));
+    kd_msg_destroy (&got);
+    //  The copy holds its own data, and no routing id.
+    v = kd_msg_data_floats (copy, &n);
+    cr_expect_eq (n, 3);
+    cr_expect_eq (v [0], 1.0f);
+    cr_expect_null (kd_msg_routing_id (copy));
+    kd_msg_destroy (&copy);
+    //  CHAIN and ROUTE need their fields.
+    kd_msg_t *chain = kd_msg_new (KD_MSG_CHAIN);
+    cr_expect_neq (kd_msg_send (&chain, a), 0, "CHAIN without a role was sent");
+    kd_msg_destroy (&chain);
+    kd_msg_t *route = kd_msg_new (KD_MSG_ROUTE);
+    kd_msg_set_uint (route, KD_F_RANK, 1);
+    kd_msg_set_str (route, KD_F_ENDPOINT, "tcp://127.0.0.1:7101");
+    cr_expect_eq (kd_msg_send (&route, a), 0);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_ROUTE);
+    kd_msg_destroy (&got);
+    zsock_destroy (&a);
+    zsock_destroy (&b);
 }
 
 Test (kd_msg, accessors_default_replace_and_copy)

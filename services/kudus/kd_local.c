@@ -425,7 +425,8 @@ kd_local_main (int argc, char **argv)
     char err [512];
     int workers = (int) kd_config_int (c, "workers");
     int external = (int) kd_config_int (c, "external-workers");
-    int shards = (int) kd_config_int (c, "shards");
+    //  Each key range runs on replicas shard processes.
+    int shards = (int) kd_config_int (c, "shards") * (int) kd_config_int (c, "replicas");
     int port = (int) kd_config_int (c, "base-port");
     bool quiet = kd_config_bool (c, "quiet");
     const char *straggler = kd_config_str (c, "straggler");
@@ -598,7 +599,7 @@ kd_local_main (int argc, char **argv)
 
     //  Scheduler, with every training and consistency setting.
     static const char *sched_settings [] = {
-        "shards", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
+        "shards", "replicas", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
         "lr-schedule", "warmup-steps",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",

@@ -107,6 +107,7 @@ typedef struct {
     bool evaluating;            //  pulls outstanding
     uint64_t eval_want;         //  minimum version of the current pull
     uint64_t eval_requested;    //  highest version the scheduler asked for
+    uint64_t rerouted;          //  bit i: range i's socket was replaced this poll
     bool eval_answer;           //  an EVAL is waiting for an answer
     uint64_t evaluated;         //  last version evaluated
     bool have_accuracy;         //  accuracy set
@@ -772,6 +773,24 @@ s_on_status (self_t *self, kd_msg_t *msg)
     self->regroups = regroups;
 }
 
+//  ROUTE: a range's primary changed.  An evaluation pull still unanswered
+//  goes to the new one, and so does the next STATS.
+static void
+s_on_route (self_t *self, kd_msg_t *msg)
+{
+    size_t i = (size_t) kd_msg_uint (msg, KD_F_RANK);
+    if (!self->book || kd_shardset_reroute (self->book, i, kd_msg_str (msg, KD_F_ENDPOINT)) != 1)
+        return;
+    kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
+    self->rerouted |= 1ull << i;
+    self->shards [i].stats_asked_ms = 0;
+    if (self->evaluating && !self->shards [i].done) {
+        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (pull, KD_F_VERSION, self->eval_want);
+        kd_msg_send (&pull, kd_shardset_socket (self->book, i));
+    }
+}
+
 static void
 s_on_scheduler (self_t *self)
 {
@@ -786,6 +805,7 @@ s_on_scheduler (self_t *self)
     switch (kd_msg_type (msg)) {
         case KD_MSG_WELCOME: s_on_welcome (self, msg); break;
         case KD_MSG_START:   s_on_start (self, msg); break;
+        case KD_MSG_ROUTE:   s_on_route (self, msg); break;
         case KD_MSG_STATUS:  s_on_status (self, msg); break;
         case KD_MSG_EVAL:
             if (kd_msg_uint (msg, KD_F_VERSION) >= self->eval_requested || !self->eval_answer) {
@@ -993,10 +1013,12 @@ kd_monitor_run (kd_config_t *config)
             s_on_intake (self);
         if (items [1].revents & ZMQ_POLLIN)
             s_on_scheduler (self);
-        //  Only the shards this poll watched: a START may have added more.
+        //  Only the shards this poll watched: a START may have added more,
+        //  and a ROUTE may have replaced a socket since.
         for (size_t i = 0; i < self->n_shards && 2 + i < guard_at; i++)
-            if (items [2 + i].revents & ZMQ_POLLIN)
+            if ((items [2 + i].revents & ZMQ_POLLIN) && !(self->rerouted & (1ull << i)))
                 s_on_shard (self, i);
+        self->rerouted = 0;
         s_eval_check (self);
         now = kd_now_ms ();
         if (now >= next_publish) {

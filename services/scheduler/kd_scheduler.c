@@ -76,7 +76,20 @@ typedef struct {
     double wait_ms;             //  workers: sum of arrival-to-release times
     uint64_t reported_tau;      //  workers: staleness its last PUSH_OKs saw
                                 //  (ASP/SSP, measured by the shards)
+    bool synced;                //  shards, replicated: holds its range's state
 } s_member_t;
+
+#define S_MAX_REPLICAS  8               //  replicas of a range (config bound)
+#define S_MAX_QUEUED    100000          //  commits kept for a silent primary
+
+//  One key range's replicas, in chain order: the primary first, the tail
+//  last.  Commits the primary has not acknowledged are kept, so that a
+//  promoted backup gets them again (it applies each version once).
+typedef struct {
+    uint64_t ranks [S_MAX_REPLICAS];    //  shard ranks, head first
+    size_t n;                   //  live members
+    zlistx_t *unacked;          //  kd_msg_t COMMITs sent to the primary
+} s_chain_t;
 
 typedef struct {
     kd_config_t *config;        //  settings
@@ -91,7 +104,10 @@ typedef struct {
     s_member_t *workers [S_MAX_WORKERS];  //  by rank (borrowed)
     s_member_t *shards [S_MAX_SHARDS];    //  by rank (borrowed)
     s_member_t *monitor;        //  the monitor, if registered
-    size_t n_shards;            //  configured shard count
+    size_t n_shards;            //  shard processes: n_ranges x replicas
+    size_t n_ranges;            //  key ranges (the shards setting)
+    size_t replicas;            //  replicas of each range (1: none)
+    s_chain_t chains [S_MAX_SHARDS];    //  by range
     size_t min_workers;         //  workers needed to start
     size_t max_live_workers;    //  most workers training at once
     kd_model_kind_t kind;       //  model
@@ -262,20 +278,40 @@ s_set_layout (self_t *self, kd_msg_t *msg)
     kd_msg_set_uints (msg, KD_F_SHAPES, shapes, 2 * self->n_layout);
 }
 
+//  The key range a shard rank holds.
+static size_t
+s_range_of (self_t *self, uint64_t rank)
+{
+    return (size_t) (rank % self->n_ranges);
+}
+
+//  The member that takes a range's writes: its chain's head, replicated;
+//  else the shard of that rank.  NULL when there is none.
+static s_member_t *
+s_primary (self_t *self, size_t g)
+{
+    if (self->replicas == 1)
+        return self->shards [g];
+    s_chain_t *c = &self->chains [g];
+    return c->n > 0 ? self->shards [c->ranks [0]] : NULL;
+}
+
 //  START for a worker or the monitor.
 static void
 s_send_start (self_t *self, s_member_t *m)
 {
     const char *endpoints [S_MAX_SHARDS];
     uint64_t los [S_MAX_SHARDS], his [S_MAX_SHARDS];
-    for (size_t i = 0; i < self->n_shards; i++) {
-        endpoints [i] = self->shards [i]->endpoint;
-        kd_range_split (self->n_params, self->n_shards, i, &los [i], &his [i]);
+    for (size_t i = 0; i < self->n_ranges; i++) {
+        //  A range without a live replica keeps its last primary's address.
+        s_member_t *head = s_primary (self, i);
+        endpoints [i] = head ? head->endpoint : self->shards [i]->endpoint;
+        kd_range_split (self->n_params, self->n_ranges, i, &los [i], &his [i]);
     }
     kd_msg_t *msg = kd_msg_new (KD_MSG_START);
-    kd_msg_set_strs (msg, KD_F_ENDPOINTS, endpoints, self->n_shards);
-    kd_msg_set_uints (msg, KD_F_LOS, los, self->n_shards);
-    kd_msg_set_uints (msg, KD_F_HIS, his, self->n_shards);
+    kd_msg_set_strs (msg, KD_F_ENDPOINTS, endpoints, self->n_ranges);
+    kd_msg_set_uints (msg, KD_F_LOS, los, self->n_ranges);
+    kd_msg_set_uints (msg, KD_F_HIS, his, self->n_ranges);
     kd_msg_set_uint (msg, KD_F_T0_MS, self->t0_ms);
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
     //  The monitor may have registered before an external model's layout
@@ -310,11 +346,245 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_set_uint (msg, KD_F_SESSION, self->session);
     if (m->role == S_ROLE_SHARD) {
         uint64_t lo, hi;
-        kd_range_split (self->n_params, self->n_shards, m->rank, &lo, &hi);
+        kd_range_split (self->n_params, self->n_ranges, s_range_of (self, m->rank), &lo, &hi);
         kd_msg_set_uint (msg, KD_F_LO, lo);
         kd_msg_set_uint (msg, KD_F_HI, hi);
     }
     s_send_to (self, m, &msg);
+}
+
+//  --------------------------------------------------------------------------
+//  Replicas: each key range's chain (--replicas R > 1)
+
+static void s_resync_shard (self_t *self, s_member_t *m);
+
+//  CHAIN to one member: its role and its successor, if any.
+static void
+s_send_chain (self_t *self, size_t g, size_t pos, bool sync)
+{
+    s_chain_t *c = &self->chains [g];
+    s_member_t *m = self->shards [c->ranks [pos]];
+    s_member_t *next = pos + 1 < c->n ? self->shards [c->ranks [pos + 1]] : NULL;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_CHAIN);
+    kd_msg_set_str (msg, KD_F_ROLE, pos == 0 ? "primary" : "backup");
+    kd_msg_set_str (msg, KD_F_ENDPOINT, next ? next->endpoint : "");
+    kd_msg_set_uint (msg, KD_F_SYNC, sync && next ? 1 : 0);
+    s_send_to (self, m, &msg);
+}
+
+//  ROUTE: tell workers and the monitor where a range's writes go now.
+static void
+s_send_route (self_t *self, size_t g)
+{
+    s_member_t *head = s_primary (self, g);
+    if (!head)
+        return;
+    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
+    while (m) {
+        if (m->alive && m->role != S_ROLE_SHARD) {
+            kd_msg_t *msg = kd_msg_new (KD_MSG_ROUTE);
+            kd_msg_set_uint (msg, KD_F_RANK, g);
+            kd_msg_set_str (msg, KD_F_ENDPOINT, head->endpoint);
+            s_send_to (self, m, &msg);
+        }
+        m = (s_member_t *) zhashx_next (self->by_name);
+    }
+}
+
+//  Send a COMMIT to a range's primary; replicated, keep it until the
+//  primary acknowledges it (which it does once the tail applied it).
+static void
+s_send_commit (self_t *self, size_t g, kd_msg_t **msg_p)
+{
+    s_member_t *head = s_primary (self, g);
+    if (self->replicas > 1) {
+        zlistx_t *q = self->chains [g].unacked;
+        if (zlistx_size (q) >= S_MAX_QUEUED) {
+            kd_error ("range %zu: %d commits unacknowledged by its primary; the oldest is dropped",
+                      g, S_MAX_QUEUED);
+            kd_msg_t *old = (kd_msg_t *) zlistx_first (q);
+            kd_msg_destroy (&old);
+            zlistx_delete (q, zlistx_cursor (q));
+        }
+        kd_msg_t *copy = kd_msg_dup (*msg_p);
+        if (copy)
+            zlistx_add_end (q, copy);
+    }
+    //  Even to a shard that looks dead: ZeroMQ keeps the order, and one
+    //  that was only slow must not miss a version.
+    if (head && head->routing_id) {
+        kd_msg_set_routing_id (*msg_p, head->routing_id);
+        kd_msg_send (msg_p, self->router);
+    }
+    else
+        kd_msg_destroy (msg_p);
+}
+
+//  Forget the commits kept for a range (its chain starts again).
+static void
+s_chain_forget (self_t *self, size_t g)
+{
+    zlistx_t *q = self->chains [g].unacked;
+    kd_msg_t *msg;
+    while (q && (msg = (kd_msg_t *) zlistx_first (q))) {
+        kd_msg_destroy (&msg);
+        zlistx_delete (q, zlistx_cursor (q));
+    }
+}
+
+//  The primary acknowledged its oldest outstanding commit.
+static void
+s_chain_acked (self_t *self, s_member_t *m)
+{
+    size_t g = s_range_of (self, m->rank);
+    if (self->replicas == 1 || s_primary (self, g) != m)
+        return;
+    zlistx_t *q = self->chains [g].unacked;
+    kd_msg_t *msg = (kd_msg_t *) zlistx_first (q);
+    if (msg) {
+        kd_msg_destroy (&msg);
+        zlistx_delete (q, zlistx_cursor (q));
+    }
+}
+
+//  Place of a member in its range's chain, or -1.
+static int
+s_chain_pos (self_t *self, s_member_t *m)
+{
+    s_chain_t *c = &self->chains [s_range_of (self, m->rank)];
+    for (size_t i = 0; i < c->n; i++)
+        if (c->ranks [i] == m->rank)
+            return (int) i;
+    return -1;
+}
+
+//  Take a member out of its range's chain (it died, or it restarted).  Once
+//  training runs, the chain is mended at once: a dead primary's successor
+//  is promoted and gets every commit not yet acknowledged, and workers are
+//  routed to it; a dead backup's predecessor links to the next replica and
+//  sends it its state.
+static void
+s_chain_remove (self_t *self, s_member_t *m)
+{
+    if (self->replicas == 1 || m->role != S_ROLE_SHARD)
+        return;
+    int pos = s_chain_pos (self, m);
+    if (pos < 0)
+        return;
+    size_t g = s_range_of (self, m->rank);
+    s_chain_t *c = &self->chains [g];
+    memmove (&c->ranks [pos], &c->ranks [pos + 1], (c->n - (size_t) pos - 1) * sizeof c->ranks [0]);
+    c->n--;
+    if (self->state != S_TRAINING && self->state != S_FINISHING)
+        return;
+    char detail [256];
+    if (c->n == 0) {
+        snprintf (detail, sizeof detail, "range %zu lost every replica: training waits until one "
+                  "restarts; with --checkpoint-dir it restores the newest checkpoint and the "
+                  "updates after it are lost", g);
+        kd_error ("%s", detail);
+        s_event (self, "range-lost", m, detail);
+        s_chain_forget (self, g);
+        return;
+    }
+    if (pos == 0) {
+        s_member_t *head = self->shards [c->ranks [0]];
+        snprintf (detail, sizeof detail, "range %zu: %s promoted to primary after %s, %zu commits resent",
+                  g, head->name, m->name, zlistx_size (c->unacked));
+        kd_warn ("%s", detail);
+        s_event (self, "shard-promoted", head, detail);
+        s_send_chain (self, g, 0, false);
+        //  The new primary applies each version once: what it already has
+        //  is acknowledged, the rest applied, in order.
+        for (kd_msg_t *q = (kd_msg_t *) zlistx_first (c->unacked); q;
+             q = (kd_msg_t *) zlistx_next (c->unacked)) {
+            kd_msg_t *copy = kd_msg_dup (q);
+            if (copy && head->routing_id) {
+                kd_msg_set_routing_id (copy, head->routing_id);
+                kd_msg_send (&copy, self->router);
+            }
+            kd_msg_destroy (&copy);
+        }
+        if (!head->synced) {
+            //  It never received the chain's state: what it holds is its
+            //  own (a checkpoint, or initial values).
+            kd_error ("range %zu: the promoted replica %s had not received its state; "
+                      "it is brought to the cluster's version, updates are lost", g, head->name);
+            s_chain_forget (self, g);
+            head->synced = true;
+            s_resync_shard (self, head);
+        }
+        s_send_route (self, g);
+    }
+    else
+        s_send_chain (self, g, (size_t) pos - 1, true);
+}
+
+//  Append a registered shard to its range's chain.  Once training runs it
+//  becomes the tail and its predecessor sends it its state; into an empty
+//  chain it comes as the primary, with what it holds (a checkpoint).
+static void
+s_chain_join (self_t *self, s_member_t *m)
+{
+    if (self->replicas == 1)
+        return;
+    s_chain_remove (self, m);
+    size_t g = s_range_of (self, m->rank);
+    s_chain_t *c = &self->chains [g];
+    if (c->n >= S_MAX_REPLICAS)
+        return;
+    c->ranks [c->n++] = m->rank;
+    m->synced = c->n == 1;
+    if ((self->state != S_TRAINING && self->state != S_FINISHING) || self->n_params == 0)
+        return;
+    if (c->n == 1) {
+        kd_info ("range %zu: %s is its only replica, the primary", g, m->name);
+        s_chain_forget (self, g);
+        s_send_chain (self, g, 0, false);
+        s_send_route (self, g);
+        return;
+    }
+    s_send_chain (self, g, c->n - 1, false);
+    s_send_chain (self, g, c->n - 2, true);
+}
+
+//  At the start: in each chain the replica with the newest version leads
+//  (after a scheduler restart, it holds what the others may lack), and
+//  every member learns its place; each successor gets its predecessor's
+//  state.
+static void
+s_chain_configure (self_t *self)
+{
+    if (self->replicas == 1)
+        return;
+    for (size_t g = 0; g < self->n_ranges; g++) {
+        s_chain_t *c = &self->chains [g];
+        for (size_t i = 1; i < c->n; i++)
+            if (self->shards [c->ranks [i]]->version > self->shards [c->ranks [0]]->version) {
+                uint64_t r = c->ranks [0];
+                c->ranks [0] = c->ranks [i];
+                c->ranks [i] = r;
+            }
+        for (size_t i = 0; i < c->n; i++) {
+            self->shards [c->ranks [i]]->synced = i == 0;
+            s_send_chain (self, g, i, true);
+        }
+    }
+}
+
+//  SYNC_OK: a backup holds its range's state, and may be promoted.
+static void
+s_on_sync_ok (self_t *self, s_member_t *m, kd_msg_t *msg)
+{
+    if (m->role != S_ROLE_SHARD)
+        return;
+    m->synced = true;
+    m->version = kd_msg_uint (msg, KD_F_VERSION);
+    char detail [128];
+    snprintf (detail, sizeof detail, "backup %s of range %zu received its state at version %llu",
+              m->name, s_range_of (self, m->rank), (unsigned long long) m->version);
+    kd_info ("%s", detail);
+    s_event (self, "shard-synced", m, detail);
 }
 
 //  --------------------------------------------------------------------------
@@ -365,7 +635,7 @@ s_do_commit (self_t *self, const kd_decision_t *d)
     //  not even a drop, may reach them.
     bool send = !kd_controller_direct (self->ctl);
     uint64_t ts = kd_wall_ms ();
-    for (size_t s = 0; s < self->n_shards && send; s++) {
+    for (size_t s = 0; s < self->n_ranges && send; s++) {
         kd_msg_t *msg = kd_msg_new (KD_MSG_COMMIT);
         kd_msg_set_uint (msg, KD_F_VERSION, d->version);
         kd_msg_set_uint (msg, KD_F_TS_MS, ts);
@@ -377,14 +647,7 @@ s_do_commit (self_t *self, const kd_decision_t *d)
             kd_msg_set_uints (msg, KD_F_DROP_RANKS, dranks, nd);
             kd_msg_set_uints (msg, KD_F_DROP_CLOCKS, dclocks, nd);
         }
-        //  Even to a shard that looks dead: ZeroMQ keeps the order, and one
-        //  that was only slow must not miss a version.
-        if (self->shards [s] && self->shards [s]->routing_id) {
-            kd_msg_set_routing_id (msg, self->shards [s]->routing_id);
-            kd_msg_send (&msg, self->router);
-        }
-        else
-            kd_msg_destroy (&msg);
+        s_send_commit (self, s, &msg);
     }
     if (heap) {
         free (ranks);
@@ -540,7 +803,10 @@ s_resync_shard (self_t *self, s_member_t *m)
     kd_msg_set_uints (msg, KD_F_RANKS, NULL, 0);
     kd_msg_set_uints (msg, KD_F_CLOCKS, NULL, 0);
     kd_msg_set_floats (msg, KD_F_WEIGHTS, NULL, 0);
-    s_send_to (self, m, &msg);
+    if (self->replicas > 1)
+        s_send_commit (self, s_range_of (self, m->rank), &msg);
+    else
+        s_send_to (self, m, &msg);
     m->version = version;
 }
 
@@ -577,9 +843,12 @@ s_maybe_start (self_t *self)
         snprintf (detail, sizeof detail, "training resumes from version %llu, %llu samples",
                   (unsigned long long) resume, (unsigned long long) samples);
         s_event (self, "resume", NULL, detail);
-        for (size_t i = 0; i < self->n_shards; i++)
-            s_resync_shard (self, self->shards [i]);
     }
+    //  Replicated, each chain's newest replica leads and the others get its
+    //  state; only primaries are brought to the cluster's version.
+    s_chain_configure (self);
+    for (size_t g = 0; g < self->n_ranges && resume > 0; g++)
+        s_resync_shard (self, s_primary (self, g));
     self->state = S_TRAINING;
     self->t0_ms = kd_wall_ms ();
     self->t0_mono = kd_now_msf ();
@@ -720,9 +989,9 @@ s_write_summary (self_t *self)
         fprintf (f, ", \"rows\": %zu, \"cols\": %zu, \"offset\": %zu, \"held_by\": [",
                  t->rows, t->cols, t->offset);
         bool first = true;
-        for (size_t s = 0; s < self->n_shards; s++) {
+        for (size_t s = 0; s < self->n_ranges; s++) {
             uint64_t lo, hi;
-            kd_range_split (self->n_params, self->n_shards, s, &lo, &hi);
+            kd_range_split (self->n_params, self->n_ranges, s, &lo, &hi);
             if (lo < t->offset + t->count && hi > t->offset) {
                 fprintf (f, "%s%zu", first ? "" : ", ", s);
                 first = false;
@@ -735,8 +1004,8 @@ s_write_summary (self_t *self)
     s_json_str (f, kd_config_str (self->config, "consistency"));
     fputs (",\n  \"optimizer\": ", f);
     s_json_str (f, self->optimizer);
-    fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"wall_seconds\": %.3f,\n",
-             self->max_live_workers, self->n_shards, wall);
+    fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"replicas\": %zu,\n  \"wall_seconds\": %.3f,\n",
+             self->max_live_workers, self->n_ranges, self->replicas, wall);
     fputs ("  \"test_accuracy\": ", f);
     s_json_num (f, "%.4f", self->accuracy_version > 0 || self->accuracy > 0 ? self->accuracy : NAN);
     fputs (",\n  \"stop_accuracy\": ", f);
@@ -848,7 +1117,7 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_STATE, "this worker's model layout differs from the cluster's");
         return -1;
     }
-    if (n_params < self->n_shards) {
+    if (n_params < self->n_ranges) {
         s_error (self, id, KD_ERR_STATE, "the model has fewer parameters than there are shards");
         return -1;
     }
@@ -965,7 +1234,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     if (!m && role == S_ROLE_SHARD && has_hint && hint < self->n_shards && self->shards [hint]) {
         s_member_t *old = self->shards [hint];
         uint64_t lo, hi;
-        kd_range_split (self->n_params, self->n_shards, hint, &lo, &hi);
+        kd_range_split (self->n_params, self->n_ranges, s_range_of (self, hint), &lo, &hi);
         if (!old->alive && kd_msg_uint (msg, KD_F_LO) == lo && kd_msg_uint (msg, KD_F_HI) == hi) {
             kd_info ("shard name=%s takes over rank=%llu from name=%s", name,
                      (unsigned long long) hint, old->name);
@@ -1079,7 +1348,9 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     }
     //  A shard that comes back behind the cluster (restored from a
     //  checkpoint, or restarted empty) is brought to the current version.
-    if (role == S_ROLE_SHARD && self->state == S_TRAINING)
+    if (role == S_ROLE_SHARD)
+        s_chain_join (self, m);
+    if (role == S_ROLE_SHARD && self->state == S_TRAINING && s_primary (self, s_range_of (self, m->rank)) == m)
         s_resync_shard (self, m);
     if (self->state == S_TRAINING && role != S_ROLE_SHARD) {
         s_send_start (self, m);
@@ -1337,7 +1608,11 @@ s_on_message (self_t *self)
                 if (kd_msg_uint (msg, KD_F_LOST) > 0)
                     kd_debug ("shard name=%s lost=%llu", m->name,
                               (unsigned long long) kd_msg_uint (msg, KD_F_LOST));
+                s_chain_acked (self, m);
             }
+            break;
+        case KD_MSG_SYNC_OK:
+            s_on_sync_ok (self, m, msg);
             break;
         case KD_MSG_EVAL_OK:
             if (m->role == S_ROLE_MONITOR)
@@ -1391,8 +1666,10 @@ s_on_heartbeat (self_t *self)
             char detail [128];
             snprintf (detail, sizeof detail, "%s %s silent for %llu ms", s_role_name (m->role),
                       m->name, (unsigned long long) (now - m->last_seen));
-            if (m->role == S_ROLE_SHARD)
+            if (m->role == S_ROLE_SHARD) {
                 s_event (self, "shard-dead", m, detail);
+                s_chain_remove (self, m);
+            }
         }
     }
     zlistx_destroy (&dead);
@@ -1521,14 +1798,22 @@ kd_scheduler_run (kd_config_t *config)
                   "not model external; stop on epochs or max-seconds");
         return 2;
     }
-    self->n_shards = (size_t) kd_config_int (config, "shards");
+    self->n_ranges = (size_t) kd_config_int (config, "shards");
+    self->replicas = (size_t) kd_config_int (config, "replicas");
+    self->n_shards = self->n_ranges * self->replicas;
+    if (self->n_shards > S_MAX_SHARDS || self->replicas > S_MAX_REPLICAS) {
+        kd_error ("shards x replicas is %zu shard processes, at most %d", self->n_shards, S_MAX_SHARDS);
+        return 2;
+    }
+    for (size_t g = 0; g < self->n_ranges; g++)
+        self->chains [g].unacked = zlistx_new ();
     self->min_workers = (size_t) kd_config_int (config, "min-workers");
     self->heartbeat_ms = (int) kd_config_int (config, "heartbeat-ms");
     self->liveness = (int) kd_config_int (config, "liveness");
     for (size_t i = 0; i < S_N_MILESTONES; i++)
         self->milestone_s [i] = -1;
-    if (!self->external && self->n_shards > self->n_params) {
-        kd_error ("more shards than parameters shards=%zu params=%zu", self->n_shards, self->n_params);
+    if (!self->external && self->n_ranges > self->n_params) {
+        kd_error ("more shards than parameters shards=%zu params=%zu", self->n_ranges, self->n_params);
         return 2;
     }
     char err [256];
@@ -1564,8 +1849,8 @@ kd_scheduler_run (kd_config_t *config)
         goto cleanup;
     }
     kd_warn_open_bind (kd_config_str (config, "bind"), kd_curve_enabled (kd_curve_process ()));
-    kd_info ("listening endpoint=%s shards=%zu min_workers=%zu model=%s consistency=%s",
-             zsock_endpoint (self->router), self->n_shards, self->min_workers,
+    kd_info ("listening endpoint=%s shards=%zu replicas=%zu min_workers=%zu model=%s consistency=%s",
+             zsock_endpoint (self->router), self->n_ranges, self->replicas, self->min_workers,
              s_model_name (self), kd_config_str (config, "consistency"));
 
     uint64_t now = kd_now_ms ();
@@ -1625,6 +1910,10 @@ cleanup:
     zhashx_destroy (&self->by_id);
     zhashx_destroy (&self->by_name);
     kd_controller_destroy (&self->ctl);
+    for (size_t g = 0; g < self->n_ranges; g++) {
+        s_chain_forget (self, g);
+        zlistx_destroy (&self->chains [g].unacked);
+    }
     free (self->groups);
     free (self->lease_rows);
     return rc;

@@ -9,8 +9,15 @@
     arrives, as ps-lite's and Bosen's servers do, and its version counts
     the gradients it applied.  A PULL that asks for a version the shard does
     not have yet is parked and answered when a commit creates it.
+
+    With --replicas R > 1 the scheduler places each shard in its range's
+    chain (CHAIN): the primary takes the workers' writes, and every replica
+    forwards what it applied to its successor and answers only when that
+    one has it (kd_chain).  A backup applies forwarded writes and state
+    transfers (SYNC) only, and serves pulls.
 */
 #include "kd_shard.h"
+#include "kd_chain.h"
 #include "kd_checkpoint.h"
 #include "kd_guard.h"
 #include "kd_role.h"
@@ -18,6 +25,7 @@
 #include <cblas.h>
 #include <malloc.h>
 #include <math.h>
+#include <zlib.h>
 
 #define S_MAX_STAGED    8192    //  staged gradients at most (max-staged's bound)
 //  The model kind an external model's checkpoint records.
@@ -125,6 +133,14 @@ typedef struct {
     const float **step_grads;   //  s_on_commit scratch: gradients of a step
     double *step_weights;       //  s_on_commit scratch: their weights
     size_t step_cap;            //  entries the scratch holds
+    kd_msg_source_t src;        //  where the request being handled came from
+    zpoller_t *poller;          //  the service loop's poller
+    kd_chain_t *chain;          //  link to our successor in the chain
+    bool primary;               //  we take workers' writes (always, unreplicated)
+    bool placed;                //  a CHAIN has told us our place
+    bool synced;                //  backup: our state is the chain's
+    bool sync_failed;           //  a part of the transfer under way was refused
+    uint64_t resync_at;         //  ms: send our state to the successor again (0: no)
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -737,7 +753,7 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
 //  than stall the cluster.  A commit for a version we already have is a
 //  duplicate and changes nothing.
 static void
-s_on_commit (self_t *self, kd_msg_t *msg)
+s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
 {
     size_t n = 0, nc = 0, nw = 0, nd = 0, ndc = 0;
     const uint64_t *ranks = kd_msg_uints (msg, KD_F_RANKS, &n);
@@ -813,7 +829,13 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
     if (self->lost)
         kd_msg_set_uint (ok, KD_F_LOST, self->lost);
-    kd_peer_send (self->peer, &ok);
+    if (dest == KD_CHAIN_ROUTER)
+        kd_msg_set_routing_id (ok, kd_msg_routing_id (msg));
+    //  The scheduler hears of the commit once the chain's tail applied it.
+    kd_msg_t *fwd = kd_chain_linked (self->chain) ? kd_msg_dup (msg) : NULL;
+    if (fwd)
+        kd_msg_set_str (fwd, KD_F_ROLE, "shard");
+    kd_chain_submit (self->chain, &fwd, &ok, dest);
     kd_debug ("commit version=%llu entries=%zu drops=%zu", (unsigned long long) version, n, nd);
     kd_peer_set_version (self->peer, self->version);
     kd_peer_set_samples (self->peer, self->samples);
@@ -821,6 +843,8 @@ s_on_commit (self_t *self, kd_msg_t *msg)
     s_release_parked (self);
     (void) nc;
 }
+
+static void s_on_chain (self_t *self, kd_msg_t *msg);
 
 //  A message from the scheduler.
 static void
@@ -838,7 +862,14 @@ s_on_scheduler (self_t *self)
     kd_peer_heard (self->peer);
     switch (kd_msg_type (msg)) {
         case KD_MSG_WELCOME:   s_on_welcome (self, msg); break;
-        case KD_MSG_COMMIT:    s_on_commit (self, msg); break;
+        case KD_MSG_COMMIT:
+            if (self->primary)
+                s_on_commit (self, msg, KD_CHAIN_SCHEDULER);
+            else
+                kd_warn ("commit version=%llu from the scheduler at a backup: ignored",
+                         (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
+            break;
+        case KD_MSG_CHAIN:     s_on_chain (self, msg); break;
         case KD_MSG_HEARTBEAT: break;
         case KD_MSG_STOP:
             kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
@@ -858,11 +889,11 @@ s_on_scheduler (self_t *self)
 }
 
 //  ASP/SSP PUSH: apply the gradient now, as its own step with weight 1, and
-//  answer with the version it made and the staleness it had here.  A retry
+//  return the answer: the version it made and the staleness it had here.  A retry
 //  (same rank, clock and base as the last push applied for that rank) is
 //  acknowledged without applying it again; a worker that rejoined and
 //  computes an old clock again does so on a newer base, and is applied.
-static void
+static kd_msg_t *
 s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock, const float *g)
 {
     uint64_t base = kd_msg_uint (msg, KD_F_BASE);
@@ -891,11 +922,9 @@ s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock, const
     kd_msg_set_uint (ok, KD_F_CLOCK, clock);
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
     kd_msg_set_uint (ok, KD_F_STALENESS, tau);
-    kd_msg_send (&ok, self->router);
     kd_peer_set_version (self->peer, self->version);
     kd_peer_set_samples (self->peer, self->samples);
-    s_checkpoint (self, false);
-    s_release_parked (self);
+    return ok;
 }
 
 //  Hash of a routing id: the peer a staged gradient is charged to.
@@ -963,11 +992,74 @@ s_limit (self_t *self, zframe_t *id, const char *reason)
     s_error (self, id, KD_ERR_LIMIT, reason);
 }
 
+//  True when a write may be applied here: a client's write at the primary,
+//  a forwarded one (role "shard") at a synced backup.  Else refused with
+//  ERROR (503: the sender retries, or a state transfer follows).
+static bool
+s_chain_admits (self_t *self, kd_msg_t *msg)
+{
+    zframe_t *id = kd_msg_routing_id (msg);
+    bool forwarded = kd_msg_has (msg, KD_F_ROLE);
+    const char *why = NULL;
+    if (forwarded && (strcmp (kd_msg_str (msg, KD_F_ROLE), "shard")
+                  ||  (*self->src.role && strcmp (self->src.role, "shard")))) {
+        char reason [128];
+        snprintf (reason, sizeof reason, "forbidden: only a shard forwards %s along a chain",
+                  kd_msg_type_name (kd_msg_type (msg)));
+        kd_warn ("%s role=%s key=%s", reason, self->src.role, self->src.user);
+        s_error (self, id, KD_ERR_FORBIDDEN, reason);
+        return false;
+    }
+    if (!forwarded && !strcmp (self->src.role, "shard")) {
+        //  A shard key writes only as a replica: forwards along a chain.
+        char reason [128];
+        snprintf (reason, sizeof reason, "forbidden: a shard key sends %s only as a chain's forward",
+                  kd_msg_type_name (kd_msg_type (msg)));
+        kd_warn ("%s key=%s", reason, self->src.user);
+        s_error (self, id, KD_ERR_FORBIDDEN, reason);
+        return false;
+    }
+    if (forwarded && self->primary && self->placed)
+        why = "this replica is its range's primary, not a backup";
+    else
+    if (forwarded && !self->synced)
+        why = "this replica has not received its state yet";
+    else
+    if (!forwarded && !self->primary)
+        why = "this replica is a backup: writes go to its range's primary";
+    if (why) {
+        s_error (self, id, KD_ERR_UNAVAILABLE, why);
+        return false;
+    }
+    return true;
+}
+
+//  The forward of a write we applied, or NULL when we have no successor.
+static kd_msg_t *
+s_forward_of (self_t *self, kd_msg_t *msg, zframe_t *data)
+{
+    if (!kd_chain_linked (self->chain))
+        return NULL;
+    kd_msg_t *fwd = kd_msg_new (kd_msg_type (msg));
+    static const kd_field_t copy [] = { KD_F_RANK, KD_F_CLOCK, KD_F_BASE, KD_F_LO, KD_F_SAMPLES };
+    for (size_t i = 0; i < sizeof copy / sizeof copy [0]; i++)
+        if (kd_msg_has (msg, copy [i]))
+            kd_msg_set_uint (fwd, copy [i], kd_msg_uint (msg, copy [i]));
+    //  Always fp32, as applied here: the successor must reach the same bits.
+    kd_msg_set_uint (fwd, KD_F_COUNT, zframe_size (data) / sizeof (float));
+    zframe_t *copy_data = zframe_dup (data);
+    kd_msg_set_data (fwd, &copy_data);
+    return fwd;
+}
+
 //  PUSH: stage a gradient slice.  Idempotent per (rank, clock).
 static void
 s_on_push (self_t *self, kd_msg_t *msg)
 {
     zframe_t *id = kd_msg_routing_id (msg);
+    if (!s_chain_admits (self, msg))
+        return;
+    bool forwarded = kd_msg_has (msg, KD_F_ROLE);
     uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
     uint64_t dtype = kd_msg_uint (msg, KD_F_DTYPE);
     //  The codec checked that count values of dtype fill the frame.
@@ -992,7 +1084,9 @@ s_on_push (self_t *self, kd_msg_t *msg)
     //  received frame itself is staged, and a commit hands it to BLAS.
     uint64_t peer = s_peer_hash (id);
     bool replaces = s_staged_find (self, rank, clock) != NULL;
-    if (!self->direct && !replaces) {
+    //  Limits and guards were the primary's to apply: a backup takes what
+    //  its predecessor applied, bit for bit.
+    if (!self->direct && !replaces && !forwarded) {
         char reason [128];
         if (s_staged_count (self) >= self->max_staged) {
             snprintf (reason, sizeof reason, "too many staged gradients (max-staged=%zu)", self->max_staged);
@@ -1021,21 +1115,28 @@ s_on_push (self_t *self, kd_msg_t *msg)
         data = zframe_new (NULL, count * sizeof (float));
         kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
     }
-    if (!s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count)) {
+    if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count)) {
         zframe_destroy (&data);
         return;
     }
+    kd_msg_t *fwd = s_forward_of (self, msg, data);
+    kd_msg_t *ok;
     if (self->direct) {
-        s_push_direct (self, msg, rank, clock, (const float *) zframe_data (data));
+        ok = s_push_direct (self, msg, rank, clock, (const float *) zframe_data (data));
         zframe_destroy (&data);
-        return;
     }
-    s_staged_put (self, rank, clock, peer, &data);
-    self->pushes++;
-    kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
-    kd_msg_set_routing_id (ok, id);
-    kd_msg_set_uint (ok, KD_F_CLOCK, clock);
-    kd_msg_send (&ok, self->router);
+    else {
+        s_staged_put (self, rank, clock, peer, &data);
+        self->pushes++;
+        ok = kd_msg_new (KD_MSG_PUSH_OK);
+        kd_msg_set_routing_id (ok, id);
+        kd_msg_set_uint (ok, KD_F_CLOCK, clock);
+    }
+    kd_chain_submit (self->chain, &fwd, &ok, KD_CHAIN_ROUTER);
+    if (self->direct) {
+        s_checkpoint (self, false);
+        s_release_parked (self);
+    }
 }
 
 //  PULL: answer now, or park until the version exists.
@@ -1088,6 +1189,8 @@ s_on_pull (self_t *self, kd_msg_t *msg)
 static void
 s_on_init (self_t *self, kd_msg_t *msg)
 {
+    if (!s_chain_admits (self, msg))
+        return;
     size_t count = 0;
     const float *values = kd_msg_data_floats (msg, &count);
     if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n) {
@@ -1111,7 +1214,242 @@ s_on_init (self_t *self, kd_msg_t *msg)
     kd_msg_t *ok = kd_msg_new (KD_MSG_INIT_OK);
     kd_msg_set_routing_id (ok, kd_msg_routing_id (msg));
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
-    kd_msg_send (&ok, self->router);
+    //  The values we hold go down the chain, whichever INIT won.
+    kd_msg_t *fwd = NULL;
+    if (kd_chain_linked (self->chain)) {
+        zframe_t *mine = zframe_new (self->params, self->n * sizeof (float));
+        fwd = s_forward_of (self, msg, mine);
+        zframe_destroy (&mine);
+    }
+    kd_chain_submit (self->chain, &fwd, &ok, KD_CHAIN_ROUTER);
+}
+
+//  --------------------------------------------------------------------------
+//  Replication: state transfer and the chain's configuration
+
+//  One SYNC part with an optional copy of n floats.
+static kd_msg_t *
+s_sync_part (const char *kind, const float *values, size_t n)
+{
+    kd_msg_t *part = kd_msg_new (KD_MSG_SYNC);
+    kd_msg_set_str (part, KD_F_KIND, kind);
+    if (values) {
+        zframe_t *data = zframe_new (values, n * sizeof (float));
+        kd_msg_set_uint (part, KD_F_COUNT, n);
+        kd_msg_set_data (part, &data);
+    }
+    return part;
+}
+
+//  Send our whole state to the successor: parameters, optimizer state,
+//  staged gradients (BSP, LSP, ALSP) or the last push applied per rank
+//  (ASP, SSP), then SYNC end.  The successor replaces its state with it.
+static void
+s_sync_successor (self_t *self)
+{
+    self->resync_at = 0;
+    if (!kd_chain_linked (self->chain) || !self->registered)
+        return;
+    double t0 = kd_now_msf ();
+    if (self->initialized) {
+        kd_msg_t *part = s_sync_part ("params", self->params, self->n);
+        kd_msg_set_uint (part, KD_F_VERSION, self->version);
+        kd_msg_set_uint (part, KD_F_SAMPLES, self->samples);
+        kd_msg_set_uint (part, KD_F_TS_MS, self->version_ts);
+        kd_msg_set_uint (part, KD_F_LO, self->lo);
+        kd_msg_set_uint (part, KD_F_SESSION, self->session);
+        kd_msg_set_uint (part, KD_F_CLOCK, self->opt ? kd_optimizer_steps (self->opt) : 0);
+        kd_chain_send_part (self->chain, &part);
+        size_t n_state = self->opt ? kd_optimizer_state_count (self->opt) : 0;
+        for (size_t i = 0; i < n_state; i++) {
+            part = s_sync_part ("state", kd_optimizer_state (self->opt) + i * self->n, self->n);
+            kd_msg_set_uint (part, KD_F_RANK, i);
+            kd_chain_send_part (self->chain, &part);
+        }
+    }
+    size_t staged = 0;
+    for (size_t i = 0; self->staged.slots && i < S_STAGE_SLOTS; i++) {
+        s_slot_t *slot = &self->staged.slots [i];
+        if (!slot->frame)
+            continue;
+        kd_msg_t *part = s_sync_part ("staged", (const float *) zframe_data (slot->frame),
+                                      zframe_size (slot->frame) / sizeof (float));
+        kd_msg_set_uint (part, KD_F_RANK, slot->rank);
+        kd_msg_set_uint (part, KD_F_CLOCK, slot->clock);
+        kd_chain_send_part (self->chain, &part);
+        staged++;
+    }
+    for (uint64_t r = 0; self->last_push && r < S_MAX_RANKS; r++)
+        if (self->last_push [2 * r]) {
+            kd_msg_t *part = s_sync_part ("mark", NULL, 0);
+            kd_msg_set_uint (part, KD_F_RANK, r);
+            kd_msg_set_uint (part, KD_F_CLOCK, self->last_push [2 * r]);
+            kd_msg_set_uint (part, KD_F_BASE, self->last_push [2 * r + 1]);
+            kd_chain_send_part (self->chain, &part);
+        }
+    kd_chain_end_sync (self->chain, self->version);
+    kd_info ("state sent to successor version=%llu keys=%zu staged=%zu ms=%.1f",
+             (unsigned long long) self->version, self->n, staged, kd_now_msf () - t0);
+}
+
+//  Follow the successor the scheduler named: link to it (or become the
+//  tail), and when it is new, send it our state.
+static void
+s_chain_link (self_t *self, const char *endpoint)
+{
+    zsock_t *old = kd_chain_socket (self->chain);
+    if (old && self->poller)
+        zpoller_remove (self->poller, old);
+    kd_chain_set_successor (self->chain, endpoint);
+    zsock_t *next = kd_chain_socket (self->chain);
+    if (next && self->poller)
+        zpoller_add (self->poller, next);
+}
+
+//  CHAIN: our place in our range's chain.  A primary takes the workers'
+//  writes; a backup only forwarded ones.  A replica that was primary and
+//  is now a backup (it was cut off, and rejoined) forgets the answers it
+//  owed: a state transfer will replace what it holds.
+static void
+s_on_chain (self_t *self, kd_msg_t *msg)
+{
+    bool was_primary = self->primary && self->placed;
+    self->primary = !strcmp (kd_msg_str (msg, KD_F_ROLE), "primary");
+    const char *successor = kd_msg_str (msg, KD_F_ENDPOINT);
+    if (self->primary && self->placed && !was_primary)
+        kd_info ("promoted to primary version=%llu", (unsigned long long) self->version);
+    if (self->primary)
+        self->synced = true;
+    if (was_primary && !self->primary) {
+        kd_chain_discard (self->chain);
+        self->synced = false;
+        kd_info ("demoted to backup: waiting for the state of its predecessor");
+    }
+    //  A transfer may have come before this CHAIN (another connection):
+    //  a backup that is synced stays so.
+    self->placed = true;
+    kd_info ("chain role=%s lo=%llu successor=%s", self->primary ? "primary" : "backup",
+             (unsigned long long) self->lo, *successor ? successor : "none");
+    bool relink = kd_msg_uint (msg, KD_F_SYNC) || strcmp (successor, kd_chain_endpoint (self->chain));
+    if (!relink)
+        return;
+    s_chain_link (self, successor);
+    if (kd_chain_linked (self->chain) && self->synced)
+        s_sync_successor (self);
+}
+
+//  SYNC: one part of a state transfer from our predecessor.  Parts are not
+//  answered; SYNC end is, with SYNC_OK, to the predecessor and to the
+//  scheduler (which may promote us from then on).
+static void
+s_on_sync (self_t *self, kd_msg_t *msg)
+{
+    zframe_t *id = kd_msg_routing_id (msg);
+    const char *kind = kd_msg_str (msg, KD_F_KIND);
+    //  Parts are never answered, so that each forward and each transfer
+    //  gets one answer: a refused part fails the transfer, and its end
+    //  answers ERROR (kind "sync").
+    const char *why = NULL;
+    int code = KD_ERR_UNAVAILABLE;
+    if (*self->src.role && strcmp (self->src.role, "shard")) {
+        why = "forbidden: only a shard sends its state";
+        code = KD_ERR_FORBIDDEN;
+    }
+    else
+    if (!self->registered)
+        why = "shard not registered yet";
+    else
+    if (self->primary && self->placed)
+        why = "this replica is its range's primary, not a backup";
+    if (why || self->sync_failed) {
+        self->sync_failed = strcmp (kind, "end") != 0;
+        if (!why)
+            why = "a part of the state transfer was refused";
+        if (!strcmp (kind, "end")) {
+            kd_warn ("state transfer refused: %s", why);
+            kd_msg_t *reply = kd_msg_new_error (id, code, why);
+            kd_msg_set_str (reply, KD_F_KIND, "sync");
+            kd_msg_send (&reply, self->router);
+            self->errors++;
+        }
+        return;
+    }
+    size_t count = 0;
+    const float *values = kd_msg_data (msg) ? kd_msg_data_floats (msg, &count) : NULL;
+    uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
+    if (!strcmp (kd_msg_str (msg, KD_F_KIND), "params")) {
+        if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n || !values) {
+            kd_warn ("sync for another range lo=%llu count=%zu (ours lo=%llu count=%zu)",
+                     (unsigned long long) kd_msg_uint (msg, KD_F_LO), count,
+                     (unsigned long long) self->lo, self->n);
+            self->sync_failed = true;
+            return;
+        }
+        //  A transfer before our CHAIN: we are a backup.
+        self->primary = false;
+        s_params_writable (self);
+        memcpy (self->params, values, count * sizeof (float));
+        self->version = kd_msg_uint (msg, KD_F_VERSION);
+        self->samples = kd_msg_uint (msg, KD_F_SAMPLES);
+        self->version_ts = kd_msg_uint (msg, KD_F_TS_MS);
+        self->session = kd_msg_uint (msg, KD_F_SESSION);
+        if (self->opt)
+            kd_optimizer_set_steps (self->opt, clock);
+        s_staged_purge (self);
+        if (self->last_push)
+            memset (self->last_push, 0, 2 * S_MAX_RANKS * sizeof (uint64_t));
+        self->initialized = true;
+        self->synced = false;
+    }
+    else
+    if (!strcmp (kind, "state")) {
+        if (!self->opt || rank >= kd_optimizer_state_count (self->opt) || count != self->n || !values)
+            kd_warn ("sync: optimizer state %llu of %zu keys does not fit", (unsigned long long) rank, count);
+        else
+            memcpy (kd_optimizer_state (self->opt) + rank * self->n, values, count * sizeof (float));
+    }
+    else
+    if (!strcmp (kind, "staged")) {
+        if (count != self->n || !values || rank >= S_MAX_RANKS || s_staged_count (self) >= S_MAX_STAGED)
+            kd_warn ("sync: staged gradient rank=%llu clock=%llu of %zu keys refused",
+                     (unsigned long long) rank, (unsigned long long) clock, count);
+        else {
+            zframe_t *data = kd_msg_take_data (msg);
+            s_staged_put (self, rank, clock, s_peer_hash (id), &data);
+        }
+    }
+    else
+    if (!strcmp (kind, "mark")) {
+        if (rank < S_MAX_RANKS) {
+            if (!self->last_push) {
+                self->last_push = (uint64_t *) calloc (2 * S_MAX_RANKS, sizeof (uint64_t));
+                assert (self->last_push);
+            }
+            self->last_push [2 * rank] = clock;
+            self->last_push [2 * rank + 1] = kd_msg_uint (msg, KD_F_BASE);
+        }
+    }
+    else
+    if (!strcmp (kind, "end")) {
+        self->synced = true;
+        kd_info ("synced from predecessor version=%llu staged=%zu", (unsigned long long) self->version,
+                 s_staged_count (self));
+        kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
+        kd_msg_set_routing_id (ok, id);
+        kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+        kd_msg_send (&ok, self->router);
+        ok = kd_msg_new (KD_MSG_SYNC_OK);
+        kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+        kd_msg_set_uint (ok, KD_F_RANK, self->rank);
+        kd_peer_send (self->peer, &ok);
+        kd_peer_set_version (self->peer, self->version);
+        kd_peer_set_samples (self->peer, self->samples);
+        s_release_parked (self);
+        //  A middle replica passes the new state on.
+        s_sync_successor (self);
+    }
+    else
+        kd_warn ("sync: unknown part kind=\"%s\"", kind);
 }
 
 //  STATS: our counters, for the monitor's stream and metrics.
@@ -1149,8 +1487,7 @@ s_on_request (self_t *self)
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    kd_msg_source_t src;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &src);
+    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &self->src);
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
@@ -1160,17 +1497,25 @@ s_on_request (self_t *self)
     if (rc != 0)
         return;
     kd_msg_type_t type = kd_msg_type (msg);
-    if (!kd_role_check (KD_SVC_SHARD, &src, msg, self->router)) {
+    if (!kd_role_check (KD_SVC_SHARD, &self->src, msg, self->router)) {
         //  A key that keeps trying what its role may not do is cut off too.
         self->errors++;
         kd_guard_strike (self->guard, kd_msg_routing_id (msg), "forbidden for its role");
     }
+    else
+    if (type == KD_MSG_SYNC)
+        s_on_sync (self, msg);
     else
     if (!self->registered && type != KD_MSG_HEARTBEAT && type != KD_MSG_ERROR)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");
     else
     if (type == KD_MSG_PUSH)
         s_on_push (self, msg);
+    else
+    if (type == KD_MSG_COMMIT) {
+        if (s_chain_admits (self, msg))
+            s_on_commit (self, msg, KD_CHAIN_ROUTER);
+    }
     else
     if (type == KD_MSG_PULL)
         s_on_pull (self, msg);
@@ -1262,6 +1607,9 @@ kd_shard_run (kd_config_t *config)
     }
     self->parked = zlistx_new ();
     zlistx_set_destructor (self->parked, s_parked_destroy);
+    //  Unreplicated, a shard is its range's only replica: the primary.
+    self->chain = kd_chain_new (self->router, self->peer, max_msg);
+    self->primary = true;
     if (self->ckpt_dir && s_restore (self))
         goto cleanup;
     self->ckpt_at_ms = kd_now_ms ();
@@ -1273,6 +1621,7 @@ kd_shard_run (kd_config_t *config)
     zpoller_t *poller = zpoller_new (self->router, kd_peer_socket (self->peer), NULL);
     if (kd_guard_socket (self->guard))
         zpoller_add (poller, kd_guard_socket (self->guard));
+    self->poller = poller;
     while (!self->stop && !zsys_interrupted) {
         void *which = zpoller_wait (poller, kd_peer_timeout (self->peer) + 1);
         if (which == self->router) {
@@ -1289,19 +1638,41 @@ kd_shard_run (kd_config_t *config)
         if (which == kd_peer_socket (self->peer))
             s_on_scheduler (self);
         else
+        if (which && which == kd_chain_socket (self->chain)) {
+            //  A successor that refused a forward gets our state again,
+            //  shortly: it may still be registering.
+            if (kd_chain_on_answer (self->chain) < 0 && !self->resync_at)
+                self->resync_at = kd_now_ms () + 200;
+        }
+        else
         if (which && which == kd_guard_socket (self->guard))
             kd_guard_on_event (self->guard);
         else
         if (zpoller_terminated (poller))
             break;
+        if (self->resync_at && kd_now_ms () >= self->resync_at && self->synced)
+            s_sync_successor (self);
         kd_peer_set_version (self->peer, self->version);
         kd_peer_tick (self->peer);
         //  Time-based checkpoints also fire while no commits come.
         s_checkpoint (self, false);
     }
+    self->poller = NULL;
     zpoller_destroy (&poller);
     //  A clean stop loses nothing: the last version goes to disk.
     s_checkpoint (self, true);
+    //  The CRC of the values lets replicas of a range be compared bit for bit.
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (size_t done = 0; self->params && done < self->n * sizeof (float); ) {
+        size_t chunk = self->n * sizeof (float) - done;
+        chunk = chunk > (1u << 30) ? (1u << 30) : chunk;
+        crc = crc32 (crc, (const Bytef *) self->params + done, (uInt) chunk);
+        done += chunk;
+    }
+    kd_info ("replica %s version=%llu lo=%llu params_crc=%08lx chain_bytes=%llu bytes_in=%llu",
+             self->primary ? "primary" : "backup", (unsigned long long) self->version,
+             (unsigned long long) self->lo, (unsigned long) crc,
+             (unsigned long long) kd_chain_bytes (self->chain), (unsigned long long) self->bytes_in);
     kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu "
              "refused=%llu clipped=%llu limited=%llu disconnects=%llu",
              (unsigned long long) self->version, (unsigned long long) self->pushes,
@@ -1317,6 +1688,7 @@ cleanup:
     free (self->step_grads);
     free (self->step_weights);
     zlistx_destroy (&self->parked);
+    kd_chain_destroy (&self->chain);
     kd_peer_destroy (&self->peer);
     kd_guard_destroy (&self->guard);
     zsock_destroy (&self->router);

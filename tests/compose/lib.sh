@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared by the docker-compose tests (test_compose.sh, test_compose_faults.sh):
+# Shared by the docker-compose tests (test_compose.sh, test_compose_faults.sh,
+# test_compose_replicas.sh):
 # sourced, not run.  It defines functions only; the caller keeps
 # `set -uo pipefail` and its own steps.  The globals it sets and reads are
 # kd_label, root, bin, project, work, stream, tail_pid, failed, t_start and
@@ -116,6 +117,20 @@ kd_compose_cleanup () {
     fi
     rm -rf "$work"
     exit "$rc"
+}
+
+# kd_compose_build: the base image, then the cluster's image (docker's layer
+# cache makes this quick when the sources did not change; with
+# KUDUS_COMPOSE_BUILD=0 an existing image is used as it is).
+kd_compose_build () {
+    local t0=$SECONDS
+    bash "$root/deploy/base-image.sh" || fail "no base image"
+    if [ "${KUDUS_COMPOSE_BUILD:-1}" = 0 ] && docker image inspect "${KUDUS_IMAGE:-kudus:latest}" >/dev/null 2>&1; then
+        say "1. reusing image ${KUDUS_IMAGE:-kudus:latest} (KUDUS_COMPOSE_BUILD=0)"
+    else
+        dc build -q scheduler > "$work/build.log" 2>&1 || { cat "$work/build.log"; fail "image build"; }
+        say "1. image built in $((SECONDS - t0)) s"
+    fi
 }
 
 # --- the monitor's stream ------------------------------------------------------

@@ -58,14 +58,7 @@ s_sched_has () { s_sched_log > /dev/null; grep -q -- "$1" "$work/scheduler.log";
 s_now_ms () { date +%s%3N; }
 
 # --- 1. image ------------------------------------------------------------------
-t0=$SECONDS
-bash "$root/deploy/base-image.sh" || fail "no base image"
-if [ "${KUDUS_COMPOSE_BUILD:-1}" = 0 ] && docker image inspect "${KUDUS_IMAGE:-kudus:latest}" >/dev/null 2>&1; then
-    say "1. reusing image ${KUDUS_IMAGE:-kudus:latest} (KUDUS_COMPOSE_BUILD=0)"
-else
-    dc build -q scheduler > "$work/build.log" 2>&1 || { cat "$work/build.log"; fail "image build"; }
-    say "1. image built in $((SECONDS - t0)) s"
-fi
+kd_compose_build
 
 # --- 2. start ------------------------------------------------------------------
 dc up -d --scale worker=3 --scale shard=2 > "$work/up.log" 2>&1 ||

@@ -638,6 +638,16 @@ s_hello (const char *role, const char *name)
     return msg;
 }
 
+//  A message as a replica's forward down a chain (role "shard").
+static kd_msg_t *
+s_forward (kd_msg_t *msg)
+{
+    kd_msg_set_str (msg, KD_F_ROLE, "shard");
+    if (kd_msg_type (msg) == KD_MSG_SYNC)
+        kd_msg_set_str (msg, KD_F_KIND, "end");
+    return msg;
+}
+
 static kd_msg_t *
 s_with (kd_msg_type_t type)
 {
@@ -720,6 +730,8 @@ Test (curve, each_key_acts_only_in_its_role)
         { "worker key sends EVAL_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_EVAL_OK)) },
         { "worker key sends COMMIT_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_COMMIT_OK)) },
         { "shard key pushes a gradient", s_try (shard_key, shard, s_with (KD_MSG_PUSH)) },
+        { "worker key forwards a write as a replica", s_try (worker, shard, s_forward (s_with (KD_MSG_PUSH))) },
+        { "worker key sends a replica's state", s_try (worker, shard, s_forward (s_with (KD_MSG_SYNC))) },
         { "shard key registers as a worker", s_try (shard_key, sched, s_hello ("worker", "fake-w1")) },
         { "monitor key sends TELEMETRY", s_try (monitor_key, intake, s_with (KD_MSG_TELEMETRY)) },
         { "observer key registers as a worker", s_try (observer, sched, s_hello ("worker", "fake-w2")) },

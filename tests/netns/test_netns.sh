@@ -9,6 +9,10 @@
 #     goes on past the version it stalled at.
 #  3. SIGKILL of kudus local: the guard removes every namespace, veth and
 #     process of the run.
+#  4. Replicated shards (--replicas 2): a range's primary is partitioned for
+#     6 s.  Its backup is promoted, the cut-off primary rejoins as a backup
+#     after the heal and receives the range's state, and at the end both
+#     replicas of every range hold the same bits, with nothing lost.
 #
 #   tests/netns/test_netns.sh BUILD_DIR [BASE_PORT]
 set -euo pipefail
@@ -115,4 +119,45 @@ for p in $procs; do
     kill -0 "$p" 2>/dev/null && fail "process $p of the killed run is still alive"
 done
 echo "test_netns: SIGKILL of kudus local: $(echo "$procs" | wc -w) processes, every namespace and veth removed"
+# 4. A replicated range's primary partitioned for 6 s, then healed.
+"$bin/kudus" local --netns true --replicas 2 --workers 2 --max-seconds 25 --base-port "$port" \
+    --link-delay-ms 1 --summary "$tmp/repl.json" > "$tmp/repl.log" 2>&1 &
+lp=$!
+pids+=("$lp")
+for _ in $(seq 1 150); do
+    grep -q "chain role=primary lo=0 " "$tmp/repl.log" && break
+    sleep 0.1
+done
+prim=$(grep "chain role=primary lo=0 " "$tmp/repl.log" | head -1 | sed -n 's/^shard-\([0-9]*\) .*/\1/p')
+[ -n "$prim" ] || fail "no primary of range 0 in: $(grep -c . "$tmp/repl.log") lines of log"
+sleep 3
+ip -n "kudus-$lp-s$prim" link set eth0 down
+sleep 6
+ip -n "kudus-$lp-s$prim" link set eth0 up
+wait "$lp" || fail "the replicated run failed: $(tail -5 "$tmp/repl.log")"
+python3 - "$tmp/repl.log" "shard-$prim" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read().splitlines()
+cut = sys.argv[2]
+def at(pattern):
+    return next((i for i, l in enumerate(log) if re.search(pattern, l)), None)
+promoted = at(r"kind=shard-promoted .*after %s" % cut)
+rejoined = at(r"kind=shard-synced name=%s " % cut)
+assert promoted is not None, "no backup was promoted"
+assert rejoined is not None and rejoined > promoted, "the cut-off primary never rejoined as a synced backup"
+replicas = {}
+for l in log:
+    m = re.search(r"^(shard-\d+) .*replica (\w+) version=(\d+) lo=(\d+) params_crc=(\w+)", l)
+    if m:
+        replicas.setdefault(m.group(4), []).append((m.group(1), m.group(2), m.group(3), m.group(5)))
+assert len(replicas) == 2 and all(len(r) == 2 for r in replicas.values()), replicas
+for lo, r in replicas.items():
+    assert r[0][2:] == r[1][2:], ("replicas differ", lo, r)
+lost = [int(m.group(1)) for m in (re.search(r" exit version=.* lost=(\d+)", l) for l in log) if m]
+assert len(lost) == 4 and sum(lost) == 0, lost
+print(f"test_netns: replicated partition: {cut} cut off, its backup promoted, {cut} rejoined as a "
+      f"backup; replicas identical {sorted((lo, r[0][2], r[0][3]) for lo, r in replicas.items())}, lost 0")
+PY
+expect_clean "$lp" "after a replicated partition"
+
 echo "test_netns: OK"

@@ -1,0 +1,440 @@
+/*  Integration tests: replicated shards (--replicas 2, chain replication).
+
+    - kill -9 a range's primary ten times during a run: no update is lost,
+      every replica of a range ends bit for bit the same, and the final
+      accuracy is that of an unfaulted run with the same seed;
+    - kill -9 a backup: training goes on, the restarted backup catches up;
+    - kill both replicas of a range: the range restores its checkpoint and
+      the cluster says what it lost.
+    Each test prints FIGURE lines that the README's reliability table
+    quotes: RTO, throughput against the unfaulted run, and chain bytes.
+*/
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "kd_internal.h"
+#include "kd_testutil.h"
+
+#define S_RANGES    2
+#define S_REPLICAS  2
+#define S_SHARDS    (S_RANGES * S_REPLICAS)
+#define S_WORKERS   2
+#define S_HB        "200"       //  heartbeat ms: a death is seen in 0.6 s
+#define S_LIVENESS  "3"
+
+static char *s_dir;
+static int s_port;
+
+static void
+setup (void)
+{
+    s_dir = kd_test_tmpdir ();
+    cr_assert (s_dir);
+    s_port = kd_test_base_port ();
+}
+
+static void
+teardown (void)
+{
+    free (s_dir);
+}
+
+TestSuite (replication, .init = setup, .fini = teardown, .timeout = 240);
+
+typedef struct {
+    char tag [16];              //  run name, for files
+    char sched [64], intake [64], pub [64], shard [S_SHARDS][64], ckpt [S_SHARDS][256];
+    char sched_log [256], mon_log [256], shard_log [S_SHARDS][256], worker_log [S_WORKERS][256];
+    char summary [256];
+    pid_t sched_pid, mon_pid, shard_pid [S_SHARDS], worker_pid [S_WORKERS];
+    const char *epochs;
+    bool checkpoints;
+} s_cluster_t;
+
+static void
+s_cluster_init (s_cluster_t *c, const char *tag, int port_offset, const char *epochs)
+{
+    memset (c, 0, sizeof *c);
+    snprintf (c->tag, sizeof c->tag, "%s", tag);
+    c->epochs = epochs;
+    int port = s_port + port_offset;
+    snprintf (c->sched, sizeof c->sched, "tcp://127.0.0.1:%d", port);
+    snprintf (c->intake, sizeof c->intake, "tcp://127.0.0.1:%d", port + 1);
+    snprintf (c->pub, sizeof c->pub, "tcp://127.0.0.1:%d", port + 2);
+    snprintf (c->sched_log, sizeof c->sched_log, "%s/%s-scheduler.log", s_dir, tag);
+    snprintf (c->mon_log, sizeof c->mon_log, "%s/%s-monitor.log", s_dir, tag);
+    snprintf (c->summary, sizeof c->summary, "%s/%s-summary.json", s_dir, tag);
+    for (int i = 0; i < S_SHARDS; i++) {
+        snprintf (c->shard [i], sizeof c->shard [i], "tcp://127.0.0.1:%d", port + 100 + i);
+        snprintf (c->ckpt [i], sizeof c->ckpt [i], "%s/%s-ckpt-%d", s_dir, tag, i);
+        snprintf (c->shard_log [i], sizeof c->shard_log [i], "%s/%s-shard-%d.log", s_dir, tag, i);
+    }
+    for (int r = 0; r < S_WORKERS; r++)
+        snprintf (c->worker_log [r], sizeof c->worker_log [r], "%s/%s-worker-%d.log", s_dir, tag, r);
+}
+
+static void
+s_start_shard (s_cluster_t *c, int i)
+{
+    char name [32];
+    snprintf (name, sizeof name, "shard-%d", i);
+    const char *argv [] = { "kudus-shard", "--bind", c->shard [i], "--scheduler", c->sched,
+                            "--name", name, "--heartbeat-ms", S_HB, "--liveness", S_LIVENESS,
+                            c->checkpoints ? "--checkpoint-dir" : NULL, c->ckpt [i],
+                            "--checkpoint-every", "50", NULL };
+    c->shard_pid [i] = kd_test_spawn (argv, c->shard_log [i]);
+}
+
+static void
+s_cluster_start (s_cluster_t *c)
+{
+    char shards [8], replicas [8], workers [8];
+    snprintf (shards, sizeof shards, "%d", S_RANGES);
+    snprintf (replicas, sizeof replicas, "%d", S_REPLICAS);
+    snprintf (workers, sizeof workers, "%d", S_WORKERS);
+    const char *a_sched [] = { "kudus-scheduler", "--bind", c->sched, "--shards", shards,
+                               "--replicas", replicas, "--min-workers", workers, "--model", "softmax",
+                               "--epochs", c->epochs, "--seed", "11", "--consistency", "bsp",
+                               "--heartbeat-ms", S_HB, "--liveness", S_LIVENESS, "--max-seconds", "150",
+                               "--summary", c->summary, "--log-level", "debug", NULL };
+    c->sched_pid = kd_test_spawn (a_sched, c->sched_log);
+    for (int i = 0; i < S_SHARDS; i++)
+        s_start_shard (c, i);
+    const char *a_mon [] = { "kudus-monitor", "--bind", c->intake, "--pub-bind", c->pub,
+                             "--scheduler", c->sched, "--eval-interval", "5", "--heartbeat-ms", S_HB,
+                             "--liveness", S_LIVENESS, NULL };
+    c->mon_pid = kd_test_spawn (a_mon, c->mon_log);
+    for (int r = 0; r < S_WORKERS; r++) {
+        char name [32];
+        snprintf (name, sizeof name, "worker-%d", r);
+        const char *argv [] = { "kudus-worker", "--scheduler", c->sched, "--monitor", c->intake,
+                                "--name", name, "--delay-ms", "10", "--request-timeout-ms", "1000",
+                                "--heartbeat-ms", S_HB, "--liveness", S_LIVENESS, NULL };
+        c->worker_pid [r] = kd_test_spawn (argv, c->worker_log [r]);
+    }
+}
+
+static void
+s_cluster_stop (s_cluster_t *c)
+{
+    for (int r = 0; r < S_WORKERS; r++)
+        kd_test_kill (c->worker_pid [r]);
+    for (int i = 0; i < S_SHARDS; i++)
+        kd_test_kill (c->shard_pid [i]);
+    kd_test_kill (c->mon_pid);
+    kd_test_kill (c->sched_pid);
+}
+
+static void
+s_dump_all (s_cluster_t *c)
+{
+    kd_test_dump (c->sched_log);
+    for (int i = 0; i < S_SHARDS; i++)
+        kd_test_dump (c->shard_log [i]);
+    for (int r = 0; r < S_WORKERS; r++)
+        kd_test_dump (c->worker_log [r]);
+}
+
+//  Wait until a shard serves a version above `above`; the ms it took, or
+//  -1 when time ran out.
+static int64_t
+s_wait_above (const char *endpoint, int64_t above, int timeout_ms)
+{
+    uint64_t t0 = kd_now_ms ();
+    while (kd_now_ms () - t0 < (uint64_t) timeout_ms) {
+        if (kd_test_shard_version (endpoint, 300) > above)
+            return (int64_t) (kd_now_ms () - t0);
+        usleep (10000);
+    }
+    return -1;
+}
+
+//  What the last line of a log holding `needle` says after `key`, as
+//  text up to the next space (empty when absent).
+static void
+s_log_word (const char *path, const char *needle, const char *key, char *out, size_t size)
+{
+    out [0] = 0;
+    char *text = kd_test_slurp (path);
+    char *line = text ? strstr (text, needle) : NULL, *last = NULL;
+    while (line) {
+        last = line;
+        line = strstr (line + 1, needle);
+    }
+    if (last) {
+        char *eol = strchr (last, '\n');
+        char *at = strstr (last, key);
+        if (at && (!eol || at < eol)) {
+            at += strlen (key);
+            size_t n = strcspn (at, " \n");
+            n = n < size - 1 ? n : size - 1;
+            memcpy (out, at, n);
+            out [n] = 0;
+        }
+    }
+    free (text);
+}
+
+//  The shard that is the primary of the range starting at lo, by the last
+//  CHAIN each shard's log reports; -1 if none.
+static int
+s_primary_of (s_cluster_t *c, const char *lo)
+{
+    for (int i = 0; i < S_SHARDS; i++) {
+        char role [16], at [32];
+        s_log_word (c->shard_log [i], "chain role=", "chain role=", role, sizeof role);
+        s_log_word (c->shard_log [i], "chain role=", " lo=", at, sizeof at);
+        if (!strcmp (role, "primary") && !strcmp (at, lo) && waitpid (c->shard_pid [i], NULL, WNOHANG) == 0)
+            return i;
+    }
+    return -1;
+}
+
+//  The other replica of shard i's range.
+static int
+s_partner_of (s_cluster_t *c, int i)
+{
+    char lo [32], other [32];
+    s_log_word (c->shard_log [i], "chain role=", " lo=", lo, sizeof lo);
+    for (int j = 0; j < S_SHARDS; j++) {
+        if (j == i)
+            continue;
+        s_log_word (c->shard_log [j], "chain role=", " lo=", other, sizeof other);
+        if (!strcmp (lo, other))
+            return j;
+    }
+    return -1;
+}
+
+//  Wait until every shard has been placed, and each backup holds its state.
+static bool
+s_wait_chains (s_cluster_t *c, int timeout_ms)
+{
+    uint64_t t0 = kd_now_ms ();
+    while (kd_now_ms () - t0 < (uint64_t) timeout_ms) {
+        if (kd_test_count (c->sched_log, "kind=shard-synced") >= S_RANGES * (S_REPLICAS - 1))
+            return true;
+        usleep (20000);
+    }
+    return false;
+}
+
+//  Wait for the scheduler to end the run; its summary (caller frees).
+static char *
+s_wait_end (s_cluster_t *c, int timeout_ms)
+{
+    if (!kd_test_wait (c->sched_pid, timeout_ms, NULL)) {
+        s_dump_all (c);
+        return NULL;
+    }
+    c->sched_pid = 0;
+    //  The shards log their final CRC as they stop.
+    for (int i = 0; i < S_SHARDS; i++)
+        kd_test_wait (c->shard_pid [i], 5000, NULL);
+    return kd_test_slurp (c->summary);
+}
+
+//  Every range's replicas end at one version with the same values (CRC of
+//  their bytes); returns the number of ranges that do, and sums lost=.
+static int
+s_replicas_equal (s_cluster_t *c, long long *lost)
+{
+    int equal = 0;
+    *lost = 0;
+    for (int i = 0; i < S_SHARDS; i++) {
+        char v [32], crc [32], lo [32], l [32];
+        s_log_word (c->shard_log [i], "replica ", "version=", v, sizeof v);
+        s_log_word (c->shard_log [i], "replica ", "params_crc=", crc, sizeof crc);
+        s_log_word (c->shard_log [i], "replica ", "lo=", lo, sizeof lo);
+        s_log_word (c->shard_log [i], " exit version=", "lost=", l, sizeof l);
+        *lost += atoll (l);
+        for (int j = i + 1; j < S_SHARDS; j++) {
+            char v2 [32], crc2 [32], lo2 [32];
+            s_log_word (c->shard_log [j], "replica ", "version=", v2, sizeof v2);
+            s_log_word (c->shard_log [j], "replica ", "params_crc=", crc2, sizeof crc2);
+            s_log_word (c->shard_log [j], "replica ", "lo=", lo2, sizeof lo2);
+            if (*lo && !strcmp (lo, lo2)) {
+                cr_expect_str_eq (v, v2, "range lo=%s: replicas end at versions %s and %s", lo, v, v2);
+                cr_expect_str_eq (crc, crc2, "range lo=%s: replicas differ (CRC %s and %s)", lo, crc, crc2);
+                equal += !strcmp (v, v2) && !strcmp (crc, crc2) && *crc;
+            }
+        }
+    }
+    return equal;
+}
+
+//  A counter of the shards' last replica lines, summed over the primaries
+//  (a backup's bytes_in counts the forwards again).
+static long long
+s_log_sum (s_cluster_t *c, const char *key)
+{
+    long long sum = 0;
+    for (int i = 0; i < S_SHARDS; i++) {
+        char role [16], b [32];
+        s_log_word (c->shard_log [i], "replica ", "replica ", role, sizeof role);
+        s_log_word (c->shard_log [i], "replica ", key, b, sizeof b);
+        if (!strcmp (role, "primary"))
+            sum += atoll (b);
+    }
+    return sum;
+}
+
+Test (replication, primary_killed_ten_times_loses_nothing)
+{
+    //  1. The unfaulted run, for the accuracy and the throughput.
+    s_cluster_t ref;
+    s_cluster_init (&ref, "ref", 0, "2");
+    s_cluster_start (&ref);
+    char *ref_summary = s_wait_end (&ref, 120000);
+    cr_assert (ref_summary, "the unfaulted run did not finish");
+    double ref_acc = kd_test_json_number (ref_summary, "test_accuracy");
+    double ref_wall = kd_test_json_number (ref_summary, "wall_seconds");
+    long long ref_lost = 0;
+    cr_expect_eq (s_replicas_equal (&ref, &ref_lost), S_RANGES);
+    s_cluster_stop (&ref);
+
+    //  2. The same run, with a primary killed ten times, by turns in each
+    //  range, and restarted each time (it comes back as a backup).
+    s_cluster_t c;
+    s_cluster_init (&c, "kill", 20, "2");
+    s_cluster_start (&c);
+    bool placed = s_wait_chains (&c, 30000);
+    if (!placed)
+        s_dump_all (&c);
+    cr_assert (placed, "the backups never received their state");
+    const char *los [S_RANGES] = { "0", "3925" };
+    uint64_t rto [10];
+    int kills = 0;
+    for (int k = 0; k < 10; k++) {
+        int p = s_primary_of (&c, los [k % S_RANGES]);
+        int b = p >= 0 ? s_partner_of (&c, p) : -1;
+        cr_assert (p >= 0 && b >= 0, "kill %d: no primary and backup found for range lo=%s", k, los [k % S_RANGES]);
+        int64_t before = kd_test_shard_version (c.shard [b], 1000);
+        int synced = kd_test_count (c.shard_log [p], "synced from predecessor");
+        kill (c.shard_pid [p], SIGKILL);
+        waitpid (c.shard_pid [p], NULL, 0);
+        //  RTO: until the promoted backup has made a new version.
+        int64_t ms = s_wait_above (c.shard [b], before + 1, 20000);
+        if (ms < 0)
+            s_dump_all (&c);
+        cr_assert (ms >= 0, "kill %d: range lo=%s did not move on after its primary died", k, los [k % S_RANGES]);
+        rto [kills++] = (uint64_t) ms;
+        s_start_shard (&c, p);
+        uint64_t t0 = kd_now_ms ();
+        while (kd_test_count (c.shard_log [p], "synced from predecessor") <= synced && kd_now_ms () - t0 < 20000)
+            usleep (20000);
+        cr_assert (kd_test_count (c.shard_log [p], "synced from predecessor") > synced,
+                   "kill %d: the restarted shard never received its state", k);
+    }
+    char *summary = s_wait_end (&c, 150000);
+    cr_assert (summary, "the faulted run did not finish");
+    double acc = kd_test_json_number (summary, "test_accuracy");
+    double wall = kd_test_json_number (summary, "wall_seconds");
+    long long lost = 0;
+    int equal = s_replicas_equal (&c, &lost);
+    cr_expect_eq (equal, S_RANGES, "%d of %d ranges have identical replicas", equal, S_RANGES);
+    cr_expect_eq (lost, 0, "%lld updates lost", lost);
+    cr_expect_eq (kd_test_count (c.sched_log, "updates lost") + kd_test_count (c.sched_log, "kind=range-lost"), 0,
+                  "the scheduler reports lost updates");
+    cr_expect_eq (kd_test_count (c.sched_log, "kind=shard-promoted"), 10, "promotions");
+    cr_expect (fabs (acc - ref_acc) <= 0.003, "accuracy %.4f against %.4f unfaulted", acc, ref_acc);
+    uint64_t sorted [10];
+    memcpy (sorted, rto, sizeof sorted);
+    for (int i = 0; i < kills; i++)
+        for (int j = i + 1; j < kills; j++)
+            if (sorted [j] < sorted [i]) {
+                uint64_t t = sorted [i];
+                sorted [i] = sorted [j];
+                sorted [j] = t;
+            }
+    printf ("FIGURE replica_primary_kill kills=%d lost=%lld replicas_identical=%d/%d rto_ms_median=%llu "
+            "rto_ms_max=%llu accuracy=%.4f unfaulted=%.4f wall_s=%.1f unfaulted_wall_s=%.1f "
+            "unfaulted_chain_bytes=%lld unfaulted_gradient_bytes=%lld\n",
+            kills, lost, equal, S_RANGES, (unsigned long long) sorted [kills / 2],
+            (unsigned long long) sorted [kills - 1], acc, ref_acc, wall, ref_wall,
+            s_log_sum (&ref, "chain_bytes="), s_log_sum (&ref, "bytes_in="));
+    fflush (stdout);
+    free (ref_summary);
+    free (summary);
+    s_cluster_stop (&c);
+}
+
+Test (replication, backup_killed_catches_up)
+{
+    s_cluster_t c;
+    s_cluster_init (&c, "backup", 40, "1");
+    s_cluster_start (&c);
+    cr_assert (s_wait_chains (&c, 30000), "the backups never received their state");
+    int p = s_primary_of (&c, "0");
+    int b = p >= 0 ? s_partner_of (&c, p) : -1;
+    cr_assert (p >= 0 && b >= 0);
+    int64_t before = kd_test_shard_version (c.shard [p], 1000);
+    kill (c.shard_pid [b], SIGKILL);
+    waitpid (c.shard_pid [b], NULL, 0);
+    //  The primary stops answering until the scheduler drops its dead
+    //  successor, then goes on alone.
+    int64_t ms = s_wait_above (c.shard [p], before + 5, 20000);
+    cr_assert (ms >= 0, "the primary did not go on after its backup died");
+    s_start_shard (&c, b);
+    uint64_t t0 = kd_now_ms ();
+    while (kd_test_count (c.shard_log [b], "synced from predecessor") < 2 && kd_now_ms () - t0 < 20000)
+        usleep (20000);
+    cr_assert (kd_test_count (c.shard_log [b], "synced from predecessor") >= 2,
+               "the restarted backup never received its state");
+    char *summary = s_wait_end (&c, 120000);
+    cr_assert (summary, "the run did not finish");
+    long long lost = 0;
+    cr_expect_eq (s_replicas_equal (&c, &lost), S_RANGES);
+    cr_expect_eq (lost, 0);
+    printf ("FIGURE replica_backup_kill rto_ms=%lld lost=%lld\n", (long long) ms, lost);
+    fflush (stdout);
+    free (summary);
+    s_cluster_stop (&c);
+}
+
+Test (replication, both_replicas_killed_restores_the_checkpoint)
+{
+    s_cluster_t c;
+    s_cluster_init (&c, "both", 60, "1");
+    c.checkpoints = true;
+    s_cluster_start (&c);
+    cr_assert (s_wait_chains (&c, 30000), "the backups never received their state");
+    int p = s_primary_of (&c, "0");
+    int b = p >= 0 ? s_partner_of (&c, p) : -1;
+    cr_assert (p >= 0 && b >= 0);
+    //  Mid-interval, so that the checkpoint (every 50 versions) is behind.
+    uint64_t t0 = kd_now_ms ();
+    int64_t v = -1;
+    while (kd_now_ms () - t0 < 60000) {
+        v = kd_test_shard_version (c.shard [p], 1000);
+        if (v >= 60 && v % 50 >= 10 && v % 50 <= 35)
+            break;
+        usleep (5000);
+    }
+    cr_assert (v >= 60 && v % 50 >= 10, "training did not reach a version past a checkpoint (%lld)", (long long) v);
+    kill (c.shard_pid [p], SIGKILL);
+    kill (c.shard_pid [b], SIGKILL);
+    waitpid (c.shard_pid [p], NULL, 0);
+    waitpid (c.shard_pid [b], NULL, 0);
+    t0 = kd_now_ms ();
+    while (kd_test_count (c.sched_log, "kind=range-lost") < 1 && kd_now_ms () - t0 < 10000)
+        usleep (20000);
+    cr_expect_eq (kd_test_count (c.sched_log, "kind=range-lost"), 1, "no range-lost event");
+    //  Both come back, with their checkpoints: the first leads, from its
+    //  checkpoint, and the second gets its state.
+    s_start_shard (&c, p);
+    s_start_shard (&c, b);
+    char *summary = s_wait_end (&c, 120000);
+    cr_assert (summary, "the run did not finish after the range restored its checkpoint");
+    long long lost = 0;
+    cr_expect_eq (s_replicas_equal (&c, &lost), S_RANGES);
+    cr_expect (kd_test_count (c.sched_log, "kind=shard-restored") >= 1, "no shard-restored event");
+    //  At least the versions since the checkpoint are gone.
+    cr_expect (lost >= 10, "losing every replica lost %lld updates, fewer than since the checkpoint", lost);
+    printf ("FIGURE replica_range_lost lost=%lld (restored from the checkpoint, every 50 versions; killed at "
+            "version %lld)\n", lost, (long long) v);
+    fflush (stdout);
+    free (summary);
+    s_cluster_stop (&c);
+}
