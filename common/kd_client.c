@@ -13,6 +13,7 @@
 #include "kd_shardset.h"
 #include <math.h>
 #include "kd_half.h"
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define S_MAX_SHARDS     KD_SHARDSET_MAX    //  shards in the address book at most
@@ -44,6 +45,7 @@ struct _kd_client_t {
     bool has_rank;              //  a rank hint was set
     kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
     size_t n_declared;          //  tensors in it (0: none)
+    bool declared_keyed;        //  ... and it is a keyed model
     uint64_t rank_hint;         //  that hint
     kd_shardset_t *book;        //  the shards' address book (START), or NULL
     s_shard_t shards [S_MAX_SHARDS];  //  per-shard round state
@@ -65,6 +67,8 @@ struct _kd_client_t {
     bool direct;                //  ASP/SSP: shards apply pushes on arrival
     bool ssp;                   //  SSP: pull only when the cache is too old
     kd_tensor_t tensors [S_MAX_TENSORS];    //  the layout
+    bool keyed;                 //  a keyed model: n_params counts keys
+    size_t dim;                 //  keyed: floats per key
     size_t n_tensors;           //  tensors in it
     //  The iteration
     uint64_t clock;             //  clock we compute
@@ -107,6 +111,17 @@ kudus_version (void)
 //  --------------------------------------------------------------------------
 //  Life cycle and settings
 
+//  CZMQ's zsys_init is not safe to race: two threads that create their
+//  first sockets at once can trip its assertions.  Clients made in threads
+//  (a worker with several, a test) initialize it once, first.
+static pthread_once_t s_zsys_once = PTHREAD_ONCE_INIT;
+
+static void
+s_zsys_init (void)
+{
+    zsys_init ();
+}
+
 kd_client_t *
 kd_client_new (const char *scheduler, const char *name)
 {
@@ -114,6 +129,7 @@ kd_client_new (const char *scheduler, const char *name)
         kd_error ("kd_client: a scheduler endpoint is required");
         return NULL;
     }
+    pthread_once (&s_zsys_once, s_zsys_init);
     kd_client_t *self = (kd_client_t *) zmalloc (sizeof (kd_client_t));
     self->scheduler = strdup (scheduler);
     //  kd_peer names a nameless worker worker-HOST-PID.
@@ -261,9 +277,38 @@ kd_client_set_layout (kd_client_t *self, const kd_tensor_t *tensors, size_t n)
         return -1;
     }
     self->n_declared = n;
+    self->declared_keyed = false;
     if (self->peer)
-        kd_peer_set_layout (self->peer, names, n, shapes);
+        kd_peer_set_layout (self->peer, names, n, shapes, false);
     return 0;
+}
+
+int
+kd_client_set_keyed_layout (kd_client_t *self, const char *name, uint64_t keys, uint64_t dim)
+{
+    assert (self);
+    kd_tensor_t t = { .rows = (size_t) keys, .cols = (size_t) dim, .count = (size_t) (keys * dim) };
+    if (!name || strlen (name) >= sizeof t.name) {
+        kd_error ("kd_client: a keyed tensor's name must be 1..%zu bytes", sizeof t.name - 1);
+        return -1;
+    }
+    snprintf (t.name, sizeof t.name, "%s", name);
+    if (kd_client_set_layout (self, &t, 1))
+        return -1;
+    self->declared_keyed = true;
+    if (self->peer) {
+        const char *names [1] = { name };
+        uint64_t shapes [2] = { keys, dim };
+        kd_peer_set_layout (self->peer, names, 1, shapes, true);
+    }
+    return 0;
+}
+
+bool
+kd_client_keyed (kd_client_t *self)
+{
+    assert (self);
+    return self->keyed;
 }
 
 int
@@ -335,14 +380,19 @@ s_on_welcome_external (kd_client_t *self, kd_msg_t *msg)
     size_t batch = (size_t) kd_msg_uint (msg, KD_F_BATCH);
     kd_tensor_t layout [S_MAX_TENSORS];
     char err [256];
+    bool keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
+    err [0] = 0;
     if (kd_model_layout_parse (names, n, shapes, n_shapes, layout, &n_params, err, sizeof err)
-    ||  n_params != kd_msg_uint (msg, KD_F_N_PARAMS) || batch == 0 || batch > S_MAX_BATCH
+    ||  (keyed && n != 1)
+    ||  (keyed ? layout [0].rows : n_params) != kd_msg_uint (msg, KD_F_N_PARAMS)
+    ||  batch == 0 || batch > S_MAX_BATCH
     ||  strlen (kd_msg_str (msg, KD_F_CONSISTENCY)) >= sizeof self->consistency) {
         kd_error ("welcome rejected: external model: %s", err [0] ? err : "bad size or batch");
         self->failed = true;
         return;
     }
-    if (self->n_declared > 0 && !kd_model_layout_equal (layout, n, self->declared, self->n_declared)) {
+    if (self->n_declared > 0 && (keyed != self->declared_keyed
+                             || !kd_model_layout_equal (layout, n, self->declared, self->n_declared))) {
         kd_error ("welcome rejected: the cluster's model layout is not the one this worker declared");
         self->failed = true;
         return;
@@ -351,7 +401,9 @@ s_on_welcome_external (kd_client_t *self, kd_msg_t *msg)
         return;
     snprintf (self->model, sizeof self->model, "external");
     self->hidden = 0;
-    self->n_params = n_params;
+    self->keyed = keyed;
+    self->dim = keyed ? (size_t) layout [0].cols : 0;
+    self->n_params = keyed ? (size_t) layout [0].rows : n_params;
     memcpy (self->tensors, layout, n * sizeof layout [0]);
     self->n_tensors = n;
     s_adopt_welcome (self, msg, batch);
@@ -581,7 +633,7 @@ kd_client_register (kd_client_t *self, int timeout_ms)
                 shapes [2 * i] = self->declared [i].rows;
                 shapes [2 * i + 1] = self->declared [i].cols;
             }
-            kd_peer_set_layout (self->peer, names, self->n_declared, shapes);
+            kd_peer_set_layout (self->peer, names, self->n_declared, shapes, self->declared_keyed);
         }
         if (self->has_rank)
             kd_peer_set_rank (self->peer, self->rank_hint);
@@ -847,6 +899,17 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     return 0;
 }
 
+//  True (logged) when the model is keyed, so that a dense call cannot
+//  apply to it.
+static bool
+s_dense_only (kd_client_t *self, const char *call)
+{
+    if (self->keyed)
+        kd_error ("%s: the model is keyed: use %s_keys", call, strstr (call, "push") ? "kd_client_push"
+                                                                                  : "kd_client_pull");
+    return self->keyed;
+}
+
 //  --------------------------------------------------------------------------
 //  Pull
 
@@ -883,7 +946,7 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
 {
     assert (self);
     assert (params);
-    if (!self->started)
+    if (!self->started || s_dense_only (self, "kd_client_pull"))
         return -1;
     self->t_pull = kd_now_msf ();
     //  A pull that fails halfway leaves params half written: no cache.
@@ -949,7 +1012,7 @@ kd_client_init_params (kd_client_t *self, const float *params)
 {
     assert (self);
     assert (params);
-    if (!self->started)
+    if (!self->started || s_dense_only (self, "kd_client_init_params"))
         return -1;
     return s_shard_round (self, s_init_request, KD_MSG_INIT_OK, s_init_reply, (void *) params);
 }
@@ -1013,12 +1076,28 @@ s_push_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
     return 0;
 }
 
+//  A gradient with a NaN or an Inf is refused here: not sent, its rows go
+//  back.  Returns true if it was refused.
+static bool
+s_refuse_nonfinite (kd_client_t *self, const float *g, size_t n)
+{
+    if (isfinite (kd_sumsq (g, n)))
+        return false;
+    kd_warn ("gradient not finite (NaN or Inf) clock=%llu: not pushed, its rows go back",
+             (unsigned long long) self->clock);
+    self->refused = true;
+    self->refused_total++;
+    self->pushed = true;
+    self->t_pushed = kd_now_msf ();
+    return true;
+}
+
 int
 kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
 {
     assert (self);
     assert (gradient);
-    if (!self->started)
+    if (!self->started || s_dense_only (self, "kd_client_push"))
         return -1;
     self->t_push = kd_now_msf ();
     self->push_tau = 0;
@@ -1027,15 +1106,8 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     //  A gradient with a NaN or an Inf is not sent at all: every shard
     //  would refuse its slice anyway, and under ASP the finite slices of
     //  the others would be applied alone.
-    if (!isfinite (kd_sumsq (gradient, self->n_params))) {
-        kd_warn ("gradient not finite (NaN or Inf) clock=%llu: not pushed, its rows go back",
-                 (unsigned long long) self->clock);
-        self->refused = true;
-        self->refused_total++;
-        self->pushed = true;
-        self->t_pushed = kd_now_msf ();
+    if (s_refuse_nonfinite (self, gradient, self->n_params))
         return 0;
-    }
     //  After a readmission the gradient is superseded: not pushed, so that
     //  no shard stages it after the scheduler dropped it.
     if (!self->early_release
@@ -1046,6 +1118,166 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
         s_close_shards (self);
         return -1;
     }
+    if (self->refused)
+        self->refused_total++;
+    self->pushed = true;
+    self->t_pushed = kd_now_msf ();
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Keyed pull and push
+
+typedef struct {
+    const uint64_t *keys;       //  the caller's keys
+    float *out;                 //  pull: the caller's values
+    const float *values;        //  push: the caller's values
+    size_t first [S_MAX_SHARDS];    //  shard i's keys are [first [i], end [i])
+    size_t end [S_MAX_SHARDS];
+    uint64_t version;           //  pull: least version wanted
+} s_keyed_arg_t;
+
+//  Index of the first of n sorted keys that is >= key.
+static size_t
+s_lower_bound (const uint64_t *keys, size_t n, uint64_t key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys [mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+//  Check n keys (strictly increasing, below the key count) and split them
+//  over the shards' ranges.  Returns 0, or -1 (logged).
+static int
+s_keyed_split (kd_client_t *self, const char *call, const uint64_t *keys, size_t n,
+               s_keyed_arg_t *arg)
+{
+    if (!self->started)
+        return -1;
+    if (!self->keyed) {
+        kd_error ("%s: the model is dense: use %s", call, strstr (call, "push") ? "kd_client_push"
+                                                                              : "kd_client_pull");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((i > 0 && keys [i - 1] >= keys [i]) || keys [i] >= self->n_params) {
+            kd_error ("%s: key %zu (%llu) is not above the one before and below %zu", call, i,
+                      (unsigned long long) keys [i], self->n_params);
+            return -1;
+        }
+    arg->keys = keys;
+    for (size_t i = 0; i < self->n_shards; i++) {
+        arg->first [i] = s_lower_bound (keys, n, kd_shardset_lo (self->book, i));
+        arg->end [i] = s_lower_bound (keys, n, kd_shardset_hi (self->book, i));
+    }
+    return 0;
+}
+
+//  A keyed PULL of one shard's keys.
+static kd_msg_t *
+s_pull_keys_request (kd_client_t *self, size_t i, void *arg)
+{
+    s_keyed_arg_t *a = (s_keyed_arg_t *) arg;
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (msg, KD_F_VERSION, a->version);
+    if (self->wire_dtype != KD_DTYPE_F32)
+        kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
+    kd_msg_set_keys (msg, a->keys + a->first [i], a->end [i] - a->first [i]);
+    return msg;
+}
+
+//  A shard's rows, into the caller's values at its keys' place.
+static int
+s_pull_keys_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
+{
+    s_keyed_arg_t *a = (s_keyed_arg_t *) arg;
+    size_t count = (a->end [i] - a->first [i]) * self->dim;
+    if (kd_msg_uint (reply, KD_F_VERSION) < a->version
+    ||  kd_msg_data_to_floats (reply, a->out + a->first [i] * self->dim, count)) {
+        kd_warn ("keyed pull: shard %zu answered %llu values, expected %zu", i,
+                 (unsigned long long) kd_msg_uint (reply, KD_F_COUNT), count);
+        return -1;
+    }
+    self->shards [i].version = kd_msg_uint (reply, KD_F_VERSION);
+    return 0;
+}
+
+int
+kd_client_pull_keys (kd_client_t *self, const uint64_t *keys, size_t n, float *values)
+{
+    assert (self);
+    assert ((keys && values) || n == 0);
+    s_keyed_arg_t arg = { .out = values };
+    if (s_keyed_split (self, "kd_client_pull_keys", keys, n, &arg))
+        return -1;
+    arg.version = self->direct ? 0 : self->released_version;
+    self->t_pull = kd_now_msf ();
+    if (s_shard_round (self, s_pull_keys_request, KD_MSG_PULL_OK, s_pull_keys_reply, &arg))
+        return -1;
+    uint64_t v = UINT64_MAX;
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i].version < v)
+            v = self->shards [i].version;
+    self->version = v;
+    self->t_pulled = kd_now_msf ();
+    return 0;
+}
+
+//  A keyed PUSH of one shard's keys and rows (copied: keyed requests are
+//  small, and retries may outlive nothing but this call).
+static kd_msg_t *
+s_push_keys_request (kd_client_t *self, size_t i, void *arg)
+{
+    s_keyed_arg_t *a = (s_keyed_arg_t *) arg;
+    s_shard_t *s = &self->shards [i];
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (msg, KD_F_RANK, self->rank);
+    kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
+    kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
+    kd_msg_set_uint (msg, KD_F_LO, kd_shardset_lo (self->book, i));
+    kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
+    size_t n = a->end [i] - a->first [i], count = n * self->dim;
+    const float *rows = a->values + a->first [i] * self->dim;
+    zframe_t *data;
+    if (self->wire_dtype != KD_DTYPE_F32) {
+        data = zframe_new (NULL, count * 2);
+        if (self->wire_dtype == KD_DTYPE_F16)
+            kd_half_from_float ((uint16_t *) zframe_data (data), rows, count);
+        else
+            kd_bf16_from_float ((uint16_t *) zframe_data (data), rows, count);
+        kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
+    }
+    else
+        data = zframe_new (rows, count * sizeof (float));
+    kd_msg_set_data (msg, &data);
+    kd_msg_set_keys (msg, a->keys + a->first [i], n);
+    return msg;
+}
+
+int
+kd_client_push_keys (kd_client_t *self, const uint64_t *keys, size_t n, const float *values,
+                     uint64_t samples)
+{
+    assert (self);
+    assert ((keys && values) || n == 0);
+    s_keyed_arg_t arg = { .values = values };
+    if (s_keyed_split (self, "kd_client_push_keys", keys, n, &arg))
+        return -1;
+    self->t_push = kd_now_msf ();
+    self->push_tau = 0;
+    self->pushed_samples = samples;
+    self->refused = false;
+    if (s_refuse_nonfinite (self, values, n * self->dim))
+        return 0;
+    if (!self->early_release
+    &&  s_shard_round (self, s_push_keys_request, KD_MSG_PUSH_OK, s_push_reply, &arg))
+        return -1;
     if (self->refused)
         self->refused_total++;
     self->pushed = true;

@@ -9,6 +9,7 @@
 #define S_MAX_TRACKED   65536   //  peers with strikes remembered at most
 #define S_MAX_BANNED    4096    //  disconnected peers remembered at most
 #define S_EVENT_BATCH   256     //  monitor events read per call at most
+#define S_MAX_FD        65536   //  descriptors tracked as refused at most
 
 struct _kd_guard_t {
     zsock_t *router;            //  the guarded socket (not ours)
@@ -16,7 +17,8 @@ struct _kd_guard_t {
     char service [32];          //  for the log
     int max_connections;        //  0: no limit
     int max_malformed;          //  0: never disconnect
-    size_t connections;         //  accepted and not yet disconnected
+    size_t connections;         //  accepted, served, and not yet disconnected
+    uint8_t refused [S_MAX_FD / 8]; //  descriptors we shut down, not yet seen gone
     uint64_t disconnects;       //  connections we closed
     zhashx_t *strikes;          //  routing id (hex) -> strikes, as a pointer-sized count
     zhashx_t *banned;           //  routing id (hex) of peers we disconnected
@@ -163,7 +165,12 @@ kd_guard_on_event (kd_guard_t *self)
         zmsg_destroy (&event);
     } while (n < S_EVENT_BATCH && (zsock_events (self->monitor) & ZMQ_POLLIN));
     for (int i = 0; i < n; i++) {
+        uint32_t fd = events [i].value;
         if (events [i].id == ZMQ_EVENT_DISCONNECTED) {
+            //  A refused connection left the count when it was refused.
+            if (fd < S_MAX_FD && (self->refused [fd / 8] & (1u << (fd % 8))))
+                self->refused [fd / 8] &= (uint8_t) ~(1u << (fd % 8));
+            else
             if (self->connections > 0)
                 self->connections--;
             continue;
@@ -176,12 +183,18 @@ kd_guard_on_event (kd_guard_t *self)
         bool gone = false;
         for (int j = i + 1; j < n && !gone; j++)
             gone = events [j].id == ZMQ_EVENT_DISCONNECTED && events [j].value == events [i].value;
-        //  Closed at once: it will show up as disconnected, which takes
-        //  it off the count again.
         kd_warn ("%s: connection refused: %zu open, max-connections=%d",
                  self->service, self->connections - 1, self->max_connections);
-        if (!gone && s_shutdown (self, (int) events [i].value, NULL))
+        //  Closed at once, it leaves the count now: a client that keeps
+        //  redialling is never counted as served.  Otherwise (gone already,
+        //  or the descriptor is not ours any more) its disconnect will.
+        if (!gone && s_shutdown (self, (int) fd, NULL)) {
             self->disconnects++;
+            if (fd < S_MAX_FD) {
+                self->connections--;
+                self->refused [fd / 8] |= (uint8_t) (1u << (fd % 8));
+            }
+        }
     }
 }
 

@@ -113,6 +113,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (REFUSED,       "refused",      UINT),
     S_FIELD (DTYPE,         "dtype",        UINT),
     S_FIELD (SYNC,          "sync",         UINT),
+    S_FIELD (KEYS,          "keys",         UINT),
 };
 
 typedef enum {
@@ -138,18 +139,18 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (ROLE) | S_BIT (NAME),
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
           | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
-          | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
+          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
     S_TYPE (WELCOME,
             S_BIT (RANK) | S_BIT (ROLE),
             S_BIT (MODEL) | S_BIT (HIDDEN) | S_BIT (N_PARAMS) | S_BIT (LO)
           | S_BIT (HI) | S_BIT (LR) | S_BIT (MOMENTUM) | S_BIT (BATCH)
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
-          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
+          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
     S_TYPE (START,
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
-          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES), NONE),
+          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
     S_TYPE (HEARTBEAT, 0, S_BIT (RANK), NONE),
     S_TYPE (ARRIVE,
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),
@@ -162,9 +163,9 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (STOP, 0, S_BIT (REASON), NONE),
     S_TYPE (PUSH,
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO)
-          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE), REQUIRED),
+          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS), REQUIRED),
     S_TYPE (PUSH_OK, S_BIT (CLOCK), 0, NONE),
-    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE), NONE),
+    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS), NONE),
     S_TYPE (PULL_OK,
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
             S_BIT (TS_MS) | S_BIT (DTYPE), REQUIRED),
@@ -241,6 +242,7 @@ struct _kd_msg_t {
     s_value_t values [KD_F_FIELD_COUNT];    //  field values, by kd_field_t
     zframe_t *routing_id;           //  ROUTER peer identity, or NULL
     zframe_t *data;                 //  float32 data frame, or NULL
+    zframe_t *keys;                 //  keys frame of a keyed PUSH or PULL, or NULL
     bool has_ref;                   //  the data frame is borrowed memory:
     const void *ref_data;           //  its bytes (not owned)
     size_t ref_size;                //  their length
@@ -280,6 +282,14 @@ static bool
 s_field_valid (kd_field_t field)
 {
     return (int) field >= 0 && field < KD_F_FIELD_COUNT;
+}
+
+//  True when a message of this type may carry a keys frame (header field
+//  "keys" then says how many keys it holds).
+static bool
+s_takes_keys (kd_msg_type_t type)
+{
+    return type == KD_MSG_PUSH || type == KD_MSG_PULL;
 }
 
 //  Copy n bytes into a new NUL-terminated string.  Out of memory aborts,
@@ -372,6 +382,7 @@ kd_msg_destroy (kd_msg_t **self_p)
         s_clear (self, (kd_field_t) f);
     zframe_destroy (&self->routing_id);
     zframe_destroy (&self->data);
+    zframe_destroy (&self->keys);
     s_ref_release (self);
     free (self);
     *self_p = NULL;
@@ -687,6 +698,27 @@ kd_msg_data_floats (kd_msg_t *self, size_t *count)
     return (const float *) zframe_data (self->data);
 }
 
+void
+kd_msg_set_keys (kd_msg_t *self, const uint64_t *keys, size_t n)
+{
+    assert (self);
+    assert (keys || n == 0);
+    assert (s_takes_keys (self->type));
+    for (size_t i = 1; i < n; i++)
+        assert (keys [i - 1] < keys [i]);
+    zframe_destroy (&self->keys);
+    self->keys = zframe_new (keys, n * sizeof (uint64_t));
+    kd_msg_set_uint (self, KD_F_KEYS, n);
+}
+
+const uint64_t *
+kd_msg_keys (kd_msg_t *self, size_t *n)
+{
+    assert (self && n);
+    *n = self->keys ? zframe_size (self->keys) / sizeof (uint64_t) : 0;
+    return self->keys ? (const uint64_t *) zframe_data (self->keys) : NULL;
+}
+
 int
 kd_msg_data_to_floats (kd_msg_t *self, float *out, size_t count)
 {
@@ -750,6 +782,11 @@ s_encodable (kd_msg_t *self)
     if (has_data
     &&  (kd_dtype_size (kd_msg_uint (self, KD_F_DTYPE)) == 0
     ||   kd_msg_uint (self, KD_F_COUNT) != s_data_size (self) / s_value_bytes (self)))
+        return false;
+    //  A keys frame goes with "keys" on the types that take one, and only there.
+    bool keyed = s_takes_keys (self->type) && kd_msg_has (self, KD_F_KEYS);
+    if (keyed != (self->keys != NULL)
+    ||  (keyed && kd_msg_uint (self, KD_F_KEYS) != zframe_size (self->keys) / sizeof (uint64_t)))
         return false;
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
         if (!(self->present & ((uint64_t) 1 << f)))
@@ -823,7 +860,7 @@ s_pack_value (msgpack_packer *pk, kd_field_kind_t kind, const s_value_t *v)
 //  Encode the message.  With move, the routing id and data frame are moved
 //  into the output instead of copied, leaving the message without them.
 //  Borrowed data is copied into a frame, unless skip_ref is set: then the
-//  caller sends it after the frames of *out.
+//  caller sends it, and the keys frame, after the frames of *out.
 static int
 s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
 {
@@ -876,6 +913,13 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
     }
     if (self->has_ref && !skip_ref)
         zmsg_addmem (zmsg, self->ref_data, self->ref_size);
+    //  Keys come last: after borrowed data the caller sends them too.
+    if (self->keys && !(skip_ref && self->has_ref)) {
+        zframe_t *keys = move ? self->keys : zframe_dup (self->keys);
+        if (move)
+            self->keys = NULL;
+        zmsg_append (zmsg, &keys);
+    }
     *out = zmsg;
     rc = 0;
 cleanup:
@@ -1319,6 +1363,51 @@ cleanup:
 }
 
 //  Decode a multipart message.  Takes ownership of *zmsg_p.
+//  Check a keys frame against its header: whole uint64s, as many as
+//  "keys" says, strictly increasing (so sorted and unique), and, on a PUSH,
+//  a value count that gives every key the same number of values.  Realigns
+//  a misplaced frame.  Returns 0, or -2 with err filled.
+static int
+s_keys_check (kd_msg_t *msg, zframe_t **keys_p, zframe_t *data, kd_msg_err_t *err)
+{
+    size_t bytes = zframe_size (*keys_p);
+    uint64_t declared = kd_msg_uint (msg, KD_F_KEYS);
+    if (bytes % sizeof (uint64_t)) {
+        s_fail (err, KD_ERR_MALFORMED, "keys frame of %zu bytes is not a multiple of 8", bytes);
+        return -2;
+    }
+    size_t n = bytes / sizeof (uint64_t);
+    if (n != declared) {
+        s_fail (err, KD_ERR_MALFORMED, "keys %llu disagrees with a keys frame of %zu keys",
+                (unsigned long long) declared, n);
+        return -2;
+    }
+    if (n > KD_MSG_MAX_KEYS) {
+        s_fail (err, KD_ERR_TOO_LARGE, "keys frame of %zu keys, at most %u", n, KD_MSG_MAX_KEYS);
+        return -2;
+    }
+    if (n && (uintptr_t) zframe_data (*keys_p) % _Alignof (uint64_t)) {
+        zframe_t *copy = zframe_dup (*keys_p);
+        zframe_destroy (keys_p);
+        *keys_p = copy;
+    }
+    const uint64_t *k = (const uint64_t *) zframe_data (*keys_p);
+    for (size_t i = 1; i < n; i++)
+        if (k [i - 1] >= k [i]) {
+            s_fail (err, KD_ERR_MALFORMED, "keys are not strictly increasing at entry %zu", i);
+            return -2;
+        }
+    if (msg->type == KD_MSG_PUSH && data) {
+        uint64_t count = kd_msg_uint (msg, KD_F_COUNT);
+        if (n == 0 ? count != 0 : count % n != 0) {
+            s_fail (err, KD_ERR_MALFORMED, "count %llu is not a whole number of values per key "
+                    "for %zu keys", (unsigned long long) count, n);
+            return -2;
+        }
+    }
+    return 0;
+}
+
 int
 kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
                zframe_t **routing_p, kd_msg_err_t *err)
@@ -1337,7 +1426,7 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
     int rc = -2;
     zmsg_t *zmsg = *zmsg_p;
     *zmsg_p = NULL;
-    zframe_t *routing = NULL, *header = NULL, *data = NULL;
+    zframe_t *routing = NULL, *header = NULL, *data = NULL, *keys = NULL;
     kd_msg_t *msg = NULL;
 
     //  Without a routing id only the header and the data frame remain.
@@ -1355,9 +1444,30 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
         goto cleanup;
     }
     header = zmsg_pop (zmsg);
-    data = zmsg_pop (zmsg);
     if (s_decode_header (zframe_data (header), zframe_size (header), &msg, err))
         goto cleanup;
+
+    //  A keyed PUSH or PULL ends with its keys frame; any other message has
+    //  at most one frame after its header.
+    size_t rest = zmsg_size (zmsg);
+    bool keyed = s_takes_keys (msg->type) && kd_msg_has (msg, KD_F_KEYS);
+    size_t need = s_types [msg->type].data == S_DATA_REQUIRED ? 2 : 1;
+    if (keyed && rest != need) {
+        s_fail (err, KD_ERR_MALFORMED, "keyed %s has %zu frames after its header, needs %zu "
+                "(values, if any, then keys)", s_types [msg->type].name, rest, need);
+        goto cleanup;
+    }
+    if (!keyed && rest > 1) {
+        s_fail (err, KD_ERR_MALFORMED, "%s has %zu frames after its header, at most 1",
+                s_types [msg->type].name, rest);
+        goto cleanup;
+    }
+    data = keyed && need == 1 ? NULL : zmsg_pop (zmsg);
+    if (keyed) {
+        keys = zmsg_pop (zmsg);
+        if (s_keys_check (msg, &keys, data, err))
+            goto cleanup;
+    }
 
     const s_type_spec_t *spec = &s_types [msg->type];
     if (spec->data == S_DATA_NONE && data) {
@@ -1402,6 +1512,8 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
     routing = NULL;
     msg->data = data;
     data = NULL;
+    msg->keys = keys;
+    keys = NULL;
     *out = msg;
     msg = NULL;
     rc = 0;
@@ -1414,6 +1526,7 @@ cleanup:
     zframe_destroy (&routing);
     zframe_destroy (&header);
     zframe_destroy (&data);
+    zframe_destroy (&keys);
     zmsg_destroy (&zmsg);
     return rc;
 }
@@ -1468,10 +1581,12 @@ kd_msg_send (kd_msg_t **self_p, void *socket)
         zmq_msg_init_data (&data, (void *) self->ref_data, self->ref_size,
                            self->ref_free, self->ref_hint);
         self->has_ref = false;      //  data owns the reference now
-        if (rc == 0 && zmq_msg_send (&data, zsock_resolve (socket), 0) < 0)
+        if (rc == 0 && zmq_msg_send (&data, zsock_resolve (socket), self->keys ? ZMQ_SNDMORE : 0) < 0)
             rc = -1;
         if (rc != 0)
             zmq_msg_close (&data);
+        if (rc == 0 && self->keys)
+            rc = zframe_send (&self->keys, socket, 0);
     }
     else
         rc = zmsg_send (&zmsg, socket);

@@ -153,6 +153,8 @@ kd_peer_hello (kd_peer_t *self)
         const uint64_t *shapes = kd_msg_uints (self->layout, KD_F_SHAPES, &ns);
         kd_msg_set_strs (hello, KD_F_TENSORS, names, n);
         kd_msg_set_uints (hello, KD_F_SHAPES, shapes, ns);
+        if (kd_msg_has (self->layout, KD_F_KEYS))
+            kd_msg_set_uint (hello, KD_F_KEYS, 1);
     }
     //  A fresh HELLO restarts the liveness clock, so that a scheduler that
     //  is still starting up is given time to answer.
@@ -163,13 +165,16 @@ kd_peer_hello (kd_peer_t *self)
 
 //  Declare an external model's layout with every HELLO.
 void
-kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes)
+kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes,
+                    bool keyed)
 {
     assert (self);
     kd_msg_destroy (&self->layout);
     self->layout = kd_msg_new (KD_MSG_HELLO);
     kd_msg_set_strs (self->layout, KD_F_TENSORS, names, n);
     kd_msg_set_uints (self->layout, KD_F_SHAPES, shapes, 2 * n);
+    if (keyed)
+        kd_msg_set_uint (self->layout, KD_F_KEYS, 1);
 }
 
 //  Send one message to the scheduler.

@@ -56,7 +56,7 @@ int
 bool
     kd_guard_strike (kd_guard_t *self, zframe_t *routing_id, const char *reason);
 
-//  Connections open now.
+//  Connections open and served now (refused ones are not counted).
 size_t
     kd_guard_connections (kd_guard_t *self);
 

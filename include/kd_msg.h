@@ -5,6 +5,8 @@
         [routing id]   only on ROUTER sockets, added and removed by ZeroMQ
         header         a MessagePack map: {"v": 1, "t": "TYPE", field: value, ...}
         [data]         optional raw frame: little-endian float32 values
+        [keys]         only on a keyed PUSH or PULL (header field "keys"):
+                       little-endian uint64 keys, strictly increasing
 
     The header's "count" field states how many floats the data frame holds,
     and the decoder checks the frame's length against it.  docs/protocol.md is
@@ -25,9 +27,11 @@
                                         group rows min_clock]
     LEAVE       worker -> scheduler     [reason]                             -
     STOP        scheduler -> any        [reason]                             -
-    PUSH        worker -> shard         rank clock base lo count [samples]   yes
+    PUSH        worker -> shard         rank clock base lo count [samples    yes
+                                        keys]                                (+keys)
     PUSH_OK     shard -> worker         clock [version staleness]            -
-    PULL        worker|monitor -> shard version [lo count]                   -
+    PULL        worker|monitor -> shard version [lo count keys]              -
+                                                                             (+keys)
     PULL_OK     shard -> puller         version lo count [ts_ms samples]     yes
     COMMIT      scheduler -> shard      version ranks clocks weights         -
                                         [ts_ms drop_ranks drop_clocks]
@@ -64,7 +68,8 @@ extern "C" {
 #define KD_MSG_MAX_ARRAY    65536       //  elements in one array field
 #define KD_MSG_MAX_STRING   4096        //  bytes in one string field
 #define KD_MSG_MAX_DEPTH    4           //  MessagePack nesting depth
-#define KD_MSG_MAX_FRAMES   3           //  routing id + header + data
+#define KD_MSG_MAX_FRAMES   4           //  routing id + header + data + keys
+#define KD_MSG_MAX_KEYS     (1u << 24)  //  keys in one keys frame
 
 typedef enum {
     KD_MSG_HELLO = 1,
@@ -175,6 +180,9 @@ typedef enum {
                         //         clock; TELEMETRY: all of this worker's)
     KD_F_DTYPE,         //  uint   the data frame's values: kd_dtype_t (absent: fp32)
     KD_F_SYNC,          //  uint   CHAIN: 1 when the successor is new and needs our state
+    KD_F_KEYS,          //  uint   PUSH, PULL: keys in the keys frame (a keyed,
+                        //         sparse request); WELCOME, START: 1 when the
+                        //         model is keyed
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
 } kd_field_t;
 
@@ -334,6 +342,15 @@ zframe_t *
 //  copy is made.
 const float *
     kd_msg_data_floats (kd_msg_t *self, size_t *count);
+
+//  The keys frame of a keyed PUSH or PULL.  kd_msg_set_keys copies n keys,
+//  which must be strictly increasing, and sets "keys" to n.  kd_msg_keys
+//  borrows them (8-byte aligned), or returns NULL with *n 0 when there is
+//  no keys frame.
+void
+    kd_msg_set_keys (kd_msg_t *self, const uint64_t *keys, size_t n);
+const uint64_t *
+    kd_msg_keys (kd_msg_t *self, size_t *n);
 
 //  The data frame's values as float32, whatever its dtype: converted into
 //  out (count floats) from fp16 or bf16, copied from fp32.  Returns 0, or

@@ -50,7 +50,8 @@ void
 //  An external model's layout, sent with every HELLO: n names, 2 n shape
 //  entries (rows, cols).  Copied.
 void
-    kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes);
+    kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes,
+                        bool keyed);
 //  Adopt the scheduler's heartbeat interval (from WELCOME), so both ends
 //  judge silence by the same clock.
 void

@@ -515,6 +515,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
         { KD_F_COUNTERS, "counters", KD_FT_UINTS }, { KD_F_REFUSED, "refused", KD_FT_UINT },
         { KD_F_DTYPE, "dtype", KD_FT_UINT }, { KD_F_SYNC, "sync", KD_FT_UINT },
+        { KD_F_KEYS, "keys", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -2165,4 +2166,140 @@ Test (kd_msg, dtype_frames_round_trip_and_are_checked)
         cr_expect (strstr (err.reason, bad [b].why), "case %zu: %s", b, err.reason);
         zmsg_destroy (&wire);
     }
+}
+
+//  Keyed (sparse) PUSH and PULL: the keys frame comes last, and is checked.
+static kd_msg_t *
+s_keyed_push (const uint64_t *keys, size_t n, size_t dim)
+{
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (msg, KD_F_RANK, 1);
+    kd_msg_set_uint (msg, KD_F_CLOCK, 2);
+    kd_msg_set_uint (msg, KD_F_BASE, 0);
+    kd_msg_set_uint (msg, KD_F_LO, 0);
+    zframe_t *data = zframe_new (NULL, n * dim * sizeof (float));
+    for (size_t i = 0; i < n * dim; i++)
+        ((float *) zframe_data (data)) [i] = (float) i;
+    kd_msg_set_data (msg, &data);
+    kd_msg_set_keys (msg, keys, n);
+    return msg;
+}
+
+Test (kd_msg, keyed_frames_round_trip_and_are_checked)
+{
+    const uint64_t keys [4] = { 3, 17, 1000000007ull, 99999999999ull };
+    kd_msg_t *msg = s_keyed_push (keys, 4, 2);
+    zmsg_t *wire = NULL;
+    cr_assert_eq (kd_msg_encode (msg, &wire), 0);
+    cr_expect_eq (zmsg_size (wire), 3, "header, values, keys");
+    kd_msg_t *back = NULL;
+    kd_msg_err_t err;
+    cr_assert_eq (kd_msg_decode (&wire, false, &back, NULL, &err), 0, "%s", err.reason);
+    size_t n = 0, count = 0;
+    const uint64_t *k = kd_msg_keys (back, &n);
+    cr_assert_eq (n, 4);
+    cr_expect_eq (memcmp (k, keys, sizeof keys), 0);
+    cr_expect_eq ((uintptr_t) k % 8, 0);
+    const float *v = kd_msg_data_floats (back, &count);
+    cr_assert_eq (count, 8);
+    cr_expect_eq (v [7], 7.0f);
+    kd_msg_destroy (&back);
+
+    //  A keyed PULL: header and keys, no values.
+    kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (pull, KD_F_VERSION, 5);
+    kd_msg_set_keys (pull, keys, 4);
+    cr_assert_eq (kd_msg_encode (pull, &wire), 0);
+    cr_expect_eq (zmsg_size (wire), 2);
+    cr_assert_eq (kd_msg_decode (&wire, false, &back, NULL, &err), 0, "%s", err.reason);
+    cr_expect_eq (kd_msg_uint (back, KD_F_KEYS), 4);
+    cr_expect_not_null (kd_msg_keys (back, &n));
+    cr_expect_null (kd_msg_data (back));
+    kd_msg_destroy (&back);
+    kd_msg_destroy (&pull);
+
+    //  No keys at all is a valid (empty) request.
+    kd_msg_t *none = s_keyed_push (keys, 0, 2);
+    cr_assert_eq (kd_msg_encode (none, &wire), 0);
+    cr_assert_eq (kd_msg_decode (&wire, false, &back, NULL, &err), 0, "%s", err.reason);
+    kd_msg_destroy (&back);
+    kd_msg_destroy (&none);
+
+    //  Malformed keys frames, each built from the good message's frames.
+    struct {
+        const char *why;
+        int code;
+    } cases [] = {
+        { "not strictly increasing", KD_ERR_MALFORMED },    //  0: swapped keys
+        { "not strictly increasing", KD_ERR_MALFORMED },    //  1: a duplicate
+        { "multiple of 8", KD_ERR_MALFORMED },              //  2: ragged frame
+        { "disagrees", KD_ERR_MALFORMED },                  //  3: count off by one
+        { "needs 2", KD_ERR_MALFORMED },                    //  4: frame missing
+        { "whole number", KD_ERR_MALFORMED },               //  5: 9 values, 4 keys
+    };
+    for (int c = 0; c < 6; c++) {
+        uint64_t bad [4];
+        memcpy (bad, keys, sizeof bad);
+        kd_msg_t *m = s_keyed_push (keys, 4, 2);
+        cr_assert_eq (kd_msg_encode (m, &wire), 0);
+        kd_msg_destroy (&m);
+        zframe_t *header = zmsg_pop (wire), *data = zmsg_pop (wire), *kf = zmsg_pop (wire);
+        zmsg_destroy (&wire);
+        wire = zmsg_new ();
+        zmsg_append (wire, &header);
+        if (c == 5) {
+            //  Re-encode with count 9 and a frame of 9 floats.
+            zframe_destroy (&data);
+            zmsg_destroy (&wire);
+            wire = zmsg_new ();
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init (&sb);
+            msgpack_packer pk;
+            msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+            const char *names [] = { "v", "t", "rank", "clock", "base", "lo", "count", "keys" };
+            const uint64_t vals [] = { 1, 0, 1, 2, 0, 0, 9, 4 };
+            msgpack_pack_map (&pk, 8);
+            for (int f = 0; f < 8; f++) {
+                msgpack_pack_str (&pk, strlen (names [f]));
+                msgpack_pack_str_body (&pk, names [f], strlen (names [f]));
+                if (f == 1) {
+                    msgpack_pack_str (&pk, 4);
+                    msgpack_pack_str_body (&pk, "PUSH", 4);
+                }
+                else
+                    msgpack_pack_uint64 (&pk, vals [f]);
+            }
+            zmsg_addmem (wire, sb.data, sb.size);
+            msgpack_sbuffer_destroy (&sb);
+            data = zframe_new (NULL, 9 * sizeof (float));
+        }
+        zmsg_append (wire, &data);
+        if (c == 0) {
+            bad [1] = keys [2];
+            bad [2] = keys [1];
+        }
+        if (c == 1)
+            bad [2] = bad [1];
+        if (c == 2)
+            zmsg_addmem (wire, bad, sizeof bad - 3);
+        else
+        if (c == 3)
+            zmsg_addmem (wire, bad, sizeof bad - 8);
+        else
+        if (c != 4)
+            zmsg_addmem (wire, bad, sizeof bad);
+        zframe_destroy (&kf);
+        s_expect_fail (&wire, false, cases [c].code, &err);
+        cr_expect (strstr (err.reason, cases [c].why), "case %d: %s", c, err.reason);
+    }
+
+    //  A keys frame on a type that takes none is one frame too many.
+    kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
+    kd_msg_set_uint (ok, KD_F_CLOCK, 1);
+    kd_msg_set_uint (ok, KD_F_KEYS, 1);
+    cr_assert_eq (kd_msg_encode (ok, &wire), 0);
+    zmsg_addmem (wire, keys, 8);
+    s_expect_fail (&wire, false, KD_ERR_MALFORMED, &err);
+    kd_msg_destroy (&ok);
+    kd_msg_destroy (&msg);
 }

@@ -83,7 +83,7 @@ def run_kudus(a, consistency, speeds, tmp):
     kudus = os.path.join(a.bin_dir, "kudus")
     local = subprocess.Popen(
         [kudus, "local", "--model", "external", "--workers", "0", "--external-workers", "4",
-         "--consistency", consistency, "--lr", str(a.lr), "--momentum", "0.9", "--batch", str(a.batch),
+         "--consistency", consistency, "--shards", str(a.shards), "--lr", str(a.lr), "--momentum", "0.9", "--batch", str(a.batch),
          "--epochs", "1000", "--max-seconds", str(a.seconds), "--base-port", str(base),
          "--quiet", "true", "--summary", summary],
         stdout=open(os.path.join(tmp, "local.log"), "w"), stderr=subprocess.STDOUT)
@@ -113,6 +113,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--shards", type=int, default=2, help="Kudus shard processes")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--speeds", default=",".join(SPEEDS))
     ap.add_argument("--results", default=os.path.join(SRC, "docs", "results", "vs-ddp.jsonl"))

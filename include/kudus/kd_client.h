@@ -96,6 +96,18 @@ void
 //  shorter than KD_TENSOR_NAME_MAX, dimensions >= 1, at most 2^31 floats.
 int
     kd_client_set_layout (kd_client_t *self, const kd_tensor_t *tensors, size_t n);
+//  Declare a keyed (sparse) model instead: one tensor of `keys` rows of
+//  `dim` floats, addressed by key (the row), of which each request moves
+//  only the rows it names (kd_client_push_keys, kd_client_pull_keys).  The
+//  shards split the keys into ranges and create a row, at zero, when a
+//  gradient first touches it: keys may run to 2^31 and more.  Returns 0, or
+//  -1 (logged) for a bad name or size.
+int
+    kd_client_set_keyed_layout (kd_client_t *self, const char *name, uint64_t keys, uint64_t dim);
+//  True when the cluster's model is keyed (after kd_client_register).
+bool
+    kd_client_keyed (kd_client_t *self);
+
 //  Largest message accepted from a peer, in bytes (default 1 GiB).
 void
     kd_client_set_max_msg_bytes (kd_client_t *self, int64_t bytes);
@@ -181,6 +193,18 @@ uint64_t
 //  or -1.
 int
     kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples);
+
+//  A keyed model's pull and push.  keys are n strictly increasing keys
+//  below the model's key count; values hold n * dim floats, row by row.
+//  kd_client_pull_keys reads the version kd_client_pull would, and
+//  kd_client_push_keys sends every shard its keys (an empty request to a
+//  shard none of them falls to, so that a commit finds a gradient at
+//  every shard), with the rules of kd_client_push.  Return 0 or -1.
+int
+    kd_client_pull_keys (kd_client_t *self, const uint64_t *keys, size_t n, float *values);
+int
+    kd_client_push_keys (kd_client_t *self, const uint64_t *keys, size_t n, const float *values,
+                         uint64_t samples);
 
 //  Tell the scheduler this clock is done, and wait for its decision: the
 //  next RELEASE, in *release.  loss is the batch's mean loss.  Returns 0

@@ -122,6 +122,12 @@ _dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
 _refused = _fn("kd_client_refused", ctypes.c_uint64, _P)
 _set_wire_dtype = _fn("kd_client_set_wire_dtype", ctypes.c_int, _P, ctypes.c_char_p)
 _version_str = _fn("kudus_version", ctypes.c_char_p)
+_U64S = ctypes.POINTER(ctypes.c_uint64)
+_set_keyed_layout = _fn("kd_client_set_keyed_layout", ctypes.c_int, _P, ctypes.c_char_p, ctypes.c_uint64,
+                        ctypes.c_uint64)
+_keyed = _fn("kd_client_keyed", ctypes.c_bool, _P)
+_pull_keys = _fn("kd_client_pull_keys", ctypes.c_int, _P, _U64S, ctypes.c_size_t, _FLOATS)
+_push_keys = _fn("kd_client_push_keys", ctypes.c_int, _P, _U64S, ctypes.c_size_t, _FLOATS, ctypes.c_uint64)
 
 
 def library_version():
@@ -197,6 +203,15 @@ class Client:
         if _set_layout(self._c, arr, len(layout)) != 0:
             raise KudusError("kudus: malformed layout (see the log)")
 
+    def set_keyed_layout(self, name, keys, dim=1):
+        """Declare a keyed (sparse) model instead: one tensor of `keys` rows of
+        `dim` values, of which each pull and push moves only the rows it names
+        (pull_keys, push_keys)."""
+        if _set_keyed_layout(self._c, name.encode(), int(keys), int(dim)) != 0:
+            raise KudusError("kudus: malformed keyed layout (see the log)")
+
+    keyed = property(lambda self: bool(_keyed(self._c)))
+
     def register(self, timeout_ms=-1):
         """HELLO, then wait for WELCOME (-1: for ever)."""
         if _register(self._c, int(timeout_ms)) != 0:
@@ -258,6 +273,32 @@ class Client:
     def push(self, gradient, samples):
         """Push the mean gradient over samples rows; it is read, not copied."""
         return _push(self._c, self._buffer(gradient, "gradient"), int(samples)) == 0
+
+    def _keys(self, keys):
+        if (not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1
+                or not keys.flags["C_CONTIGUOUS"]):
+            raise ValueError("kudus: keys must be a contiguous 1-d uint64 numpy array "
+                             "(np.unique gives sorted, distinct keys)")
+        return keys.ctypes.data_as(_U64S)
+
+    def _rows(self, array, n, what):
+        if (not isinstance(array, np.ndarray) or array.dtype != np.float32
+                or not array.flags["C_CONTIGUOUS"] or array.size % max(n, 1) != 0
+                or (n == 0 and array.size != 0)):
+            raise ValueError(f"kudus: {what} must be a contiguous float32 numpy array of "
+                             f"len(keys) x dim values")
+        return array.ctypes.data_as(_FLOATS)
+
+    def pull_keys(self, keys, values):
+        """Pull the rows of keys (sorted, distinct uint64) into values
+        (len(keys) x dim float32), in place: a keyed model's pull."""
+        return _pull_keys(self._c, self._keys(keys), keys.size, self._rows(values, keys.size, "values")) == 0
+
+    def push_keys(self, keys, gradient, samples):
+        """Push the gradient rows of keys (len(keys) x dim float32), the mean
+        over samples rows: a keyed model's push."""
+        return _push_keys(self._c, self._keys(keys), keys.size, self._rows(gradient, keys.size, "gradient"),
+                          int(samples)) == 0
 
     def arrive(self, loss):
         """Finish the clock; returns the next Release, or None when the run ended."""

@@ -116,6 +116,8 @@ typedef struct {
     bool external;              //  the model's layout comes from the first worker
     kd_tensor_t layout [KD_MODEL_MAX_TENSORS];  //  external: its tensors
     size_t n_layout;            //  external: tensors in layout
+    bool keyed;                 //  external: a keyed (sparse) model, one tensor
+                                //  whose rows are the keys: n_params counts keys
     char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
     uint64_t t0_ms;             //  wall ms at START
@@ -276,6 +278,8 @@ s_set_layout (self_t *self, kd_msg_t *msg)
     }
     kd_msg_set_strs (msg, KD_F_TENSORS, names, self->n_layout);
     kd_msg_set_uints (msg, KD_F_SHAPES, shapes, 2 * self->n_layout);
+    if (self->keyed)
+        kd_msg_set_uint (msg, KD_F_KEYS, 1);
 }
 
 //  The key range a shard rank holds.
@@ -883,7 +887,9 @@ s_finish (self_t *self, const char *reason)
         s_send_to (self, self->workers [r], &stop);
     }
     self->final_version = kd_controller_version (self->ctl);
-    if (self->monitor && self->monitor->alive && self->state == S_TRAINING
+    //  The monitor cannot evaluate an external model (it is the workers'
+    //  own): waiting for it would only time out.
+    if (self->monitor && self->monitor->alive && self->state == S_TRAINING && !self->external
     &&  !(self->accuracy_version >= self->final_version && self->accuracy_version > 0)) {
         kd_msg_t *eval = kd_msg_new (KD_MSG_EVAL);
         kd_msg_set_uint (eval, KD_F_VERSION, self->final_version);
@@ -1111,8 +1117,20 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_MALFORMED, err);
         return -1;
     }
+    //  A keyed model is one tensor; its rows are the keys the shards split.
+    bool keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
+    if (keyed && n != 1) {
+        s_error (self, id, KD_ERR_MALFORMED, "a keyed model has exactly one tensor");
+        return -1;
+    }
+    if (keyed && self->replicas > 1) {
+        s_error (self, id, KD_ERR_STATE, "keyed models do not support --replicas above 1 yet");
+        return -1;
+    }
+    if (keyed)
+        n_params = layout [0].rows;
     if (self->n_params > 0) {
-        if (kd_model_layout_equal (layout, n, self->layout, self->n_layout))
+        if (keyed == self->keyed && kd_model_layout_equal (layout, n, self->layout, self->n_layout))
             return 0;
         s_error (self, id, KD_ERR_STATE, "this worker's model layout differs from the cluster's");
         return -1;
@@ -1124,8 +1142,9 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
     memcpy (self->layout, layout, n * sizeof layout [0]);
     self->n_layout = n;
     self->n_params = n_params;
-    kd_info ("external model: %zu tensors, %zu parameters, declared by name=%s", n, n_params,
-             kd_msg_str (msg, KD_F_NAME));
+    self->keyed = keyed;
+    kd_info ("external model: %zu tensors, %zu %s, declared by name=%s", n, n_params,
+             keyed ? "keys (keyed)" : "parameters", kd_msg_str (msg, KD_F_NAME));
     for (size_t i = 0; i < self->n_shards; i++)
         if (self->shards [i] && self->shards [i]->alive)
             s_send_welcome (self, self->shards [i]);

@@ -15,9 +15,14 @@
     forwards what it applied to its successor and answers only when that
     one has it (kd_chain).  A backup applies forwarded writes and state
     transfers (SYNC) only, and serves pulls.
+
+    A keyed (sparse) model's range lives in kd_keyed instead of a dense
+    array: pushes and pulls name the keys they touch, and a commit
+    combines its gradients key by key.
 */
 #include "kd_shard.h"
 #include "kd_chain.h"
+#include "kd_keyed.h"
 #include "kd_checkpoint.h"
 #include "kd_guard.h"
 #include "kd_role.h"
@@ -71,6 +76,7 @@ typedef struct {
     zframe_t *routing_id;       //  who asked
     uint64_t version;           //  minimum version wanted
     uint64_t dtype;             //  the values it wants (kd_dtype_t)
+    zframe_t *keys;             //  a keyed pull's keys, or NULL
 } s_parked_t;
 
 static void s_parked_destroy (void **item);
@@ -84,7 +90,8 @@ typedef struct {
     uint64_t rank;              //  our shard rank
     uint64_t lo, hi;            //  key range
     size_t n;                   //  hi - lo
-    float *params;              //  values of our range
+    float *params;              //  values of our range (NULL when keyed)
+    kd_keyed_t *keyed;          //  a keyed model's range, or NULL
     bool external;              //  a model whose layout and values come from workers
     kd_tensor_t layout [KD_MODEL_MAX_TENSORS];  //  the model's tensors (checkpoints name them)
     size_t n_layout;            //  tensors in layout
@@ -305,21 +312,32 @@ static void s_params_free (self_t *self);
 //  rule (registered again).  A checkpoint's state is adopted when it was
 //  written by the same rule for a range of our size.  Returns 0, or -1
 //  (logged) when the spec is malformed: the WELCOME is then refused.
+//  The update rule a WELCOME names, into spec and o.  Returns 0, or -1
+//  (logged) when it is malformed.
 static int
-s_optimizer_adopt (self_t *self, kd_msg_t *msg)
+s_optimizer_spec (kd_msg_t *msg, char *spec, kd_optimizer_opts_t *o)
 {
-    char spec [KD_OPTIMIZER_SPEC_MAX], err [256];
+    char err [256];
     if (kd_msg_has (msg, KD_F_OPTIMIZER))
-        snprintf (spec, sizeof spec, "%s", kd_msg_str (msg, KD_F_OPTIMIZER));
+        snprintf (spec, KD_OPTIMIZER_SPEC_MAX, "%s", kd_msg_str (msg, KD_F_OPTIMIZER));
     else
         //  A scheduler that names only lr and momentum means SGD.
-        snprintf (spec, sizeof spec, "sgd lr=%.17g momentum=%.17g",
+        snprintf (spec, KD_OPTIMIZER_SPEC_MAX, "sgd lr=%.17g momentum=%.17g",
                   kd_msg_float (msg, KD_F_LR), kd_msg_float (msg, KD_F_MOMENTUM));
-    kd_optimizer_opts_t o;
-    if (kd_optimizer_parse (spec, &o, err, sizeof err)) {
+    if (kd_optimizer_parse (spec, o, err, sizeof err)) {
         kd_error ("welcome rejected: %s", err);
         return -1;
     }
+    return 0;
+}
+
+static int
+s_optimizer_adopt (self_t *self, kd_msg_t *msg)
+{
+    char spec [KD_OPTIMIZER_SPEC_MAX];
+    kd_optimizer_opts_t o;
+    if (s_optimizer_spec (msg, spec, &o))
+        return -1;
     if (self->opt && !strcmp (spec, self->opt_spec))
         return 0;
     kd_optimizer_t *opt = kd_optimizer_new (&o, self->n);
@@ -505,6 +523,37 @@ s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype)
     self->bytes_out += self->n * sizeof (float);
 }
 
+//  Send the current values of n keys to one puller, as fp32 or converted
+//  to the 16-bit dtype it asked for.
+static void
+s_send_keyed (self_t *self, zframe_t *routing_id, const uint64_t *keys, size_t n, uint64_t dtype)
+{
+    size_t count = n * kd_keyed_dim (self->keyed);
+    kd_msg_t *reply = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_routing_id (reply, routing_id);
+    kd_msg_set_uint (reply, KD_F_VERSION, self->version);
+    kd_msg_set_uint (reply, KD_F_LO, self->lo);
+    kd_msg_set_uint (reply, KD_F_TS_MS, self->version_ts);
+    kd_msg_set_uint (reply, KD_F_SAMPLES, self->samples);
+    zframe_t *data = zframe_new (NULL, count * sizeof (float));
+    float *values = (float *) zframe_data (data);
+    kd_keyed_pull (self->keyed, keys, n, values);
+    if (dtype != KD_DTYPE_F32) {
+        zframe_t *half = zframe_new (NULL, count * 2);
+        if (dtype == KD_DTYPE_F16)
+            kd_half_from_float ((uint16_t *) zframe_data (half), values, count);
+        else
+            kd_bf16_from_float ((uint16_t *) zframe_data (half), values, count);
+        zframe_destroy (&data);
+        data = half;
+        kd_msg_set_uint (reply, KD_F_DTYPE, dtype);
+    }
+    self->bytes_out += zframe_size (data);
+    kd_msg_set_data (reply, &data);
+    kd_msg_send (&reply, self->router);
+    self->pulls++;
+}
+
 //  Answer every parked pull the current version satisfies.
 static void
 s_release_parked (self_t *self)
@@ -516,7 +565,11 @@ s_release_parked (self_t *self)
     s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
     while (p) {
         if (p->version <= self->version) {
-            s_send_params (self, p->routing_id, p->dtype);
+            if (p->keys)
+                s_send_keyed (self, p->routing_id, (const uint64_t *) zframe_data (p->keys),
+                              zframe_size (p->keys) / sizeof (uint64_t), p->dtype);
+            else
+                s_send_params (self, p->routing_id, p->dtype);
             zlistx_delete (self->parked, zlistx_cursor (self->parked));
         }
         p = (s_parked_t *) zlistx_next (self->parked);
@@ -528,7 +581,7 @@ s_release_parked (self_t *self)
 static void
 s_checkpoint (self_t *self, bool force)
 {
-    if (!self->ckpt_dir || !self->registered || self->version == self->ckpt_version)
+    if (!self->ckpt_dir || !self->registered || self->keyed || self->version == self->ckpt_version)
         return;
     uint64_t now = kd_now_ms ();
     bool due = force
@@ -617,6 +670,58 @@ s_restore (self_t *self)
     return 0;
 }
 
+//  WELCOME of a keyed model: its one tensor's rows are our keys, its
+//  columns the values per key.  Rows start at zero and take memory only
+//  when a gradient touches them; no checkpoints are written (yet).
+static void
+s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd_tensor_t *tensor)
+{
+    self->rank = kd_msg_uint (msg, KD_F_RANK);
+    if (self->registered && self->keyed && lo == self->lo && hi == self->hi
+    &&  kd_keyed_dim (self->keyed) == tensor->cols) {
+        kd_info ("registered again rank=%llu version=%llu", (unsigned long long) self->rank,
+                 (unsigned long long) self->version);
+        kd_peer_set_rank (self->peer, self->rank);
+        return;
+    }
+    char spec [KD_OPTIMIZER_SPEC_MAX];
+    kd_optimizer_opts_t o;
+    if (s_optimizer_spec (msg, spec, &o))
+        return;
+    kd_keyed_t *keyed = kd_keyed_new (lo, hi, tensor->cols, &o);
+    if (!keyed) {
+        kd_error ("welcome rejected: keyed range lo=%llu hi=%llu dim=%llu", (unsigned long long) lo,
+                  (unsigned long long) hi, (unsigned long long) tensor->cols);
+        return;
+    }
+    s_staged_purge (self);
+    zlistx_purge (self->parked);
+    s_params_free (self);
+    kd_optimizer_destroy (&self->opt);
+    kd_keyed_destroy (&self->keyed);
+    self->keyed = keyed;
+    snprintf (self->opt_spec, sizeof self->opt_spec, "%s", spec);
+    self->lo = lo;
+    self->hi = hi;
+    self->n = (size_t) (hi - lo);
+    self->n_params = kd_msg_uint (msg, KD_F_N_PARAMS);
+    self->n_layout = 1;
+    self->layout [0] = *tensor;
+    self->external = true;
+    self->initialized = true;
+    self->version = self->ckpt_version = 0;
+    self->samples = 0;
+    self->version_ts = kd_wall_ms ();
+    self->registered = true;
+    kd_peer_set_rank (self->peer, self->rank);
+    kd_peer_set_range (self->peer, lo, hi);
+    if (self->ckpt_dir)
+        kd_warn ("keyed model: no checkpoints are written for it");
+    kd_info ("registered rank=%llu keyed lo=%llu hi=%llu dim=%llu optimizer=\"%s\"",
+             (unsigned long long) self->rank, (unsigned long long) lo, (unsigned long long) hi,
+             (unsigned long long) tensor->cols, spec);
+}
+
 //  WELCOME: take our rank and range, and initialize the parameters (or
 //  keep the ones we have: registered before, or restored).
 static void
@@ -626,12 +731,13 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         return;
     uint64_t lo = kd_msg_uint (msg, KD_F_LO), hi = kd_msg_uint (msg, KD_F_HI);
     bool external = !strcmp (kd_msg_str (msg, KD_F_MODEL), "external");
+    bool keyed = external && kd_msg_uint (msg, KD_F_KEYS) == 1;
     int kind = external ? (int) S_KIND_EXTERNAL : kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
     uint64_t n_params = kd_msg_uint (msg, KD_F_N_PARAMS);
     uint64_t hidden = external ? 0 : kd_msg_uint (msg, KD_F_HIDDEN);
     if (kind < 0 || hi <= lo || hi > n_params || hidden > KD_MODEL_MAX_HIDDEN
     ||  (!external && n_params != kd_model_param_count (kind, (uint32_t) hidden))
-    ||  hi - lo > KD_CHECKPOINT_MAX_KEYS) {
+    ||  (!keyed && hi - lo > KD_CHECKPOINT_MAX_KEYS)) {
         kd_error ("welcome rejected: bad range lo=%llu hi=%llu model=%s",
                   (unsigned long long) lo, (unsigned long long) hi, kd_msg_str (msg, KD_F_MODEL));
         return;
@@ -656,12 +762,17 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         const char **names = kd_msg_strs (msg, KD_F_TENSORS, &n);
         const uint64_t *shapes = kd_msg_uints (msg, KD_F_SHAPES, &n_shapes);
         char err [256];
+        err [0] = 0;
         if (kd_model_layout_parse (names, n, shapes, n_shapes, layout, &layout_params, err, sizeof err)
-        ||  layout_params != n_params) {
-            kd_error ("welcome rejected: external model: %s", err);
+        ||  (keyed ? n != 1 || layout [0].rows != n_params : layout_params != n_params)) {
+            kd_error ("welcome rejected: external model: %s", err [0] ? err : "size disagrees");
             return;
         }
         n_layout = n;
+        if (keyed) {
+            s_welcome_keyed (self, msg, lo, hi, &layout [0]);
+            return;
+        }
     }
     else
         n_layout = kd_model_tensors ((kd_model_kind_t) kind, (uint32_t) hidden, layout, KD_MODEL_MAX_TENSORS);
@@ -723,6 +834,15 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
              (unsigned long long) hi, self->opt_spec);
 }
 
+//  True when a staged frame is a gradient of our range.
+static bool
+s_staged_ok (self_t *self, zframe_t *g)
+{
+    if (self->keyed)
+        return kd_keyed_staged_ok (self->keyed, g);
+    return g && zframe_size (g) == self->n * sizeof (float);
+}
+
 //  One optimizer step from n weighted gradients: they are combined into
 //  g = sum w_i g_i, and kd_optimizer takes the step.  A lone gradient of
 //  weight 1 (ASP, SSP) is used straight from its received frame.
@@ -731,6 +851,13 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
 {
     if (n == 0)
         return;
+    if (self->keyed) {
+        //  Keyed: each entry is a staged frame (kd_keyed_stage).
+        if (kd_keyed_commit (self->keyed, (const void *const *) grads, weights, n))
+            kd_error ("keyed commit failed: out of memory; version %llu's step is lost",
+                      (unsigned long long) self->version + 1);
+        return;
+    }
     s_params_writable (self);
     const float *g = grads [0];
     if (n != 1 || weights [0] != 1.0) {
@@ -786,8 +913,7 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
     if (apply) {
         size_t missing = 0;
         for (size_t i = 0; i < n; i++) {
-            zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
-            if (!g || zframe_size (g) != self->n * sizeof (float))
+            if (!s_staged_ok (self, s_staged_find (self, ranks [i], clocks [i])))
                 missing++;
         }
         if (missing > 0) {
@@ -804,7 +930,7 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
         size_t found = 0;
         for (size_t i = 0; i < n; i++) {
             zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
-            if (!g || zframe_size (g) != self->n * sizeof (float))
+            if (!s_staged_ok (self, g))
                 continue;
             self->step_grads [found] = (const float *) zframe_data (g);
             self->step_weights [found++] = weights [i];
@@ -1052,13 +1178,128 @@ s_forward_of (self_t *self, kd_msg_t *msg, zframe_t *data)
     return fwd;
 }
 
+//  True when one more staged gradient of bytes from peer keeps within the
+//  limits; else refused with 429.
+static bool
+s_stage_admits (self_t *self, zframe_t *id, uint64_t peer, size_t bytes)
+{
+    char reason [128];
+    if (s_staged_count (self) >= self->max_staged) {
+        snprintf (reason, sizeof reason, "too many staged gradients (max-staged=%zu)", self->max_staged);
+        s_limit (self, id, reason);
+        return false;
+    }
+    if (s_peer_staged (&self->staged, peer) >= self->max_staged_peer) {
+        snprintf (reason, sizeof reason, "too many staged gradients from this peer "
+                  "(max-staged-per-peer=%zu)", self->max_staged_peer);
+        s_limit (self, id, reason);
+        return false;
+    }
+    if (self->staged.bytes + bytes > self->max_staged_bytes) {
+        snprintf (reason, sizeof reason, "staged gradients hold %zu bytes "
+                  "(max-staged-bytes=%zu)", self->staged.bytes, self->max_staged_bytes);
+        s_limit (self, id, reason);
+        return false;
+    }
+    return true;
+}
+
+//  A keyed request at a dense shard, or a dense one at a keyed shard:
+//  answered with ERROR 400.  Returns true when it was.
+static bool
+s_keyed_mismatch (self_t *self, kd_msg_t *msg)
+{
+    bool keys = kd_msg_has (msg, KD_F_KEYS);
+    if (keys == (self->keyed != NULL))
+        return false;
+    char reason [128];
+    snprintf (reason, sizeof reason, self->keyed ? "this model is keyed: %s must name its keys"
+                                                 : "this model is dense: a keyed %s does not apply",
+              kd_msg_type_name (kd_msg_type (msg)));
+    s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED, reason);
+    return true;
+}
+
+static kd_msg_t *s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock, const float *g);
+
+//  Apply an accepted push now (ASP, SSP) or stage it for the commit (the
+//  rest); either way the frame is consumed.  Returns the PUSH_OK to send.
+static kd_msg_t *
+s_push_accept (self_t *self, kd_msg_t *msg, zframe_t *id, uint64_t rank, uint64_t clock,
+               uint64_t peer, zframe_t **frame_p)
+{
+    if (self->direct) {
+        kd_msg_t *ok = s_push_direct (self, msg, rank, clock, (const float *) zframe_data (*frame_p));
+        zframe_destroy (frame_p);
+        return ok;
+    }
+    s_staged_put (self, rank, clock, peer, frame_p);
+    self->pushes++;
+    kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
+    kd_msg_set_routing_id (ok, id);
+    kd_msg_set_uint (ok, KD_F_CLOCK, clock);
+    return ok;
+}
+
+//  Keyed PUSH: check the keys against our range, and stage the gradient
+//  as one frame (or, under ASP and SSP, apply it now).
+static void
+s_on_push_keyed (self_t *self, kd_msg_t *msg)
+{
+    zframe_t *id = kd_msg_routing_id (msg);
+    uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
+    size_t n = 0, count = (size_t) kd_msg_uint (msg, KD_F_COUNT);
+    const uint64_t *keys = kd_msg_keys (msg, &n);
+    self->bytes_in += count * kd_dtype_size (kd_msg_uint (msg, KD_F_DTYPE)) + n * sizeof (uint64_t);
+    char why [192];
+    if (kd_keyed_check (self->keyed, keys, n, count, why, sizeof why)) {
+        s_error (self, id, KD_ERR_MALFORMED, why);
+        return;
+    }
+    if (rank >= S_MAX_RANKS) {
+        s_error (self, id, KD_ERR_MALFORMED, "rank out of range");
+        return;
+    }
+    uint64_t peer = s_peer_hash (id);
+    bool replaces = s_staged_find (self, rank, clock) != NULL;
+    size_t bytes = sizeof (uint64_t) * (1 + n) + count * sizeof (float);
+    if (!self->direct && !replaces && !s_stage_admits (self, id, peer, bytes))
+        return;
+    const float *values = kd_msg_data_floats (msg, NULL);
+    float *converted = NULL;
+    if (!values && count > 0) {
+        converted = (float *) malloc (count * sizeof (float));
+        if (!converted || kd_msg_data_to_floats (msg, converted, count)) {
+            free (converted);
+            s_error (self, id, KD_ERR_INTERNAL, "cannot convert the values");
+            return;
+        }
+        values = converted;
+    }
+    zframe_t *staged = kd_keyed_stage (self->keyed, keys, n, values);
+    free (converted);
+    float *g = (float *) (zframe_data (staged) + sizeof (uint64_t) * (1 + n));
+    if (!s_guard_gradient (self, id, rank, clock, g, count)) {
+        zframe_destroy (&staged);
+        return;
+    }
+    kd_msg_t *ok = s_push_accept (self, msg, id, rank, clock, peer, &staged);
+    kd_msg_send (&ok, self->router);
+    if (self->direct)
+        s_release_parked (self);
+}
+
 //  PUSH: stage a gradient slice.  Idempotent per (rank, clock).
 static void
 s_on_push (self_t *self, kd_msg_t *msg)
 {
     zframe_t *id = kd_msg_routing_id (msg);
-    if (!s_chain_admits (self, msg))
+    if (!s_chain_admits (self, msg) || s_keyed_mismatch (self, msg))
         return;
+    if (self->keyed) {
+        s_on_push_keyed (self, msg);
+        return;
+    }
     bool forwarded = kd_msg_has (msg, KD_F_ROLE);
     uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
     uint64_t dtype = kd_msg_uint (msg, KD_F_DTYPE);
@@ -1086,26 +1327,8 @@ s_on_push (self_t *self, kd_msg_t *msg)
     bool replaces = s_staged_find (self, rank, clock) != NULL;
     //  Limits and guards were the primary's to apply: a backup takes what
     //  its predecessor applied, bit for bit.
-    if (!self->direct && !replaces && !forwarded) {
-        char reason [128];
-        if (s_staged_count (self) >= self->max_staged) {
-            snprintf (reason, sizeof reason, "too many staged gradients (max-staged=%zu)", self->max_staged);
-            s_limit (self, id, reason);
-            return;
-        }
-        if (s_peer_staged (&self->staged, peer) >= self->max_staged_peer) {
-            snprintf (reason, sizeof reason, "too many staged gradients from this peer "
-                      "(max-staged-per-peer=%zu)", self->max_staged_peer);
-            s_limit (self, id, reason);
-            return;
-        }
-        if (self->staged.bytes + count * sizeof (float) > self->max_staged_bytes) {
-            snprintf (reason, sizeof reason, "staged gradients hold %zu bytes "
-                      "(max-staged-bytes=%zu)", self->staged.bytes, self->max_staged_bytes);
-            s_limit (self, id, reason);
-            return;
-        }
-    }
+    if (!self->direct && !replaces && !forwarded && !s_stage_admits (self, id, peer, count * sizeof (float)))
+        return;
     //  The received frame is ours to scale in place; 16-bit values become
     //  a float32 frame first (the shard keeps fp32 master weights).
     zframe_t *data;
@@ -1120,18 +1343,7 @@ s_on_push (self_t *self, kd_msg_t *msg)
         return;
     }
     kd_msg_t *fwd = s_forward_of (self, msg, data);
-    kd_msg_t *ok;
-    if (self->direct) {
-        ok = s_push_direct (self, msg, rank, clock, (const float *) zframe_data (data));
-        zframe_destroy (&data);
-    }
-    else {
-        s_staged_put (self, rank, clock, peer, &data);
-        self->pushes++;
-        ok = kd_msg_new (KD_MSG_PUSH_OK);
-        kd_msg_set_routing_id (ok, id);
-        kd_msg_set_uint (ok, KD_F_CLOCK, clock);
-    }
+    kd_msg_t *ok = s_push_accept (self, msg, id, rank, clock, peer, &data);
     kd_chain_submit (self->chain, &fwd, &ok, KD_CHAIN_ROUTER);
     if (self->direct) {
         s_checkpoint (self, false);
@@ -1155,6 +1367,21 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED, "pull asks for an unknown dtype");
         return;
     }
+    if (s_keyed_mismatch (self, msg))
+        return;
+    size_t n_keys = 0;
+    const uint64_t *keys = kd_msg_keys (msg, &n_keys);
+    if (self->keyed) {
+        char why [192];
+        if (kd_keyed_check (self->keyed, keys, n_keys, SIZE_MAX, why, sizeof why)) {
+            s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED, why);
+            return;
+        }
+        if (want <= self->version) {
+            s_send_keyed (self, kd_msg_routing_id (msg), keys, n_keys, dtype);
+            return;
+        }
+    }
     //  An external model is served once a worker sent its initial values:
     //  until then every pull is parked.
     if (want <= self->version && self->initialized) {
@@ -1168,6 +1395,8 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         if (zframe_eq (q->routing_id, kd_msg_routing_id (msg))) {
             q->version = want;
             q->dtype = dtype;
+            zframe_destroy (&q->keys);
+            q->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
             return;
         }
     if (zlistx_size (self->parked) >= self->max_parked) {
@@ -1180,6 +1409,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
     p->dtype = dtype;
+    p->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
     zlistx_add_end (self->parked, p);
 }
 
@@ -1191,6 +1421,11 @@ s_on_init (self_t *self, kd_msg_t *msg)
 {
     if (!s_chain_admits (self, msg))
         return;
+    if (self->keyed) {
+        s_error (self, kd_msg_routing_id (msg), KD_ERR_STATE,
+                 "a keyed model starts from zeros: INIT does not apply");
+        return;
+    }
     size_t count = 0;
     const float *values = kd_msg_data_floats (msg, &count);
     if (kd_msg_uint (msg, KD_F_LO) != self->lo || count != self->n) {
@@ -1552,6 +1787,7 @@ s_parked_destroy (void **item)
     s_parked_t *p = (s_parked_t *) *item;
     if (p) {
         zframe_destroy (&p->routing_id);
+        zframe_destroy (&p->keys);
         free (p);
         *item = NULL;
     }
@@ -1694,6 +1930,7 @@ cleanup:
     zsock_destroy (&self->router);
     s_params_free (self);
     kd_optimizer_destroy (&self->opt);
+    kd_keyed_destroy (&self->keyed);
     free (self->gsum);
     free (self->ckpt_state);
     return rc;

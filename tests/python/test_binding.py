@@ -85,3 +85,70 @@ def test_python_and_c_workers_train_one_model(cluster):
     assert s["refused_gradients"] == poisoned
     assert iterations > 100
     assert s["test_accuracy"] >= 0.75, s["test_accuracy"]
+
+
+def test_keyed_model_pushes_and_pulls_numpy_index_arrays(cluster, tmp_path):
+    """Sparse logistic regression in numpy over kudus.Client's keyed pull
+    and push: 2 Python workers, 2 shards, only the keys each batch
+    touches cross the wire, and the training loss falls."""
+    rng = np.random.default_rng(3)
+    features, rows, per_row = 3000, 4000, 8
+    true_w = rng.normal(0, 1.5, features + 1)
+    idx = np.sort(np.stack([rng.choice(np.arange(1, features + 1), per_row, replace=False)
+                            for _ in range(rows)]), axis=1).astype(np.uint64)
+    logits = true_w[0] + true_w[idx.astype(np.int64)].sum(axis=1)
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+
+    c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--shards", "2",
+                "--batch", "40", "--epochs", "3", "--optimizer", "adagrad", "--lr", "0.3",
+                "--max-seconds", "120")
+    import threading
+    losses = {}
+
+    def work(name):
+        with kudus.Client(c.scheduler, name, samples=rows, monitor=c.monitor) as client:
+            client.set_keyed_layout("w", features + 1, 1)
+            assert client.register(timeout_ms=30000)
+            assert client.keyed and client.param_count == features + 1
+            release = client.wait_start(timeout_ms=30000)
+            seen = []
+            while release is not None and not client.stopped:
+                batch = idx[release.rows]
+                keys = np.unique(np.concatenate([[0], batch.ravel()]).astype(np.uint64))
+                w = np.zeros(keys.size, np.float32)
+                if not client.pull_keys(keys, w):
+                    break
+                pos = np.searchsorted(keys, batch)
+                z = w[0] + w[pos].sum(axis=1)
+                p = 1 / (1 + np.exp(-z))
+                y = labels[release.rows]
+                seen.append(float(-(y * np.log(p + 1e-9) + (1 - y) * np.log(1 - p + 1e-9)).mean()))
+                d = ((p - y) / len(y)).astype(np.float32)
+                g = np.zeros(keys.size, np.float32)
+                g[0] = d.sum()
+                np.add.at(g, pos.ravel(), np.repeat(d, per_row))
+                if not client.push_keys(keys, g, len(y)):
+                    break
+                release = client.arrive(seen[-1])
+            losses[name] = seen
+
+    threads = [threading.Thread(target=work, args=(f"sparse-py-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    assert c.wait(60) == 0
+    for name, seen in losses.items():
+        assert len(seen) > 50, name
+        first, last = np.mean(seen[:10]), np.mean(seen[-20:])
+        assert last < first - 0.1, f"{name}: loss {first:.3f} -> {last:.3f}"
+
+
+def test_keyed_calls_check_their_arrays():
+    with kudus.Client("tcp://127.0.0.1:9", "x") as c:
+        with pytest.raises(ValueError):
+            c.pull_keys(np.array([1, 2], np.int64), np.zeros(2, np.float32))     # not uint64
+        with pytest.raises(ValueError):
+            c.push_keys(np.array([1, 2], np.uint64), np.zeros(3, np.float32), 1)  # 3 values, 2 keys
+        with pytest.raises(kudus.KudusError):
+            c.set_keyed_layout("", 10)
