@@ -448,6 +448,12 @@ kd_local_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
+    if (!strcmp (kd_config_str (c, "model"), "sparse-lr") && workers > 0 && !*kd_config_str (c, "train-file")) {
+        fprintf (stderr, "kudus local: model sparse-lr needs --train-file (a LIBSVM file; "
+                 "kudus gen-ctr writes one)\n");
+        kd_config_destroy (&c);
+        return 2;
+    }
     if (workers + external == 0) {
         fprintf (stderr, "kudus local: settings 'workers' and 'external-workers': no worker at all\n");
         kd_config_destroy (&c);
@@ -661,6 +667,9 @@ kd_local_main (int argc, char **argv)
         }
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
         s_pass (&a, c, "data-dir");
+        s_pass (&a, c, "model");
+        s_pass (&a, c, "train-file");
+        s_pass (&a, c, "features");
         s_pass (&a, c, "delay-ms");
         s_pass (&a, c, "inject-nan-every");
         s_pass (&a, c, "wire-dtype");

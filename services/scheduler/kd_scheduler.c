@@ -980,7 +980,8 @@ s_write_summary (self_t *self)
     FILE *f = open_memstream (&json, &json_size);
     assert (f);
     fputs ("{\n  \"model\": ", f);
-    s_json_str (f, s_model_name (self));
+    //  The model as configured: the wire calls sparse-lr external too.
+    s_json_str (f, self->external ? kd_config_str (self->config, "model") : s_model_name (self));
     //  The model by name: each tensor's shape, place in the flat vector,
     //  and the shards that hold it.
     kd_tensor_t builtin [4];
@@ -1807,7 +1808,10 @@ kd_scheduler_run (kd_config_t *config)
 {
     int rc = 1;
     self_t self_s = { .config = config }, *self = &self_s;
-    self->external = !strcmp (kd_config_str (config, "model"), "external");
+    //  sparse-lr is the built-in worker's keyed model: its layout comes
+    //  from the workers, as an external model's does.
+    self->external = !strcmp (kd_config_str (config, "model"), "external")
+                  || !strcmp (kd_config_str (config, "model"), "sparse-lr");
     self->kind = self->external ? KD_MODEL_SOFTMAX
                : (kd_model_kind_t) kd_model_kind_parse (kd_config_str (config, "model"));
     self->hidden = self->external ? 0 : (uint32_t) kd_config_int (config, "hidden");

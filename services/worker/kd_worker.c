@@ -8,6 +8,7 @@
     here is the arithmetic and the injected heterogeneity of experiments.
 */
 #include "kd_worker.h"
+#include "kd_sparse_lr.h"
 #include "kd_speed.h"
 #include <cblas.h>
 #include <math.h>
@@ -17,6 +18,7 @@ typedef struct {
     kd_client_t *client;        //  the cluster
     kd_model_t *model;          //  gradient code and scratch
     kd_dataset_t *data;         //  the whole training set
+    kd_sparse_lr_t *sparse;     //  or, for sparse-lr, its LIBSVM rows
     float *params;              //  local copy of the model
     float *grad;                //  gradient buffer
     float *xbuf;                //  gathered batch rows
@@ -94,6 +96,19 @@ s_setup (self_t *self)
         if (!self->speed)
             kd_error ("setting 'speed': %s", err);
     }
+    if (self->sparse) {
+        //  Room for the keys of the largest batch: every row its most entries.
+        size_t cap = 1 + batch * kd_sparse_lr_max_nnz (self->sparse);
+        if (!kd_client_keyed (client)) {
+            kd_error ("the cluster's model is not keyed: run it with --model sparse-lr");
+            return -1;
+        }
+        self->params = (float *) calloc (cap, sizeof (float));
+        self->grad = (float *) calloc (cap, sizeof (float));
+        self->n_params = cap;
+        assert (self->params && self->grad);
+        return 0;
+    }
     if (kind < 0)
         return -1;
     self->model = kd_model_new ((kd_model_kind_t) kind, kd_client_hidden (client), batch);
@@ -132,6 +147,44 @@ s_gather (self_t *self, const kd_release_t *release)
     return n;
 }
 
+//  Injected heterogeneity: an emulated compute time, scaled by this
+//  worker's speed factor, which the real work counts toward; or, without
+//  one, a stretch of the real work.  Returns -1 when the run stopped.
+static int
+s_emulate (self_t *self, double real_ms)
+{
+    double factor = s_speed_factor (self);
+    double emulated = self->delay_ms > 0 ? self->delay_ms * factor : real_ms * factor;
+    if (emulated > real_ms && kd_client_sleep (self->client, emulated - real_ms))
+        return -1;
+    kd_client_set_emulated_ms (self->client, emulated);
+    return 0;
+}
+
+//  sparse-lr: pull and push only the keys of the lease's rows.
+static void
+s_train_sparse (self_t *self, kd_release_t *release)
+{
+    kd_client_t *client = self->client;
+    while (!kd_client_stopped (client)) {
+        const uint64_t *keys;
+        size_t n_keys;
+        size_t rows = kd_sparse_lr_batch (self->sparse, release->rows, release->n_rows, &keys, &n_keys);
+        if (kd_client_pull_keys (client, keys, n_keys, self->params))
+            break;
+        double t_compute = kd_now_msf ();
+        float loss = kd_sparse_lr_gradient (self->sparse, self->params, self->grad);
+        if (s_emulate (self, kd_now_msf () - t_compute))
+            break;
+        if (self->nan_every > 0 && ++self->iterations % self->nan_every == 0)
+            self->grad [self->iterations % n_keys] = NAN;
+        if (kd_client_push_keys (client, keys, n_keys, self->grad, rows)
+        ||  kd_client_arrive (client, loss, release))
+            break;
+        kd_client_telemetry (client);
+    }
+}
+
 //  Iterate until STOP.
 static void
 s_train (self_t *self, kd_release_t *release)
@@ -145,15 +198,8 @@ s_train (self_t *self, kd_release_t *release)
         float loss = rows > 0 ? kd_model_gradient (self->model, self->params, self->xbuf,
                                                    self->ybuf, rows, self->grad)
                               : 0;
-        double real_ms = kd_now_msf () - t_compute;
-        //  Injected heterogeneity: an emulated compute time, scaled by this
-        //  worker's speed factor, which the real work counts toward; or,
-        //  without one, a stretch of the real work.
-        double factor = s_speed_factor (self);
-        double emulated = self->delay_ms > 0 ? self->delay_ms * factor : real_ms * factor;
-        if (emulated > real_ms && kd_client_sleep (client, emulated - real_ms))
+        if (s_emulate (self, kd_now_msf () - t_compute))
             break;
-        kd_client_set_emulated_ms (client, emulated);
         //  Fault injection: a poisoned gradient, which the client must not
         //  push and the cluster must not apply.
         if (self->nan_every > 0 && ++self->iterations % self->nan_every == 0 && self->n_params > 0)
@@ -186,11 +232,26 @@ kd_worker_run (kd_config_t *config)
         }
         kd_speed_destroy (&self->speed);
     }
-    self->data = kd_dataset_load_dir (kd_config_str (config, "data-dir"), "train", 0, 0,
-                                      err, sizeof err);
-    if (!self->data) {
-        kd_error ("cannot load training data: %s", err);
-        return 1;
+    bool sparse = !strcmp (kd_config_str (config, "model"), "sparse-lr");
+    if (sparse) {
+        self->sparse = kd_sparse_lr_load (kd_config_str (config, "train-file"),
+                                          (uint64_t) kd_config_int (config, "features"), err, sizeof err);
+        if (!self->sparse) {
+            kd_error ("cannot load training data: %s", *kd_config_str (config, "train-file")
+                      ? err : "sparse-lr needs --train-file");
+            return 1;
+        }
+        kd_info ("sparse-lr: %zu rows, %llu features, %zu bad lines skipped",
+                 kd_sparse_lr_rows (self->sparse),
+                 (unsigned long long) kd_sparse_lr_features (self->sparse), kd_sparse_lr_skipped (self->sparse));
+    }
+    else {
+        self->data = kd_dataset_load_dir (kd_config_str (config, "data-dir"), "train", 0, 0,
+                                          err, sizeof err);
+        if (!self->data) {
+            kd_error ("cannot load training data: %s", err);
+            return 1;
+        }
     }
     self->client = kd_client_new (kd_config_str (config, "scheduler"), kd_config_str (config, "name"));
     if (!self->client) {
@@ -202,7 +263,12 @@ kd_worker_run (kd_config_t *config)
     kd_client_set_timeout (self->client, (int) kd_config_int (config, "request-timeout-ms"));
     kd_client_set_liveness (self->client, (int) kd_config_int (config, "liveness"));
     kd_client_set_heartbeat (self->client, (int) kd_config_int (config, "heartbeat-ms"));
-    kd_client_set_samples (self->client, kd_dataset_count (self->data));
+    if (sparse) {
+        kd_client_set_samples (self->client, kd_sparse_lr_rows (self->sparse));
+        kd_client_set_keyed_layout (self->client, "w", kd_sparse_lr_features (self->sparse) + 1, 1);
+    }
+    else
+        kd_client_set_samples (self->client, kd_dataset_count (self->data));
     if (kd_config_int (config, "rank") >= 0)
         kd_client_set_rank (self->client, (uint64_t) kd_config_int (config, "rank"));
     if (kd_client_set_monitor (self->client, kd_config_str (config, "monitor"))) {
@@ -213,8 +279,12 @@ kd_worker_run (kd_config_t *config)
     //  a first RELEASE with our starting version, clock and lease.
     kd_release_t release;
     if (kd_client_register (self->client, -1) == 0 && s_setup (self) == 0
-    &&  kd_client_wait_start (self->client, &release, -1) == 0)
-        s_train (self, &release);
+    &&  kd_client_wait_start (self->client, &release, -1) == 0) {
+        if (sparse)
+            s_train_sparse (self, &release);
+        else
+            s_train (self, &release);
+    }
     if (!kd_client_stopped (self->client))
         exit_code = 1;
     else
@@ -229,6 +299,7 @@ cleanup:
     kd_client_destroy (&self->client);
     kd_model_destroy (&self->model);
     kd_dataset_destroy (&self->data);
+    kd_sparse_lr_destroy (&self->sparse);
     free (self->params);
     free (self->grad);
     free (self->xbuf);

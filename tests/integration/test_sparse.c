@@ -274,47 +274,72 @@ done:
     return NULL;
 }
 
-//  One run under a consistency model; its worker 0's last test AUC.
+//  One run under a consistency model: the test's external workers, and
+//  builtin kudus-worker processes training sparse-lr on train_file.
+//  Returns worker 0's last test AUC.
 static double
-s_train (const char *consistency, const char *extra_flag, const char *extra_value)
+s_run (const char *consistency, const char *extra_flag, const char *extra_value, int externals,
+       int builtin, const char *train_file)
 {
-    char port [16], log [512], summary [512];
+    char port [16], log [512], summary [512], n_ext [8], n_builtin [8], features [16];
     snprintf (port, sizeof port, "%d", s_port);
-    snprintf (log, sizeof log, "%s/local-%s.log", s_dir, consistency);
-    snprintf (summary, sizeof summary, "%s/summary-%s.json", s_dir, consistency);
-    const char *argv [] = { "kudus", "local", "--model", "external", "--workers", "0", "--external-workers",
-                            "2", "--shards", "2", "--consistency", consistency, "--batch", "50",
-                            "--epochs", "2", "--optimizer", "adagrad", "--lr", "0.2",
-                            "--base-port", port, "--quiet", "true", "--summary", summary,
-                            extra_flag, extra_value, NULL };
+    snprintf (log, sizeof log, "%s/local-%s-%d.log", s_dir, consistency, builtin);
+    snprintf (summary, sizeof summary, "%s/summary-%s-%d.json", s_dir, consistency, builtin);
+    snprintf (n_ext, sizeof n_ext, "%d", externals);
+    snprintf (n_builtin, sizeof n_builtin, "%d", builtin);
+    snprintf (features, sizeof features, "%d", S_FEATURES);
+    const char *argv [] = { "kudus", "local", "--model", builtin ? "sparse-lr" : "external",
+                            "--workers", n_builtin, "--external-workers", n_ext, "--shards", "2",
+                            "--consistency", consistency, "--batch", "50", "--epochs", "2",
+                            "--optimizer", "adagrad", "--lr", "0.2", "--base-port", port,
+                            "--quiet", "true", "--summary", summary, extra_flag, extra_value,
+                            builtin ? "--train-file" : NULL, train_file, "--features", features, NULL };
     pid_t pid = kd_test_spawn (argv, log);
     s_worker_t w [S_WORKERS];
     pthread_t t [S_WORKERS];
-    for (int i = 0; i < S_WORKERS; i++) {
+    for (int i = 0; i < externals; i++) {
         w [i] = (s_worker_t) { .index = i };
         snprintf (w [i].scheduler, sizeof w [i].scheduler, "tcp://127.0.0.1:%d", s_port);
         snprintf (w [i].monitor, sizeof w [i].monitor, "tcp://127.0.0.1:%d", s_port + 1);
         pthread_create (&t [i], NULL, s_worker, &w [i]);
     }
-    for (int i = 0; i < S_WORKERS; i++)
+    for (int i = 0; i < externals; i++)
         pthread_join (t [i], NULL);
     int status = -1;
     bool exited = kd_test_wait (pid, 60000, &status);
-    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0 || w [0].rc || w [1].rc)
+    bool failed = !exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0;
+    for (int i = 0; i < externals; i++)
+        failed = failed || w [i].rc;
+    if (failed)
         kd_test_dump (log);
     cr_expect (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: kudus local failed",
                consistency);
-    cr_expect_eq (w [0].rc, 0, "%s: worker 0 failed", consistency);
-    cr_expect_eq (w [1].rc, 0, "%s: worker 1 failed", consistency);
-    cr_expect (w [0].iterations > 20 && w [1].iterations > 20, "%s: %lu and %lu iterations",
-               consistency, w [0].iterations, w [1].iterations);
+    for (int i = 0; i < externals; i++) {
+        cr_expect_eq (w [i].rc, 0, "%s: worker %d failed", consistency, i);
+        cr_expect (w [i].iterations > 20, "%s: worker %d: %lu iterations", consistency, i, w [i].iterations);
+    }
     cr_expect (w [0].last_loss < w [0].first_loss, "%s: loss %.4f -> %.4f", consistency,
                w [0].first_loss, w [0].last_loss);
     kd_test_kill (pid);
-    printf ("FIGURE sparse %s: planted AUC %.4f, learned %.4f; loss %.4f -> %.4f; iterations %lu + %lu\n",
-            consistency, s_data.planted_auc, w [0].auc, w [0].first_loss, w [0].last_loss,
-            w [0].iterations, w [1].iterations);
+    //  Every worker, built-in or not, had its share of the rows applied.
+    char *json = kd_test_slurp (summary);
+    cr_assert (json, "%s: no summary", consistency);
+    cr_expect (strstr (json, builtin ? "\"model\": \"sparse-lr\"" : "\"model\": \"external\""),
+               "%s: the summary names another model", consistency);
+    int listed = 0;
+    for (const char *at = strstr (json, "\"applied_samples\": "); at;
+         at = strstr (at + 1, "\"applied_samples\": ")) {
+        cr_expect (atol (at + strlen ("\"applied_samples\": ")) > 1000, "%s: a worker had too few rows: %.40s",
+                   consistency, at);
+        listed++;
+    }
+    cr_expect_eq (listed, externals + builtin, "%s: %d workers in the summary", consistency, listed);
+    printf ("FIGURE sparse %s (%d external, %d built-in workers): planted AUC %.4f, learned %.4f; "
+            "loss %.4f -> %.4f; train_loss %.4f\n",
+            consistency, externals, builtin, s_data.planted_auc, w [0].auc, w [0].first_loss,
+            w [0].last_loss, kd_test_json_number (json, "train_loss"));
     fflush (stdout);
+    free (json);
     s_port += 20;
     return w [0].auc;
 }
@@ -328,12 +353,41 @@ Test (sparse, sparse_lr_trains_under_every_consistency_model)
         { "lsp", "--quota", "1" }, { "alsp", "--seed", "1" },
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs [0]; i++) {
-        double auc = s_train (runs [i].model, runs [i].flag, runs [i].value);
+        double auc = s_run (runs [i].model, runs [i].flag, runs [i].value, S_WORKERS, 0, NULL);
         //  The planted model is the best there is; 16,000 rows of a
         //  5,000-feature log learn most of it (0.80 against 0.85).
         cr_expect (auc > s_data.planted_auc - 0.08, "%s: AUC %.4f, planted %.4f", runs [i].model, auc,
                    s_data.planted_auc);
     }
+}
+
+//  The built-in worker's sparse-lr (kudus-worker --model sparse-lr) reads
+//  the train rows from a LIBSVM file; two of them and one of this test's
+//  workers train one model, which worker 0 scores on the held-out rows.
+Test (sparse, the_built_in_worker_trains_sparse_lr_from_a_file)
+{
+    char path [512];
+    snprintf (path, sizeof path, "%s/train.svm", s_dir);
+    FILE *f = fopen (path, "w");
+    cr_assert (f);
+    for (size_t r = 0; r < S_TRAIN; r++) {
+        fprintf (f, "%d", (int) s_data.label [r]);
+        for (size_t e = s_data.start [r]; e < s_data.start [r + 1]; e++)
+            fprintf (f, " %llu:1", (unsigned long long) s_data.index [e]);
+        fputc ('\n', f);
+    }
+    fclose (f);
+    double auc = s_run ("lsp", "--quota", "2", 1, 2, path);
+    cr_expect (auc > s_data.planted_auc - 0.08, "AUC %.4f, planted %.4f", auc, s_data.planted_auc);
+    //  Without a train file, kudus local says what is missing.
+    char log [512];
+    snprintf (log, sizeof log, "%s/no-file.log", s_dir);
+    const char *argv [] = { "kudus", "local", "--model", "sparse-lr", "--workers", "2", NULL };
+    int status = -1;
+    pid_t pid = kd_test_spawn (argv, log);
+    cr_assert (kd_test_wait (pid, 30000, &status));
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 2);
+    cr_expect_eq (kd_test_count (log, "needs --train-file"), 1);
 }
 
 //  What a keyed shard refuses, answered with ERROR and counted, while it
