@@ -37,6 +37,11 @@ int
 int
     kd_bench_barrier (kd_bench_t *bench);
 
+//  kudus bench sparse: a keyed pull against a dense one, and sparse-lr's
+//  bytes per iteration against the model's size.
+int
+    kd_bench_sparse (kd_bench_t *bench);
+
 //  kudus bench compute: kd_model_gradient against bare OpenBLAS.
 int
     kd_bench_compute (kd_bench_t *bench);

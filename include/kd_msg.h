@@ -193,7 +193,7 @@ typedef enum {
     KD_SC_PUSHES,           //  gradient slices received
     KD_SC_PULLS,            //  parameter slices sent
     KD_SC_COMMITS,          //  optimizer steps applied
-    KD_SC_BYTES_IN,         //  bytes of gradient data received
+    KD_SC_BYTES_IN,         //  bytes of gradient data (and keys) received
     KD_SC_BYTES_OUT,        //  bytes of parameter data sent
     KD_SC_STAGED,           //  gradients staged now, waiting for a COMMIT
     KD_SC_CHECKPOINTS,      //  checkpoints written

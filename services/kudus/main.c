@@ -19,7 +19,7 @@ s_usage (FILE *out)
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
         "  gen-ctr OUT     write a synthetic click log (LIBSVM) with a planted model\n"
         "  linkd           link delay in user space (started by local --netns)\n"
-        "  bench pushpull|barrier|compute\n"
+        "  bench pushpull|barrier|compute|sparse\n"
         "                  benchmarks that print ratios (docs/performance.md)\n"
         "  version         print the version\n\n"
         "'kudus COMMAND --help' lists a command's settings.\n");

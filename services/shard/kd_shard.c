@@ -373,10 +373,23 @@ s_optimizer_adopt (self_t *self, kd_msg_t *msg)
 //  rank from a real scheduler's WELCOME but hold n zeros at [rank * n,
 //  rank * n + n) whatever the model, so that values of any size go through
 //  the real PUSH and PULL paths.  Returns true when it handled the WELCOME.
+static void s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd_tensor_t *tensor);
+
 static bool
 s_bench_welcome (self_t *self, kd_msg_t *msg)
 {
     uint64_t floats = (uint64_t) kd_config_int (self->config, "bench-floats");
+    uint64_t keys = (uint64_t) kd_config_int (self->config, "bench-keys");
+    if (keys > 0) {
+        //  --bench-keys n (kudus bench sparse): a keyed model of n keys of
+        //  one value, under the scheduler's consistency model.
+        const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
+        self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
+        uint64_t rank = kd_msg_uint (msg, KD_F_RANK);
+        kd_tensor_t t = { .name = "w", .rows = keys, .cols = 1, .count = keys };
+        s_welcome_keyed (self, msg, rank * keys, rank * keys + keys, &t);
+        return true;
+    }
     if (floats == 0)
         return false;
     self->rank = kd_msg_uint (msg, KD_F_RANK);
@@ -1377,6 +1390,8 @@ s_on_pull (self_t *self, kd_msg_t *msg)
             s_error (self, kd_msg_routing_id (msg), KD_ERR_MALFORMED, why);
             return;
         }
+        //  A keyed pull's keys are on the wire too.
+        self->bytes_in += n_keys * sizeof (uint64_t);
         if (want <= self->version) {
             s_send_keyed (self, kd_msg_routing_id (msg), keys, n_keys, dtype);
             return;

@@ -245,6 +245,53 @@ Test (bench, compute_json_smoke)
     cr_expect_eq (s_check_lines (out, "compute", keys, zero_ok), 2);
 }
 
+Test (bench, sparse_json_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/sparse.json", s_dir);
+    snprintf (err, sizeof err, "%s/sparse.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "sparse", "--json", "--sparse-features", "20000,200000", "--sparse-rows", "5000",
+                            "--sparse-seconds", "3", "--sparse-workers", "2", "--sparse-shards", "2",
+                            "--per-row", "10", "--pull-keys", "1000", "--repeat", "1",
+                            "--run-seconds", "0.05", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench sparse exited %d", rc);
+    char pull [256], bytes [256];
+    snprintf (pull, sizeof pull, "%s/sparse-pull.json", s_dir);
+    snprintf (bytes, sizeof bytes, "%s/sparse-bytes.json", s_dir);
+    //  One pull line, then one bytes line per feature count.
+    char *text = kd_test_slurp (out);
+    cr_assert (text);
+    char *nl = strchr (text, '\n');
+    cr_assert (nl, "no second line: %s", text);
+    *nl = 0;
+    FILE *f = fopen (pull, "w");
+    fputs (text, f);
+    fclose (f);
+    f = fopen (bytes, "w");
+    fputs (nl + 1, f);
+    fclose (f);
+    free (text);
+    const char *pull_keys [] = { "keys", "model_keys", "keyed_pull_us", "dense_pull_us",
+                                 "ratio_keyed_vs_dense", "keyed_wire_bytes", NULL };
+    cr_expect_eq (s_check_lines (pull, "sparse-pull", pull_keys, NULL), 1);
+    const char *bytes_keys [] = { "features", "rows", "iterations", "bytes_per_iteration",
+                                  "dense_bytes_per_iteration", "ratio_vs_dense", "shard_peak_rss_kib", NULL };
+    cr_expect_eq (s_check_lines (bytes, "sparse-bytes", bytes_keys, NULL), 2);
+    //  Keyed traffic does not grow with the model: 10x the features, far
+    //  less than 10x the bytes (the batch's distinct keys grow a little).
+    text = kd_test_slurp (bytes);
+    nl = text ? strchr (text, '\n') : NULL;
+    cr_assert (nl);
+    double small = kd_test_json_number (text, "bytes_per_iteration");
+    double large = kd_test_json_number (nl + 1, "bytes_per_iteration");
+    cr_expect (large < 2 * small, "bytes per iteration %g at 20,000 features, %g at 200,000", small, large);
+    free (text);
+}
+
 Test (bench, bad_settings_are_refused)
 {
     char out [256], err [256];
@@ -258,6 +305,8 @@ Test (bench, bad_settings_are_refused)
     cr_expect_eq (s_run (bad_list, out, err), 2);
     const char *odd_size [] = { "pushpull", "--sizes", "6", "--shards", "4", NULL };
     cr_expect_eq (s_run (odd_size, out, err), 2);
+    const char *no_features [] = { "sparse", "--sparse-features", "0", NULL };
+    cr_expect_eq (s_run (no_features, out, err), 2);
     const char *range [] = { "barrier", "--workers", "2000", NULL };
     cr_expect_eq (s_run (range, out, err), 2);
     const char *help [] = { "--help", NULL };

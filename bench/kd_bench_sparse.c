@@ -1,0 +1,486 @@
+/*  kudus bench sparse: keyed (sparse) models against dense ones.
+
+    1. What a keyed pull costs.  Two one-shard clusters run side by side,
+       each a real kudus-scheduler and kudus-shard on loopback: one shard
+       holds a keyed model of the largest `sparse-features` keys
+       (--bench-keys), the other `pull-keys` dense floats (--bench-floats).
+       This process pulls `pull-keys` scattered keys, which one push
+       touched first, from the one and as many floats from the other, in
+       alternating timed runs (--run-seconds each), and reports the median
+       op times and their ratio.  A keyed pull sends its keys (8 bytes a
+       key) and the shard looks each one up, so it cannot be as cheap as a
+       dense pull of the same floats: the ratio says how much dearer.
+
+    2. Bytes on the wire per iteration, against the model's size.  For each
+       feature count in `sparse-features`, a click log of `sparse-rows` rows
+       (kd_ctrgen, as `kudus gen-ctr` writes it, same seed) and a `kudus
+       local --model sparse-lr` cluster of `sparse-workers` built-in
+       workers and `sparse-shards` shards, BSP, trained for
+       `sparse-seconds`.  The shards' STATS, read twice a second, give the
+       bytes they received (keys and gradient values) and sent (values),
+       over the worker iterations after the first fifth of the run (every
+       iteration pushes to every shard).  A dense model would move
+       2 x 4 x (features + 1) bytes an iteration; a keyed one only the keys
+       its batch touches, whatever the model's size.  Each row also gives
+       the largest shard's peak RSS.
+
+    Stopped by SIGINT or SIGTERM, it says "interrupted" and reaps its
+    children, as the other benchmarks do.
+*/
+#include "kd_bench.h"
+#include "kd_ctrgen.h"
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_TIMEOUT_MS    30000           //  a reply later than this fails
+#define S_READY_MS      20000           //  shards must register by then
+#define S_MAX_OPS       100000          //  ops per timed run at most
+#define S_MAX_SHARDS    16
+#define S_POLL_MS       500             //  STATS period
+
+static volatile sig_atomic_t s_stop = 0;
+
+static void
+s_on_signal (int sig)
+{
+    (void) sig;
+    s_stop = 1;
+}
+
+//  A DEALER connected to a local port, with timeouts.
+static zsock_t *
+s_dealer (int port)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (sock);
+    zsock_set_rcvtimeo (sock, S_TIMEOUT_MS);
+    zsock_set_sndtimeo (sock, S_TIMEOUT_MS);
+    zsock_set_linger (sock, 0);
+    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port)) {
+        zsock_destroy (&sock);
+        return NULL;
+    }
+    return sock;
+}
+
+//  A PULL of version 0: of keys when given, else of the whole slice.
+static kd_msg_t *
+s_pull (const uint64_t *keys, size_t n)
+{
+    kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (pull, KD_F_VERSION, 0);
+    if (keys)
+        kd_msg_set_keys (pull, keys, n);
+    return pull;
+}
+
+//  One request and its answer; returns 0 if the answer is `want` with
+//  `count` values (any count when 0).
+static int
+s_round (zsock_t *sock, kd_msg_t **req_p, kd_msg_type_t want, size_t count, char *why, size_t size)
+{
+    if (kd_msg_send (req_p, sock))
+        return -1;
+    kd_msg_t *reply = NULL;
+    if (kd_msg_recv (sock, &reply, NULL, NULL) != 0) {
+        snprintf (why, size, "no answer within %d ms", S_TIMEOUT_MS);
+        return -1;
+    }
+    int rc = kd_msg_type (reply) == want && (!count || kd_msg_uint (reply, KD_F_COUNT) == count) ? 0 : -1;
+    if (rc)
+        snprintf (why, size, "answered %s (%s)", kd_msg_type_name (kd_msg_type (reply)),
+                  kd_msg_type (reply) == KD_MSG_ERROR ? kd_msg_str (reply, KD_F_REASON) : "unexpected");
+    kd_msg_destroy (&reply);
+    return rc;
+}
+
+//  A scheduler on port and one shard on port + 1 with a bench flag.
+static int
+s_mini_cluster (kd_bench_t *b, int port, const char *consistency, const char *flag, size_t value,
+                pid_t *sched, pid_t *shard)
+{
+    char bind [64], shard_bind [64], v [32];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", port);
+    snprintf (shard_bind, sizeof shard_bind, "tcp://127.0.0.1:%d", port + 1);
+    snprintf (v, sizeof v, "%zu", value);
+    const char *sargv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1", "--min-workers", "1",
+                             "--consistency", consistency, "--optimizer", "adagrad",
+                             "--log-level", "error", NULL };
+    *sched = kd_bench_spawn (b, sargv);
+    const char *argv [] = { "kudus-shard", "--bind", shard_bind, "--scheduler", bind, flag, v,
+                            "--log-level", "error", NULL };
+    *shard = kd_bench_spawn (b, argv);
+    return *sched > 0 && *shard > 0 ? 0 : -1;
+}
+
+//  Ask until the shard answers the probe as wanted (it has registered).
+static int
+s_wait_ready (zsock_t *sock, const uint64_t *keys, size_t n)
+{
+    uint64_t deadline = kd_now_ms () + S_READY_MS;
+    char why [160];
+    while (kd_now_ms () < deadline && !s_stop) {
+        kd_msg_t *pull = s_pull (keys, n);
+        if (s_round (sock, &pull, KD_MSG_PULL_OK, 0, why, sizeof why) == 0)
+            return 0;
+        zclock_sleep (50);
+    }
+    return -1;
+}
+
+//  Pulls for `seconds`: the median op time in us, or -1 (why).
+static double
+s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, double seconds, double *op_us,
+               char *why, size_t size)
+{
+    size_t ops = 0;
+    double t0 = kd_now_msf ();
+    while (ops < S_MAX_OPS && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+        double t = kd_now_msf ();
+        kd_msg_t *pull = s_pull (keys, keys ? n : 0);
+        if (s_round (sock, &pull, KD_MSG_PULL_OK, n, why, size))
+            return -1;
+        op_us [ops++] = (kd_now_msf () - t) * 1000;
+    }
+    return kd_bench_median (op_us, (int) ops);
+}
+
+//  Part 1: a keyed pull of n keys against a dense pull of n floats.
+static int
+s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
+{
+    if (n == 0 || n > model_keys)
+        return 0;
+    pid_t pids [4] = { 0 };
+    zsock_t *keyed = NULL, *dense = NULL;
+    uint64_t *keys = (uint64_t *) malloc (n * sizeof (uint64_t));
+    float *values = (float *) malloc (n * sizeof (float));
+    double *op_us = (double *) malloc (S_MAX_OPS * sizeof (double));
+    double *keyed_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
+    double *dense_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
+    double *ratio = (double *) calloc ((size_t) b->repeat, sizeof (double));
+    assert (keys && values && op_us && keyed_us && dense_us && ratio);
+    //  Scattered over the whole model, one key in each of n equal strides.
+    uint64_t stride = model_keys / n, state = 7;
+    for (size_t i = 0; i < n; i++) {
+        keys [i] = i * stride + kd_splitmix64 (&state) % stride;
+        values [i] = 0.01f;
+    }
+    char why [160] = "";
+    int rc = -1;
+    double seconds = kd_config_double (b->config, "run-seconds");
+    //  ASP: the touching push is applied at once, so the pulls read rows
+    //  that exist, as in training.
+    if (s_mini_cluster (b, b->base_port, "asp", "--bench-keys", (size_t) model_keys, &pids [0], &pids [1])
+    ||  s_mini_cluster (b, b->base_port + 10, "bsp", "--bench-floats", n, &pids [2], &pids [3])
+    ||  !(keyed = s_dealer (b->base_port + 1)) || !(dense = s_dealer (b->base_port + 11))) {
+        snprintf (why, sizeof why, "cannot start the clusters");
+        goto done;
+    }
+    if (s_wait_ready (keyed, keys, 1) || s_wait_ready (dense, NULL, 0)) {
+        snprintf (why, sizeof why, "a shard did not register in %d ms", S_READY_MS);
+        goto done;
+    }
+    kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (push, KD_F_RANK, 0);
+    kd_msg_set_uint (push, KD_F_CLOCK, 0);
+    kd_msg_set_uint (push, KD_F_BASE, 0);
+    kd_msg_set_uint (push, KD_F_LO, 0);
+    zframe_t *data = zframe_new (values, n * sizeof (float));
+    kd_msg_set_data (push, &data);
+    kd_msg_set_keys (push, keys, n);
+    if (s_round (keyed, &push, KD_MSG_PUSH_OK, 0, why, sizeof why))
+        goto done;
+    for (int r = 0; r < b->repeat && !s_stop; r++) {
+        keyed_us [r] = s_timed_pulls (keyed, keys, n, seconds, op_us, why, sizeof why);
+        dense_us [r] = s_timed_pulls (dense, NULL, n, seconds, op_us, why, sizeof why);
+        if (keyed_us [r] < 0 || dense_us [r] < 0)
+            goto done;
+        ratio [r] = keyed_us [r] / dense_us [r];
+    }
+    if (s_stop)
+        goto done;
+    char f_keys [32], f_model [32], f_keyed [32], f_dense [32], f_ratio [32], f_bytes [32];
+    snprintf (f_keys, sizeof f_keys, "%zu", n);
+    snprintf (f_model, sizeof f_model, "%llu", (unsigned long long) model_keys);
+    snprintf (f_keyed, sizeof f_keyed, "%.1f", kd_bench_median (keyed_us, b->repeat));
+    snprintf (f_dense, sizeof f_dense, "%.1f", kd_bench_median (dense_us, b->repeat));
+    snprintf (f_ratio, sizeof f_ratio, "%.2f", kd_bench_median (ratio, b->repeat));
+    snprintf (f_bytes, sizeof f_bytes, "%zu", n * (sizeof (uint64_t) + sizeof (float)));
+    const char *kv [] = { "keys", f_keys, "model_keys", f_model, "keyed_pull_us", f_keyed,
+                          "dense_pull_us", f_dense, "ratio_keyed_vs_dense", f_ratio,
+                          "keyed_wire_bytes", f_bytes, NULL };
+    kd_bench_row (b, "sparse-pull", header, kv);
+    rc = 0;
+done:
+    if (rc && !s_stop)
+        kd_error ("sparse pull (%zu keys of %llu): %s", n, (unsigned long long) model_keys, why);
+    zsock_destroy (&keyed);
+    zsock_destroy (&dense);
+    for (int i = 0; i < 4; i++)
+        if (pids [i] > 0)
+            kd_bench_stop (pids [i]);
+    free (keys);
+    free (values);
+    free (op_us);
+    free (keyed_us);
+    free (dense_us);
+    free (ratio);
+    return s_stop ? -2 : rc;
+}
+
+//  Write rows of a click log (kd_ctrgen) as LIBSVM text.  Returns 0 or -1.
+static int
+s_write_log (const char *path, uint64_t features, size_t rows, uint32_t per_row, double zipf,
+             uint64_t seed, char *why, size_t size)
+{
+    kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
+    if (!gen)
+        return -1;
+    FILE *f = fopen (path, "w");
+    uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
+    if (!f || !index) {
+        snprintf (why, size, "cannot write %s", path);
+        if (f)
+            fclose (f);
+        free (index);
+        kd_ctrgen_destroy (&gen);
+        return -1;
+    }
+    for (size_t r = 0; r < rows && !s_stop; r++) {
+        double score;
+        int label = kd_ctrgen_row (gen, index, &score);
+        fputc (label ? '1' : '0', f);
+        for (uint32_t i = 0; i < per_row; i++)
+            fprintf (f, " %llu:1", (unsigned long long) index [i]);
+        fputc ('\n', f);
+    }
+    int rc = ferror (f) ? -1 : 0;
+    if (fclose (f))
+        rc = -1;
+    if (rc)
+        snprintf (why, size, "cannot write %s", path);
+    free (index);
+    kd_ctrgen_destroy (&gen);
+    return s_stop ? -1 : rc;
+}
+
+//  The shards' counters summed; returns the shards that answered.
+static size_t
+s_shard_stats (zsock_t **socks, size_t n, uint64_t *bytes, uint64_t *pushes)
+{
+    size_t answered = 0;
+    *bytes = *pushes = 0;
+    for (size_t s = 0; s < n; s++) {
+        kd_msg_t *req = kd_msg_new (KD_MSG_STATS);
+        if (kd_msg_send (&req, socks [s]))
+            continue;
+        kd_msg_t *reply = NULL;
+        if (kd_msg_recv (socks [s], &reply, NULL, NULL) == 0 && kd_msg_type (reply) == KD_MSG_STATS_OK) {
+            size_t k = 0;
+            const uint64_t *c = kd_msg_uints (reply, KD_F_COUNTERS, &k);
+            if (c && k > KD_SC_BYTES_OUT) {
+                *bytes += c [KD_SC_BYTES_IN] + c [KD_SC_BYTES_OUT];
+                *pushes += c [KD_SC_PUSHES];
+                answered++;
+            }
+        }
+        kd_msg_destroy (&reply);
+    }
+    return answered;
+}
+
+//  The largest VmHWM (KiB) of the kudus-shard children of pid.
+static long
+s_shards_peak_kib (pid_t parent)
+{
+    long peak = 0;
+    DIR *d = opendir ("/proc");
+    struct dirent *e;
+    while (d && (e = readdir (d))) {
+        char path [300], line [256];
+        snprintf (path, sizeof path, "/proc/%s/status", e->d_name);
+        FILE *f = fopen (path, "r");
+        if (!f)
+            continue;
+        bool shard = false;
+        long hwm = 0, ppid = -1;
+        while (fgets (line, sizeof line, f)) {
+            if (!strncmp (line, "Name:", 5))
+                shard = strstr (line, "kudus-shard") != NULL;
+            else
+            if (!strncmp (line, "PPid:", 5))
+                ppid = atol (line + 5);
+            else
+            if (!strncmp (line, "VmHWM:", 6))
+                hwm = atol (line + 6);
+        }
+        fclose (f);
+        if (shard && ppid == parent && hwm > peak)
+            peak = hwm;
+    }
+    if (d)
+        closedir (d);
+    return peak;
+}
+
+//  Part 2: bytes per iteration of sparse-lr with `features` features.
+static int
+s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *header)
+{
+    kd_config_t *c = b->config;
+    size_t rows = (size_t) kd_config_int (c, "sparse-rows");
+    uint32_t per_row = (uint32_t) kd_config_int (c, "per-row");
+    int workers = (int) kd_config_int (c, "sparse-workers");
+    int shards = (int) kd_config_int (c, "sparse-shards");
+    double seconds = kd_config_double (c, "sparse-seconds");
+    char path [600], why [700] = "", log [600];
+    snprintf (path, sizeof path, "%s/ctr-%llu.svm", dir, (unsigned long long) features);
+    snprintf (log, sizeof log, "%s/local-%llu.log", dir, (unsigned long long) features);
+    double t_gen = kd_now_msf ();
+    if (s_write_log (path, features, rows, per_row, kd_config_double (c, "zipf"), 42, why, sizeof why)) {
+        if (!s_stop)
+            kd_error ("sparse features=%llu: %s", (unsigned long long) features, why);
+        return s_stop ? -2 : -1;
+    }
+    kd_info ("sparse: %zu rows of %u features of %llu written in %.1f s", rows, per_row,
+             (unsigned long long) features, (kd_now_msf () - t_gen) / 1000);
+    int port = b->base_port + 20;
+    char f_features [32], f_workers [16], f_shards [16], f_port [16], f_seconds [32], f_batch [16];
+    snprintf (f_features, sizeof f_features, "%llu", (unsigned long long) features);
+    snprintf (f_workers, sizeof f_workers, "%d", workers);
+    snprintf (f_shards, sizeof f_shards, "%d", shards);
+    snprintf (f_port, sizeof f_port, "%d", port);
+    //  The workers load the file before the clock starts; the run itself
+    //  lasts the measured seconds and a margin.
+    snprintf (f_seconds, sizeof f_seconds, "%g", seconds + 5);
+    snprintf (f_batch, sizeof f_batch, "%lld", (long long) kd_config_int (c, "sparse-batch"));
+    const char *argv [] = { "kudus", "local", "--model", "sparse-lr", "--train-file", path,
+                            "--features", f_features, "--workers", f_workers, "--shards", f_shards,
+                            "--consistency", "bsp", "--optimizer", "adagrad", "--lr", "0.2",
+                            "--batch", f_batch, "--epochs", "1000", "--max-seconds", f_seconds,
+                            "--base-port", f_port, "--quiet", "true", "--log-level", "warn", NULL };
+    pid_t local = kd_bench_spawn (b, argv);
+    zsock_t *socks [S_MAX_SHARDS] = { NULL };
+    for (int s = 0; s < shards && s < S_MAX_SHARDS; s++)
+        socks [s] = s_dealer (port + 100 + s);
+    //  Poll: the first sample with pushes starts the clock; the samples
+    //  after the first fifth of `seconds` are the window.
+    double t_first = -1, t_from = 0, t_to = 0;
+    uint64_t bytes_from = 0, pushes_from = 0, bytes_to = 0, pushes_to = 0;
+    long peak = 0;
+    bool in_window = false;
+    int rc = -1;
+    while (!s_stop) {
+        int status;
+        if (local <= 0 || waitpid (local, &status, WNOHANG) == local) {
+            local = 0;
+            break;
+        }
+        zclock_sleep (S_POLL_MS);
+        uint64_t bytes, pushes;
+        size_t answered = s_shard_stats (socks, (size_t) shards, &bytes, &pushes);
+        long hwm = s_shards_peak_kib (local);
+        if (hwm > peak)
+            peak = hwm;
+        double now = kd_now_msf ();
+        if (answered < (size_t) shards || pushes == 0)
+            continue;
+        if (t_first < 0)
+            t_first = now;
+        if (!in_window && now - t_first >= seconds * 1000 / 5) {
+            in_window = true;
+            t_from = now;
+            bytes_from = bytes;
+            pushes_from = pushes;
+        }
+        if (in_window) {
+            t_to = now;
+            bytes_to = bytes;
+            pushes_to = pushes;
+        }
+        if (t_first >= 0 && now - t_first >= seconds * 1000)
+            break;
+    }
+    for (int s = 0; s < shards && s < S_MAX_SHARDS; s++)
+        zsock_destroy (&socks [s]);
+    if (local > 0)
+        kd_bench_stop (local);
+    double iterations = (double) (pushes_to - pushes_from) / shards;
+    if (s_stop)
+        rc = -2;
+    else
+    if (!in_window || iterations < 1) {
+        kd_error ("sparse features=%llu: no iterations measured (see %s)", (unsigned long long) features, log);
+        rc = -1;
+    }
+    else {
+        double per_iter = (double) (bytes_to - bytes_from) / iterations;
+        double dense = 2.0 * sizeof (float) * (double) (features + 1);
+        char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32];
+        snprintf (f_rows, sizeof f_rows, "%zu", rows);
+        snprintf (f_iter, sizeof f_iter, "%.0f", iterations);
+        snprintf (f_ips, sizeof f_ips, "%.1f", iterations / ((t_to - t_from) / 1000));
+        snprintf (f_bytes, sizeof f_bytes, "%.0f", per_iter);
+        snprintf (f_dense, sizeof f_dense, "%.0f", dense);
+        snprintf (f_ratio, sizeof f_ratio, "%.2e", per_iter / dense);
+        snprintf (f_rss, sizeof f_rss, "%ld", peak);
+        const char *kv [] = { "features", f_features, "rows", f_rows,
+                              "workers", f_workers, "shards", f_shards, "iterations", f_iter,
+                              "iterations_per_s", f_ips, "bytes_per_iteration", f_bytes,
+                              "dense_bytes_per_iteration", f_dense, "ratio_vs_dense", f_ratio,
+                              "shard_peak_rss_kib", f_rss, NULL };
+        kd_bench_row (b, "sparse-bytes", header, kv);
+        rc = 0;
+    }
+    unlink (path);
+    return rc;
+}
+
+int
+kd_bench_sparse (kd_bench_t *b)
+{
+    uint64_t features [KD_BENCH_MAX_LIST];
+    int n = kd_bench_list (kd_config_str (b->config, "sparse-features"), features, KD_BENCH_MAX_LIST);
+    if (n <= 0) {
+        fprintf (stderr, "kudus bench: setting 'sparse-features': a list of feature counts, e.g. 1M,10M\n");
+        return 2;
+    }
+    if (kd_config_int (b->config, "sparse-shards") > S_MAX_SHARDS) {
+        fprintf (stderr, "kudus bench: setting 'sparse-shards': at most %d\n", S_MAX_SHARDS);
+        return 2;
+    }
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    uint64_t largest = 0;
+    for (int i = 0; i < n; i++)
+        if (features [i] > largest)
+            largest = features [i];
+    char *dir = NULL;
+    char tmpl [] = "/tmp/kudus-bench-sparse-XXXXXX";
+    dir = mkdtemp (tmpl);
+    if (!dir) {
+        fprintf (stderr, "kudus bench sparse: cannot make a temporary directory\n");
+        return 1;
+    }
+    bool pull_header = false, bytes_header = false;
+    int done = 0, rc = s_pull_cost (b, largest + 1, (size_t) kd_config_int (b->config, "pull-keys"),
+                                    &pull_header);
+    if (rc == 0)
+        done++;
+    for (int i = 0; i < n && rc != -2; i++) {
+        int r = s_bytes_per_iteration (b, dir, features [i], &bytes_header);
+        if (r == 0)
+            done++;
+        else
+            rc = r;
+    }
+    rmdir (dir);
+    if (rc == -2) {
+        fprintf (stderr, "kudus bench sparse: interrupted after %d of %d configurations\n", done, n + 1);
+        return 130;
+    }
+    return rc ? 1 : 0;
+}
