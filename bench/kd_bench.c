@@ -279,3 +279,18 @@ kd_bench_raw_router (void *ctx, const char *endpoint, const char *what)
     }
     return router;
 }
+
+zsock_t *
+kd_bench_dealer (int port, int timeout_ms)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (sock);
+    zsock_set_rcvtimeo (sock, timeout_ms);
+    zsock_set_sndtimeo (sock, timeout_ms);
+    zsock_set_linger (sock, 0);
+    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port)) {
+        zsock_destroy (&sock);
+        return NULL;
+    }
+    return sock;
+}

@@ -78,6 +78,11 @@ double
 pid_t
     kd_bench_spawn (kd_bench_t *bench, const char *const *argv);
 
+//  A DEALER connected to a loopback port, with send and receive timeouts
+//  and no linger.  NULL if it cannot connect.
+zsock_t *
+    kd_bench_dealer (int port, int timeout_ms);
+
 //  SIGTERM a child, wait for it a moment, then SIGKILL and reap.
 void
     kd_bench_stop (pid_t pid);

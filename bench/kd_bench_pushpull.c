@@ -285,22 +285,6 @@ s_cluster_stop (s_cluster_t *c)
     c->scheduler = 0;
 }
 
-//  A DEALER connected to a local port, with timeouts.
-static zsock_t *
-s_dealer (int port)
-{
-    zsock_t *sock = zsock_new (ZMQ_DEALER);
-    assert (sock);
-    zsock_set_rcvtimeo (sock, S_TIMEOUT_MS);
-    zsock_set_sndtimeo (sock, S_TIMEOUT_MS);
-    zsock_set_linger (sock, 0);
-    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port)) {
-        zsock_destroy (&sock);
-        return NULL;
-    }
-    return sock;
-}
-
 //  Start the scheduler, the shards and the echo servers, and wait until
 //  every shard answers a PULL (it has registered).  Returns 0 or -1.
 static int
@@ -327,8 +311,8 @@ s_cluster_start (s_cluster_t *c)
                   b->base_port + 1 + S_MAX_SHARDS + (int) s);
         const char *eargv [] = { b->self_exe, "bench", "zmq-echo", echo_bind, NULL };
         c->echo_pid [s] = kd_bench_spawn (b, eargv);
-        c->kudus [s] = s_dealer (b->base_port + 1 + (int) s);
-        c->echo [s] = s_dealer (b->base_port + 1 + S_MAX_SHARDS + (int) s);
+        c->kudus [s] = kd_bench_dealer (b->base_port + 1 + (int) s, S_TIMEOUT_MS);
+        c->echo [s] = kd_bench_dealer (b->base_port + 1 + S_MAX_SHARDS + (int) s, S_TIMEOUT_MS);
         if (c->shard_pid [s] < 0 || c->echo_pid [s] < 0 || !c->kudus [s] || !c->echo [s])
             return -1;
     }

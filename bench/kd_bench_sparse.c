@@ -48,22 +48,6 @@ s_on_signal (int sig)
     s_stop = 1;
 }
 
-//  A DEALER connected to a local port, with timeouts.
-static zsock_t *
-s_dealer (int port)
-{
-    zsock_t *sock = zsock_new (ZMQ_DEALER);
-    assert (sock);
-    zsock_set_rcvtimeo (sock, S_TIMEOUT_MS);
-    zsock_set_sndtimeo (sock, S_TIMEOUT_MS);
-    zsock_set_linger (sock, 0);
-    if (zsock_connect (sock, "tcp://127.0.0.1:%d", port)) {
-        zsock_destroy (&sock);
-        return NULL;
-    }
-    return sock;
-}
-
 //  A PULL of version 0: of keys when given, else of the whole slice.
 static kd_msg_t *
 s_pull (const uint64_t *keys, size_t n)
@@ -174,7 +158,8 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     //  that exist, as in training.
     if (s_mini_cluster (b, b->base_port, "asp", "--bench-keys", (size_t) model_keys, &pids [0], &pids [1])
     ||  s_mini_cluster (b, b->base_port + 10, "bsp", "--bench-floats", n, &pids [2], &pids [3])
-    ||  !(keyed = s_dealer (b->base_port + 1)) || !(dense = s_dealer (b->base_port + 11))) {
+    ||  !(keyed = kd_bench_dealer (b->base_port + 1, S_TIMEOUT_MS))
+    ||  !(dense = kd_bench_dealer (b->base_port + 11, S_TIMEOUT_MS))) {
         snprintf (why, sizeof why, "cannot start the clusters");
         goto done;
     }
@@ -364,7 +349,7 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     pid_t local = kd_bench_spawn (b, argv);
     zsock_t *socks [S_MAX_SHARDS] = { NULL };
     for (int s = 0; s < shards && s < S_MAX_SHARDS; s++)
-        socks [s] = s_dealer (port + 100 + s);
+        socks [s] = kd_bench_dealer (port + 100 + s, S_TIMEOUT_MS);
     //  Poll: the first sample with pushes starts the clock; the samples
     //  after the first fifth of `seconds` are the window.
     double t_first = -1, t_from = 0, t_to = 0;
