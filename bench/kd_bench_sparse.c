@@ -30,6 +30,7 @@
 #include "kd_bench.h"
 #include "kd_ctrgen.h"
 #include <dirent.h>
+#include <errno.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -443,11 +444,9 @@ kd_bench_sparse (kd_bench_t *b)
     for (int i = 0; i < n; i++)
         if (features [i] > largest)
             largest = features [i];
-    char *dir = NULL;
-    char tmpl [] = "/tmp/kudus-bench-sparse-XXXXXX";
-    dir = mkdtemp (tmpl);
+    char *dir = kd_temp_dir ("kudus-bench-sparse");
     if (!dir) {
-        fprintf (stderr, "kudus bench sparse: cannot make a temporary directory\n");
+        fprintf (stderr, "kudus bench sparse: cannot make a temporary directory: %s\n", strerror (errno));
         return 1;
     }
     bool pull_header = false, bytes_header = false;
@@ -463,6 +462,7 @@ kd_bench_sparse (kd_bench_t *b)
             rc = r;
     }
     rmdir (dir);
+    free (dir);
     if (rc == -2) {
         fprintf (stderr, "kudus bench sparse: interrupted after %d of %d configurations\n", done, n + 1);
         return 130;

@@ -8,6 +8,7 @@
 */
 #include "kd_curve.h"
 #include "kd_log.h"
+#include "kd_util.h"
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -461,16 +462,17 @@ done:
 char *
 kd_curve_keygen_temp (char *err, size_t err_size)
 {
-    char tmpl [] = "/tmp/kudus-keys-XXXXXX";
-    if (!mkdtemp (tmpl)) {
+    char *dir = kd_temp_dir ("kudus-keys");
+    if (!dir) {
         snprintf (err, err_size, "cannot create a temporary keys directory: %s", strerror (errno));
         return NULL;
     }
-    if (kd_curve_keygen (tmpl, err, err_size)) {
-        kd_curve_keys_remove (tmpl);
+    if (kd_curve_keygen (dir, err, err_size)) {
+        kd_curve_keys_remove (dir);
+        free (dir);
         return NULL;
     }
-    return strdup (tmpl);
+    return dir;
 }
 
 void

@@ -254,3 +254,22 @@ kd_sumsq (const float *v, size_t n)
         exact += (double) v [i] * (double) v [i];
     return exact;
 }
+
+char *
+kd_temp_dir (const char *prefix)
+{
+    const char *base = getenv ("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    //  mkdtemp replaces the six trailing characters with random ones.
+    size_t size = strlen (base) + strlen (prefix) + 9;
+    char *path = (char *) malloc (size);
+    if (!path)
+        return NULL;
+    snprintf (path, size, "%s/%s-XXXXXX", base, prefix);
+    if (!mkdtemp (path)) {
+        free (path);
+        return NULL;
+    }
+    return path;
+}

@@ -66,6 +66,11 @@ uint64_t
 char *
     kd_read_file (const char *path);
 
+//  Create a fresh private directory $TMPDIR/PREFIX-<random> (/tmp without
+//  TMPDIR).  Returns its path, or NULL (errno set).  Caller frees it.
+char *
+    kd_temp_dir (const char *prefix);
+
 //  The q-quantile (0 < q <= 1) of a histogram whose bin i counts the value
 //  i; 0 when it is empty.
 double
