@@ -22,7 +22,12 @@
        iteration pushes to every shard).  A dense model would move
        2 x 4 x (features + 1) bytes an iteration; a keyed one only the keys
        its batch touches, whatever the model's size.  Each row also gives
-       the largest shard's peak RSS.
+       each shard's peak RSS, and the AUC on `sparse-test-rows` held-out
+       rows of the same planted model, which the monitor evaluates when
+       training stops (--test-file), beside the planted model's own AUC on
+       them.  With `sparse-epochs`, each run trains that many epochs
+       instead of `sparse-seconds`: the AUC a full run reaches, and its
+       time.
 
     Stopped by SIGINT or SIGTERM, it says "interrupted" and reaps its
     children, as the other benchmarks do.
@@ -30,6 +35,8 @@
 #include "kd_bench.h"
 #include "kd_ctrgen.h"
 #include <dirent.h>
+#include <json-c/json.h>
+#include <math.h>
 #include <errno.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -217,37 +224,55 @@ done:
 }
 
 //  Write rows of a click log (kd_ctrgen) as LIBSVM text.  Returns 0 or -1.
+//  rows training rows to path, then test_rows held-out rows from the same
+//  generator (the same planted model) to test_path; the planted model's
+//  AUC on the held-out rows into *planted_auc (NAN without them).
 static int
-s_write_log (const char *path, uint64_t features, size_t rows, uint32_t per_row, double zipf,
-             uint64_t seed, char *why, size_t size)
+s_write_log (const char *path, const char *test_path, uint64_t features, size_t rows,
+             size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, double *planted_auc,
+             char *why, size_t size)
 {
+    *planted_auc = NAN;
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
     if (!gen)
         return -1;
-    FILE *f = fopen (path, "w");
     uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
-    if (!f || !index) {
-        snprintf (why, size, "cannot write %s", path);
-        if (f)
-            fclose (f);
-        free (index);
-        kd_ctrgen_destroy (&gen);
-        return -1;
+    double *scores = (double *) malloc ((test_rows + 1) * sizeof (double));
+    uint8_t *labels = (uint8_t *) malloc (test_rows + 1);
+    int rc = index && scores && labels ? 0 : -1;
+    for (int part = 0; part < 2 && rc == 0; part++) {
+        const char *out = part == 0 ? path : test_path;
+        size_t n = part == 0 ? rows : test_rows;
+        FILE *f = fopen (out, "w");
+        if (!f) {
+            rc = -1;
+            break;
+        }
+        for (size_t r = 0; r < n && !s_stop; r++) {
+            double score;
+            int label = kd_ctrgen_row (gen, index, &score);
+            if (part == 1) {
+                scores [r] = score;
+                labels [r] = (uint8_t) label;
+            }
+            fputc (label ? '1' : '0', f);
+            for (uint32_t i = 0; i < per_row; i++)
+                fprintf (f, " %llu:1", (unsigned long long) index [i]);
+            fputc ('\n', f);
+        }
+        if (ferror (f))
+            rc = -1;
+        if (fclose (f))
+            rc = -1;
     }
-    for (size_t r = 0; r < rows && !s_stop; r++) {
-        double score;
-        int label = kd_ctrgen_row (gen, index, &score);
-        fputc (label ? '1' : '0', f);
-        for (uint32_t i = 0; i < per_row; i++)
-            fprintf (f, " %llu:1", (unsigned long long) index [i]);
-        fputc ('\n', f);
-    }
-    int rc = ferror (f) ? -1 : 0;
-    if (fclose (f))
-        rc = -1;
     if (rc)
-        snprintf (why, size, "cannot write %s", path);
+        snprintf (why, size, "cannot write %s or %s", path, test_path);
+    else
+    if (test_rows > 0)
+        *planted_auc = kd_auc (scores, labels, test_rows);
     free (index);
+    free (scores);
+    free (labels);
     kd_ctrgen_destroy (&gen);
     return s_stop ? -1 : rc;
 }
@@ -272,16 +297,21 @@ s_shard_stats (zsock_t **socks, size_t n, uint64_t *bytes, uint64_t *pushes)
                 answered++;
             }
         }
+        bool silent = reply == NULL;
         kd_msg_destroy (&reply);
+        //  A shard that timed out has exited with its cluster: asking the
+        //  others would only time out too.
+        if (silent)
+            break;
     }
     return answered;
 }
 
-//  The largest VmHWM (KiB) of the kudus-shard children of pid.
-static long
-s_shards_peak_kib (pid_t parent)
+//  The peak RSS (VmHWM, KiB) of each kudus-shard child of parent: pids
+//  [n] and peaks [n] keep each one's largest, in the order first seen.
+static void
+s_shards_peak_kib (pid_t parent, pid_t *pids, long *peaks, size_t *n)
 {
-    long peak = 0;
     DIR *d = opendir ("/proc");
     struct dirent *e;
     while (d && (e = readdir (d))) {
@@ -303,60 +333,101 @@ s_shards_peak_kib (pid_t parent)
                 hwm = atol (line + 6);
         }
         fclose (f);
-        if (shard && ppid == parent && hwm > peak)
-            peak = hwm;
+        if (!shard || ppid != parent)
+            continue;
+        pid_t pid = (pid_t) atol (e->d_name);
+        size_t i = 0;
+        while (i < *n && pids [i] != pid)
+            i++;
+        if (i == *n && *n < S_MAX_SHARDS) {
+            pids [i] = pid;
+            peaks [i] = 0;
+            (*n)++;
+        }
+        if (i < *n && hwm > peaks [i])
+            peaks [i] = hwm;
     }
     if (d)
         closedir (d);
-    return peak;
 }
 
-//  Part 2: bytes per iteration of sparse-lr with `features` features.
+//  A number of the run's summary; NAN when absent or null.
+static double
+s_number (json_object *summary, const char *key)
+{
+    json_object *v;
+    if (!json_object_object_get_ex (summary, key, &v)
+    ||  !(json_object_is_type (v, json_type_double) || json_object_is_type (v, json_type_int)))
+        return NAN;
+    return json_object_get_double (v);
+}
+
+//  Part 2: bytes per iteration of sparse-lr with `features` features, and
+//  the held-out AUC the run reached against the planted model's.
 static int
 s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *header)
 {
     kd_config_t *c = b->config;
     size_t rows = (size_t) kd_config_int (c, "sparse-rows");
+    size_t test_rows = (size_t) kd_config_int (c, "sparse-test-rows");
     uint32_t per_row = (uint32_t) kd_config_int (c, "per-row");
     int workers = (int) kd_config_int (c, "sparse-workers");
     int shards = (int) kd_config_int (c, "sparse-shards");
     double seconds = kd_config_double (c, "sparse-seconds");
-    char path [600], why [700] = "", log [600];
+    double epochs = kd_config_double (c, "sparse-epochs");
+    char path [600], test [600], why [1400] = "", summary [600];
     snprintf (path, sizeof path, "%s/ctr-%llu.svm", dir, (unsigned long long) features);
-    snprintf (log, sizeof log, "%s/local-%llu.log", dir, (unsigned long long) features);
-    double t_gen = kd_now_msf ();
-    if (s_write_log (path, features, rows, per_row, kd_config_double (c, "zipf"), 42, why, sizeof why)) {
+    snprintf (test, sizeof test, "%s/ctr-%llu.test.svm", dir, (unsigned long long) features);
+    snprintf (summary, sizeof summary, "%s/summary-%llu.json", dir, (unsigned long long) features);
+    double t_gen = kd_now_msf (), planted_auc;
+    if (s_write_log (path, test, features, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
+                     &planted_auc, why, sizeof why)) {
         if (!s_stop)
             kd_error ("sparse features=%llu: %s", (unsigned long long) features, why);
+        unlink (path);
+        unlink (test);
         return s_stop ? -2 : -1;
     }
-    kd_info ("sparse: %zu rows of %u features of %llu written in %.1f s", rows, per_row,
-             (unsigned long long) features, (kd_now_msf () - t_gen) / 1000);
+    kd_info ("sparse: %zu rows (and %zu held out) of %u features of %llu written in %.1f s", rows,
+             test_rows, per_row, (unsigned long long) features, (kd_now_msf () - t_gen) / 1000);
     int port = b->base_port + 20;
-    char f_features [32], f_workers [16], f_shards [16], f_port [16], f_seconds [32], f_batch [16];
+    char f_features [32], f_workers [16], f_shards [16], f_port [16], f_seconds [32], f_batch [16],
+         f_epochs [32], f_test_rows [32];
     snprintf (f_features, sizeof f_features, "%llu", (unsigned long long) features);
     snprintf (f_workers, sizeof f_workers, "%d", workers);
     snprintf (f_shards, sizeof f_shards, "%d", shards);
     snprintf (f_port, sizeof f_port, "%d", port);
-    //  The workers load the file before the clock starts; the run itself
-    //  lasts the measured seconds and a margin.
-    snprintf (f_seconds, sizeof f_seconds, "%g", seconds + 5);
+    snprintf (f_test_rows, sizeof f_test_rows, "%zu", test_rows);
+    //  Timed: the workers load the file before the clock starts, and the
+    //  run lasts the measured seconds and a margin.  By epochs: as long as
+    //  they take.
+    snprintf (f_seconds, sizeof f_seconds, "%g", epochs > 0 ? 0 : seconds + 5);
+    snprintf (f_epochs, sizeof f_epochs, "%g", epochs > 0 ? epochs : 1000);
     snprintf (f_batch, sizeof f_batch, "%lld", (long long) kd_config_int (c, "sparse-batch"));
+    //  The monitor evaluates the held-out rows once, when training stops,
+    //  so that its pulls are not counted as the workers' bytes.
     const char *argv [] = { "kudus", "local", "--model", "sparse-lr", "--train-file", path,
                             "--features", f_features, "--workers", f_workers, "--shards", f_shards,
                             "--consistency", "bsp", "--optimizer", "adagrad", "--lr", "0.2",
-                            "--batch", f_batch, "--epochs", "1000", "--max-seconds", f_seconds,
+                            "--batch", f_batch, "--epochs", f_epochs, "--max-seconds", f_seconds,
+                            "--test-file", test_rows > 0 ? test : "", "--eval-rows", f_test_rows,
+                            "--eval-interval", "3600", "--summary", summary,
                             "--base-port", f_port, "--quiet", "true", "--log-level", "warn", NULL };
     pid_t local = kd_bench_spawn (b, argv);
     zsock_t *socks [S_MAX_SHARDS] = { NULL };
     for (int s = 0; s < shards && s < S_MAX_SHARDS; s++)
         socks [s] = kd_bench_dealer (port + 100 + s, S_TIMEOUT_MS);
     //  Poll: the first sample with pushes starts the clock; the samples
-    //  after the first fifth of `seconds` are the window.
+    //  after the first fifth of `seconds` (by epochs: after 2 s) up to
+    //  `seconds` (by epochs: to the last) are the window.
+    double warm_ms = epochs > 0 ? 2000 : seconds * 1000 / 5;
+    double end_ms = epochs > 0 ? INFINITY : seconds * 1000;
     double t_first = -1, t_from = 0, t_to = 0;
     uint64_t bytes_from = 0, pushes_from = 0, bytes_to = 0, pushes_to = 0;
-    long peak = 0;
-    bool in_window = false;
+    pid_t pids [S_MAX_SHARDS];
+    long peaks [S_MAX_SHARDS];
+    size_t n_peaks = 0;
+    bool in_window = false, polling = true;
     int rc = -1;
     while (!s_stop) {
         int status;
@@ -365,46 +436,65 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
             break;
         }
         zclock_sleep (S_POLL_MS);
+        s_shards_peak_kib (local, pids, peaks, &n_peaks);
+        if (!polling)
+            continue;
         uint64_t bytes, pushes;
         size_t answered = s_shard_stats (socks, (size_t) shards, &bytes, &pushes);
-        long hwm = s_shards_peak_kib (local);
-        if (hwm > peak)
-            peak = hwm;
         double now = kd_now_msf ();
-        if (answered < (size_t) shards || pushes == 0)
+        if (answered < (size_t) shards || pushes == 0) {
+            //  Once the window is open, a silent shard means the run ended.
+            polling = !in_window;
             continue;
+        }
         if (t_first < 0)
             t_first = now;
-        if (!in_window && now - t_first >= seconds * 1000 / 5) {
+        if (!in_window && now - t_first >= warm_ms) {
             in_window = true;
             t_from = now;
             bytes_from = bytes;
             pushes_from = pushes;
         }
-        if (in_window) {
+        if (in_window && now - t_first <= end_ms && pushes > pushes_to) {
             t_to = now;
             bytes_to = bytes;
             pushes_to = pushes;
         }
-        if (t_first >= 0 && now - t_first >= seconds * 1000)
-            break;
+        //  Timed: the window is over; the run ends by itself (max-seconds)
+        //  and writes its summary after the final evaluation.
+        if (now - t_first > end_ms)
+            polling = false;
     }
     for (int s = 0; s < shards && s < S_MAX_SHARDS; s++)
         zsock_destroy (&socks [s]);
     if (local > 0)
         kd_bench_stop (local);
     double iterations = (double) (pushes_to - pushes_from) / shards;
+    char *text = kd_read_file (summary);
+    json_object *json = text ? json_tokener_parse (text) : NULL;
+    free (text);
     if (s_stop)
         rc = -2;
     else
-    if (!in_window || iterations < 1) {
-        kd_error ("sparse features=%llu: no iterations measured (see %s)", (unsigned long long) features, log);
+    if (!in_window || iterations < 1 || !json) {
+        kd_error ("sparse features=%llu: no iterations measured, or no summary (%s)",
+                  (unsigned long long) features, summary);
         rc = -1;
     }
     else {
         double per_iter = (double) (bytes_to - bytes_from) / iterations;
         double dense = 2.0 * sizeof (float) * (double) (features + 1);
-        char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32];
+        double auc = s_number (json, "test_auc"), wall = s_number (json, "wall_seconds");
+        double done_epochs = s_number (json, "epochs");
+        long peak = 0;
+        char each [S_MAX_SHARDS * 16] = "\"";
+        for (size_t i = 0; i < n_peaks; i++) {
+            peak = peaks [i] > peak ? peaks [i] : peak;
+            snprintf (each + strlen (each), sizeof each - strlen (each), "%s%ld", i ? "/" : "", peaks [i]);
+        }
+        strcat (each, "\"");
+        char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32],
+             f_auc [32], f_planted [32], f_gap [32], f_wall [32], f_done [32];
         snprintf (f_rows, sizeof f_rows, "%zu", rows);
         snprintf (f_iter, sizeof f_iter, "%.0f", iterations);
         snprintf (f_ips, sizeof f_ips, "%.1f", iterations / ((t_to - t_from) / 1000));
@@ -412,15 +502,26 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         snprintf (f_dense, sizeof f_dense, "%.0f", dense);
         snprintf (f_ratio, sizeof f_ratio, "%.2e", per_iter / dense);
         snprintf (f_rss, sizeof f_rss, "%ld", peak);
-        const char *kv [] = { "features", f_features, "rows", f_rows,
-                              "workers", f_workers, "shards", f_shards, "iterations", f_iter,
+        snprintf (f_wall, sizeof f_wall, "%.1f", wall);
+        snprintf (f_done, sizeof f_done, "%.2f", done_epochs);
+        //  JSON has no NaN: a missing figure is null.
+        snprintf (f_auc, sizeof f_auc, isfinite (auc) ? "%.4f" : "null", auc);
+        snprintf (f_planted, sizeof f_planted, isfinite (planted_auc) ? "%.4f" : "null", planted_auc);
+        snprintf (f_gap, sizeof f_gap, isfinite (auc - planted_auc) ? "%.4f" : "null", planted_auc - auc);
+        const char *kv [] = { "features", f_features, "rows", f_rows, "test_rows", f_test_rows,
+                              "workers", f_workers, "shards", f_shards, "epochs", f_done,
+                              "wall_seconds", f_wall, "iterations", f_iter,
                               "iterations_per_s", f_ips, "bytes_per_iteration", f_bytes,
                               "dense_bytes_per_iteration", f_dense, "ratio_vs_dense", f_ratio,
-                              "shard_peak_rss_kib", f_rss, NULL };
+                              "shard_peak_rss_kib", f_rss, "shard_peak_rss_kib_each", each,
+                              "test_auc", f_auc, "planted_test_auc", f_planted, "auc_gap", f_gap, NULL };
         kd_bench_row (b, "sparse-bytes", header, kv);
         rc = 0;
     }
+    json_object_put (json);
     unlink (path);
+    unlink (test);
+    unlink (summary);
     return rc;
 }
 

@@ -941,6 +941,20 @@ s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
     return 0;
 }
 
+//  A pull completed.  Shards may be a commit apart; a gradient is then
+//  computed on a model at least as new as the oldest slice, which is the
+//  version we report.
+static void
+s_pulled (kd_client_t *self)
+{
+    uint64_t v = UINT64_MAX;
+    for (size_t i = 0; i < self->n_shards; i++)
+        if (self->shards [i].version < v)
+            v = self->shards [i].version;
+    self->version = v;
+    self->t_pulled = kd_now_msf ();
+}
+
 int
 kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
 {
@@ -957,14 +971,7 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
         return -1;
     self->cache = params;
     self->cache_clock = known;
-    //  Shards may be a commit apart; a gradient is then computed on a model
-    //  at least as new as the oldest slice, which is what we report.
-    uint64_t v = UINT64_MAX;
-    for (size_t i = 0; i < self->n_shards; i++)
-        if (self->shards [i].version < v)
-            v = self->shards [i].version;
-    self->version = v;
-    self->t_pulled = kd_now_msf ();
+    s_pulled (self);
     return 0;
 }
 
@@ -1137,21 +1144,6 @@ typedef struct {
     uint64_t version;           //  pull: least version wanted
 } s_keyed_arg_t;
 
-//  Index of the first of n sorted keys that is >= key.
-static size_t
-s_lower_bound (const uint64_t *keys, size_t n, uint64_t key)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (keys [mid] < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 //  Check n keys (strictly increasing, below the key count) and split them
 //  over the shards' ranges.  Returns 0, or -1 (logged).
 static int
@@ -1173,8 +1165,8 @@ s_keyed_split (kd_client_t *self, const char *call, const uint64_t *keys, size_t
         }
     arg->keys = keys;
     for (size_t i = 0; i < self->n_shards; i++) {
-        arg->first [i] = s_lower_bound (keys, n, kd_shardset_lo (self->book, i));
-        arg->end [i] = s_lower_bound (keys, n, kd_shardset_hi (self->book, i));
+        arg->first [i] = kd_lower_bound (keys, n, kd_shardset_lo (self->book, i));
+        arg->end [i] = kd_lower_bound (keys, n, kd_shardset_hi (self->book, i));
     }
     return 0;
 }
@@ -1220,12 +1212,7 @@ kd_client_pull_keys (kd_client_t *self, const uint64_t *keys, size_t n, float *v
     self->t_pull = kd_now_msf ();
     if (s_shard_round (self, s_pull_keys_request, KD_MSG_PULL_OK, s_pull_keys_reply, &arg))
         return -1;
-    uint64_t v = UINT64_MAX;
-    for (size_t i = 0; i < self->n_shards; i++)
-        if (self->shards [i].version < v)
-            v = self->shards [i].version;
-    self->version = v;
-    self->t_pulled = kd_now_msf ();
+    s_pulled (self);
     return 0;
 }
 

@@ -16,6 +16,7 @@ struct _kd_peer_t {
                                 //  trained into version (shards)
     bool has_rank;              //  rank is a hint to send
     kd_msg_t *layout;           //  TENSORS and SHAPES to send, or NULL
+    bool evaluates_keyed;       //  a monitor with a held-out file for keyed models
     uint64_t rank;              //  rank held before, asked for again
     uint64_t lo, hi;            //  key range held (shards), if hi > 0
     int heartbeat_ms;           //  interval
@@ -147,6 +148,8 @@ kd_peer_hello (kd_peer_t *self)
         kd_msg_set_uint (hello, KD_F_LO, self->lo);
         kd_msg_set_uint (hello, KD_F_HI, self->hi);
     }
+    if (self->evaluates_keyed)
+        kd_msg_set_uint (hello, KD_F_KEYS, 1);
     if (self->layout) {
         size_t n = 0, ns = 0;
         const char **names = kd_msg_strs (self->layout, KD_F_TENSORS, &n);
@@ -175,6 +178,13 @@ kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_
     kd_msg_set_uints (self->layout, KD_F_SHAPES, shapes, 2 * n);
     if (keyed)
         kd_msg_set_uint (self->layout, KD_F_KEYS, 1);
+}
+
+void
+kd_peer_set_evaluates_keyed (kd_peer_t *self, bool on)
+{
+    assert (self);
+    self->evaluates_keyed = on;
 }
 
 //  Send one message to the scheduler.

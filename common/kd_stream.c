@@ -37,6 +37,7 @@ static const struct {
     [KD_S_SHARDS]        = { "shards",        S_UINT,  S_T (KD_ST_STATS) },
     [KD_S_TEST_ACCURACY] = { "test_accuracy", S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_TEST_VERSION]  = { "test_version",  S_UINT,  S_T (KD_ST_STATS) },
+    [KD_S_TEST_AUC]      = { "test_auc",      S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_RANK]          = { "rank",          S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_EVENT) | S_T (KD_ST_SHARD) },
     [KD_S_CLOCK]         = { "clock",         S_UINT,  S_T (KD_ST_WORKER) },
     [KD_S_LOSS]          = { "loss",          S_FLOAT, S_T (KD_ST_WORKER) },

@@ -115,14 +115,6 @@ kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes)
 }
 
 uint64_t
-kd_mix64 (uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-uint64_t
 kd_splitmix64 (uint64_t *state)
 {
     *state += 0x9E3779B97F4A7C15ULL;
@@ -163,6 +155,63 @@ kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q)
             return (double) i;
     }
     return (double) (n_bins - 1);
+}
+
+//  Sort (score, label) pairs by score, for kd_auc.
+typedef struct {
+    double score;
+    uint8_t label;
+} s_pair_t;
+
+static int
+s_compare_pair (const void *a, const void *b)
+{
+    double x = ((const s_pair_t *) a)->score, y = ((const s_pair_t *) b)->score;
+    return x < y ? -1 : x > y;
+}
+
+size_t
+kd_lower_bound (const uint64_t *keys, size_t n, uint64_t key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys [mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+double
+kd_auc (const double *scores, const uint8_t *labels, size_t n)
+{
+    s_pair_t *pairs = (s_pair_t *) malloc (n * sizeof (s_pair_t));
+    if (!pairs)
+        return NAN;
+    for (size_t i = 0; i < n; i++)
+        pairs [i] = (s_pair_t) { scores [i], labels [i] };
+    qsort (pairs, n, sizeof (s_pair_t), s_compare_pair);
+    //  Mann-Whitney: the sum of the positives' ranks, ties at their mean.
+    double rank_sum = 0, positives = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && pairs [j].score == pairs [i].score)
+            j++;
+        double mean_rank = (double) (i + j + 1) / 2;
+        for (size_t k = i; k < j; k++)
+            if (pairs [k].label) {
+                rank_sum += mean_rank;
+                positives++;
+            }
+        i = j;
+    }
+    free (pairs);
+    double negatives = (double) n - positives;
+    if (positives == 0 || negatives == 0)
+        return NAN;
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
 }
 
 //  Shift the port of an endpoint.

@@ -52,6 +52,11 @@ void
 void
     kd_peer_set_layout (kd_peer_t *self, const char **names, size_t n, const uint64_t *shapes,
                         bool keyed);
+//  A monitor that can evaluate a keyed model (it holds a held-out file)
+//  says so in its HELLO, with KEYS 1, so that the scheduler waits for its
+//  final evaluation.
+void
+    kd_peer_set_evaluates_keyed (kd_peer_t *self, bool on);
 //  Adopt the scheduler's heartbeat interval (from WELCOME), so both ends
 //  judge silence by the same clock.
 void

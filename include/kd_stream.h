@@ -8,7 +8,7 @@
         stats   t_ms elapsed_s version epoch samples samples_per_s train_loss
                 workers consistency model phases dropped regroups
                 wait_fraction staleness_p50 staleness_p99 shards
-                [test_accuracy test_version]
+                [test_accuracy test_version [test_auc]]
         worker  rank clock samples samples_per_s loss compute_ms push_ms
                 wait_ms pull_ms iter_ms staleness dropped refused group age_ms
         groups  version count regroups groups (the group of each rank)
@@ -51,7 +51,7 @@ typedef enum {
     KD_S_T_MS, KD_S_ELAPSED_S, KD_S_VERSION, KD_S_EPOCH, KD_S_SAMPLES, KD_S_SAMPLES_PER_S,
     KD_S_TRAIN_LOSS, KD_S_WORKERS, KD_S_CONSISTENCY, KD_S_MODEL, KD_S_PHASES, KD_S_DROPPED,
     KD_S_REGROUPS, KD_S_WAIT_FRACTION, KD_S_STALENESS_P50, KD_S_STALENESS_P99, KD_S_SHARDS,
-    KD_S_TEST_ACCURACY, KD_S_TEST_VERSION,
+    KD_S_TEST_ACCURACY, KD_S_TEST_VERSION, KD_S_TEST_AUC,
     KD_S_RANK, KD_S_CLOCK, KD_S_LOSS, KD_S_COMPUTE_MS, KD_S_PUSH_MS, KD_S_WAIT_MS, KD_S_PULL_MS,
     KD_S_ITER_MS, KD_S_STALENESS, KD_S_GROUP, KD_S_AGE_MS,
     KD_S_COUNT, KD_S_GROUPS,

@@ -53,9 +53,15 @@ void
     kd_socket_harden (zsock_t *sock, int64_t max_msg_bytes);
 
 //  splitmix64's output function: a bijective 64-bit mixer with good
-//  avalanche, for stateless seeded choices.
-uint64_t
-    kd_mix64 (uint64_t z);
+//  avalanche, for stateless seeded choices.  Inline: kd_sparse hashes
+//  every key of a keyed pull with it.
+static inline uint64_t
+kd_mix64 (uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
 
 //  splitmix64: the next value of a seeded sequence; advances *state.
 uint64_t
@@ -75,6 +81,15 @@ char *
 //  i; 0 when it is empty.
 double
     kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q);
+
+//  Area under the ROC curve of scores against labels (0 or 1), ties
+//  counting half; NAN when one class is missing or out of memory.
+double
+    kd_auc (const double *scores, const uint8_t *labels, size_t n);
+
+//  Index of the first of n sorted keys that is >= key (n when none is).
+size_t
+    kd_lower_bound (const uint64_t *keys, size_t n, uint64_t key);
 
 //  Shift the port of a tcp endpoint by delta ("tcp://h:7000" + 5 ->
 //  "tcp://h:7005").  Returns 0 or -1 if the endpoint has no port.

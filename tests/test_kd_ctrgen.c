@@ -9,6 +9,7 @@
 #include <math.h>
 #include <sys/wait.h>
 #include "kd_ctrgen.h"
+#include "kd_util.h"
 #include "kudus/kd_libsvm.h"
 #include "kd_testutil.h"
 
@@ -85,14 +86,14 @@ Test (kd_ctrgen, auc_is_exact_on_known_cases)
 {
     double s1 [] = { 0.1, 0.4, 0.35, 0.8 };
     uint8_t l1 [] = { 0, 0, 1, 1 };
-    cr_expect_float_eq (kd_ctrgen_auc (s1, l1, 4), 0.75, 1e-12);
+    cr_expect_float_eq (kd_auc (s1, l1, 4), 0.75, 1e-12);
     double s2 [] = { 1, 2, 3, 4 };
     uint8_t l2 [] = { 0, 0, 1, 1 };
-    cr_expect_float_eq (kd_ctrgen_auc (s2, l2, 4), 1.0, 1e-12);
+    cr_expect_float_eq (kd_auc (s2, l2, 4), 1.0, 1e-12);
     double s3 [] = { 5, 5, 5, 5 };
-    cr_expect_float_eq (kd_ctrgen_auc (s3, l2, 4), 0.5, 1e-12, "ties count half");
+    cr_expect_float_eq (kd_auc (s3, l2, 4), 0.5, 1e-12, "ties count half");
     uint8_t none [] = { 0, 0, 0, 0 };
-    cr_expect (isnan (kd_ctrgen_auc (s2, none, 4)));
+    cr_expect (isnan (kd_auc (s2, none, 4)));
 }
 
 Test (kd_ctrgen, labels_follow_the_planted_model)
@@ -116,7 +117,7 @@ Test (kd_ctrgen, labels_follow_the_planted_model)
     //  Labels are drawn from the model: their mean is its mean, and its
     //  scores rank them well.
     cr_expect_float_eq (positives / N, mean_p / N, 0.01);
-    double auc = kd_ctrgen_auc (scores, labels, N);
+    double auc = kd_auc (scores, labels, N);
     cr_expect (auc > 0.75 && auc < 0.95, "planted AUC %.4f", auc);
     kd_ctrgen_destroy (&gen);
 }
@@ -128,7 +129,7 @@ Test (kd_ctrgen, the_written_file_reads_back_through_kd_libsvm)
     snprintf (path, sizeof path, "%s/ctr.svm.gz", dir);
     snprintf (meta, sizeof meta, "%s.json", path);
     const char *argv [] = { "kudus", "gen-ctr", "--rows", "3000", "--features", "50000", "--per-row", "12",
-                            "--seed", "5", path, NULL };
+                            "--seed", "5", "--test-rows", "500", path, NULL };
     pid_t pid = kd_test_spawn (argv, NULL);
     int status = -1;
     cr_assert (kd_test_wait (pid, 30000, &status) && WIFEXITED (status) && WEXITSTATUS (status) == 0);
@@ -139,24 +140,37 @@ Test (kd_ctrgen, the_written_file_reads_back_through_kd_libsvm)
     kd_libsvm_row_t row;
     uint64_t index [12];
     int n = 0, rc;
-    while ((rc = kd_libsvm_next (r, &row, err, sizeof err)) == 1) {
-        double score;
-        int label = kd_ctrgen_row (gen, index, &score);
-        cr_assert_eq (row.label, (float) label, "row %d", n);
-        cr_assert_eq (row.nnz, 12);
-        for (int i = 0; i < 12; i++) {
-            cr_assert_eq (row.index [i], index [i]);
-            cr_assert_eq (row.value [i], 1.0f);
+    //  The training rows, then the held-out ones (ctr.svm.test.gz), which
+    //  continue the same generator: the same planted model labels both.
+    for (int part = 0; part < 2; part++) {
+        if (part == 1) {
+            kd_libsvm_destroy (&r);
+            snprintf (path, sizeof path, "%s/ctr.svm.test.gz", dir);
+            r = kd_libsvm_open (path, 50000, err, sizeof err);
+            cr_assert (r, "%s", err);
         }
-        n++;
+        while ((rc = kd_libsvm_next (r, &row, err, sizeof err)) == 1) {
+            double score;
+            int label = kd_ctrgen_row (gen, index, &score);
+            cr_assert_eq (row.label, (float) label, "row %d", n);
+            cr_assert_eq (row.nnz, 12);
+            for (int i = 0; i < 12; i++) {
+                cr_assert_eq (row.index [i], index [i]);
+                cr_assert_eq (row.value [i], 1.0f);
+            }
+            n++;
+        }
+        cr_expect_eq (rc, 0, "%s", err);
+        cr_expect_eq (n, part == 0 ? 3000 : 3500);
     }
-    cr_expect_eq (rc, 0, "%s", err);
-    cr_expect_eq (n, 3000);
     char *json = kd_test_slurp (meta);
     cr_assert (json);
     cr_expect_eq (kd_test_json_number (json, "rows"), 3000);
     double auc = kd_test_json_number (json, "planted_auc");
     cr_expect (auc > 0.7 && auc < 1, "planted AUC %g", auc);
+    cr_expect_eq (kd_test_json_number (json, "test_rows"), 500);
+    double test_auc = kd_test_json_number (json, "planted_test_auc");
+    cr_expect (test_auc > 0.7 && test_auc < 1, "planted AUC on the held-out rows %g", test_auc);
     free (json);
     kd_libsvm_destroy (&r);
     kd_ctrgen_destroy (&gen);

@@ -28,7 +28,7 @@ Test (kd_sparse_lr, loads_rows_and_skips_a_bad_line)
                                "1 4:x\n"                   //  bad value: skipped
                                "-1 1:1\n");
     char err [256];
-    kd_sparse_lr_t *m = kd_sparse_lr_load (path, 0, err, sizeof err);
+    kd_sparse_lr_t *m = kd_sparse_lr_load (path, 0, 0, err, sizeof err);
     cr_assert (m, "%s", err);
     cr_expect_eq (kd_sparse_lr_rows (m), 3);
     cr_expect_eq (kd_sparse_lr_skipped (m), 1);
@@ -44,18 +44,18 @@ Test (kd_sparse_lr, loads_rows_and_skips_a_bad_line)
     kd_sparse_lr_destroy (&m);
     cr_expect_null (m);
     //  A larger declared feature count wins; a file index above it is a bad line.
-    m = kd_sparse_lr_load (path, 100, err, sizeof err);
+    m = kd_sparse_lr_load (path, 100, 0, err, sizeof err);
     cr_assert (m);
     cr_expect_eq (kd_sparse_lr_features (m), 100);
     kd_sparse_lr_destroy (&m);
-    m = kd_sparse_lr_load (path, 5, err, sizeof err);
+    m = kd_sparse_lr_load (path, 5, 0, err, sizeof err);
     cr_assert (m);
     cr_expect_eq (kd_sparse_lr_rows (m), 1, "rows with index 7 and 9 are over 5");
     kd_sparse_lr_destroy (&m);
-    cr_expect_null (kd_sparse_lr_load ("/nonexistent/train.svm", 0, err, sizeof err));
+    cr_expect_null (kd_sparse_lr_load ("/nonexistent/train.svm", 0, 0, err, sizeof err));
     cr_expect (strstr (err, "nonexistent"), "%s", err);
     const char *bad = s_file ("x\n");
-    cr_expect_null (kd_sparse_lr_load (bad, 0, err, sizeof err));
+    cr_expect_null (kd_sparse_lr_load (bad, 0, 0, err, sizeof err));
     cr_expect (strstr (err, "no good row"), "%s", err);
 }
 
@@ -63,7 +63,7 @@ Test (kd_sparse_lr, gradient_matches_finite_differences)
 {
     const char *path = s_file ("1 3:1 7:0.5\n0 2:1 3:2 9:1\n1 2:-1 7:3\n");
     char err [256];
-    kd_sparse_lr_t *m = kd_sparse_lr_load (path, 0, err, sizeof err);
+    kd_sparse_lr_t *m = kd_sparse_lr_load (path, 0, 0, err, sizeof err);
     cr_assert (m, "%s", err);
     const uint64_t rows [] = { 0, 1, 2 };
     const uint64_t *keys;
@@ -86,5 +86,43 @@ Test (kd_sparse_lr, gradient_matches_finite_differences)
     //  Huge scores do not overflow.
     float big [5] = { 500, 500, 500, 500, 500 };
     cr_expect (isfinite (kd_sparse_lr_gradient (m, big, g)));
+    kd_sparse_lr_destroy (&m);
+}
+
+Test (kd_sparse_lr, evaluates_auc_loss_and_accuracy)
+{
+    const char *path = s_file ("1 1:1\n0 2:1\n1 1:1 3:1\n0 2:1 3:1\n");
+    char err [256];
+    kd_sparse_lr_t *m = kd_sparse_lr_load (path, 0, 0, err, sizeof err);
+    cr_assert (m, "%s", err);
+    const uint64_t rows [] = { 0, 1, 2, 3 };
+    const uint64_t *keys;
+    size_t n;
+    cr_assert_eq (kd_sparse_lr_batch (m, rows, 4, &keys, &n), 4);
+    cr_assert_eq (n, 4);                        //  bias, 1, 2, 3
+    double auc, loss, accuracy;
+    //  A model that separates the classes: logits +2 and -2.
+    const float w [4] = { 0, 2, -2, 0 };
+    cr_assert_eq (kd_sparse_lr_evaluate (m, w, &auc, &loss, &accuracy), 0);
+    cr_expect_float_eq (auc, 1.0, 1e-12);
+    cr_expect_float_eq (accuracy, 1.0, 1e-12);
+    cr_expect_float_eq (loss, log1p (exp (-2.0)), 1e-9);
+    //  The zero model: every logit ties, so the AUC is a half, the loss log 2.
+    const float zero [4] = { 0 };
+    cr_assert_eq (kd_sparse_lr_evaluate (m, zero, &auc, &loss, &accuracy), 0);
+    cr_expect_float_eq (auc, 0.5, 1e-12);
+    cr_expect_float_eq (accuracy, 0.5, 1e-12);
+    cr_expect_float_eq (loss, log (2.0), 1e-9);
+    //  A model that inverts them: AUC 0.
+    const float bad [4] = { 0, -2, 2, 0 };
+    kd_sparse_lr_evaluate (m, bad, &auc, &loss, &accuracy);
+    cr_expect_float_eq (auc, 0.0, 1e-12);
+    cr_expect_float_eq (accuracy, 0.0, 1e-12);
+    kd_sparse_lr_destroy (&m);
+    //  max_rows stops the read early.
+    m = kd_sparse_lr_load (path, 0, 2, err, sizeof err);
+    cr_assert (m, "%s", err);
+    cr_expect_eq (kd_sparse_lr_rows (m), 2);
+    cr_expect_eq (kd_sparse_lr_features (m), 2);
     kd_sparse_lr_destroy (&m);
 }

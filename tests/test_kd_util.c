@@ -74,3 +74,15 @@ Test (kd_util, sumsq_is_not_finite_exactly_for_nan_and_inf)
     v [999] = INFINITY;
     cr_expect (!isfinite (kd_sumsq (v, 1000)));
 }
+
+Test (kd_util, lower_bound_splits_sorted_keys_at_range_edges)
+{
+    const uint64_t keys [] = { 2, 5, 5000, 70000, 70001 };
+    cr_expect_eq (kd_lower_bound (keys, 5, 0), 0);
+    cr_expect_eq (kd_lower_bound (keys, 5, 2), 0);
+    cr_expect_eq (kd_lower_bound (keys, 5, 3), 1);
+    cr_expect_eq (kd_lower_bound (keys, 5, 5000), 2);
+    cr_expect_eq (kd_lower_bound (keys, 5, 70001), 4);
+    cr_expect_eq (kd_lower_bound (keys, 5, 70002), 5);
+    cr_expect_eq (kd_lower_bound (keys, 0, 7), 0);
+}

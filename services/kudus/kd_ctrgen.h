@@ -49,9 +49,4 @@ uint64_t
 uint64_t
     kd_ctrgen_rank (kd_ctrgen_t *self);
 
-//  Area under the ROC curve of scores against labels (ties count half).
-//  NAN when one class is missing.
-double
-    kd_ctrgen_auc (double *scores, uint8_t *labels, size_t n);
-
 #endif

@@ -2,8 +2,10 @@
     --seed S] OUT` writes a synthetic click log in LIBSVM form (gzipped when
     OUT ends in .gz) and OUT.json, which records the settings, the share of
     positive rows and the planted model's AUC on the rows written: the
-    figure a trained sparse-lr model is held against.  The rows come from
-    kd_ctrgen.
+    figure a trained sparse-lr model is held against.  With --test-rows N,
+    N more rows from the same planted model go to OUT.test (OUT.test.gz),
+    the held-out set the monitor evaluates (its --test-file).  The rows come
+    from kd_ctrgen.
 */
 #include "kd_cli.h"
 #include "kd_ctrgen.h"
@@ -26,6 +28,79 @@ s_u64 (char *p, uint64_t v)
     return p;
 }
 
+//  The rows' scores and labels, for the planted model's AUC.
+typedef struct {
+    double *scores;
+    uint8_t *labels;
+    size_t n;                   //  rows kept (the first ones)
+    uint64_t positives;         //  over every row written
+} s_tally_t;
+
+//  Write rows rows of gen to path (gzipped when it ends in .gz); the first
+//  tally->n rows' scores and labels go into tally.  Returns 0 or 1 (said).
+static int
+s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_row, s_tally_t *tally)
+{
+    size_t len = strlen (path);
+    bool gz = len > 3 && !strcmp (path + len - 3, ".gz");
+    gzFile zf = gz ? gzopen (path, "wb1") : NULL;
+    FILE *f = gz ? NULL : fopen (path, "wb");
+    uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
+    //  One row is at most 2 + per_row * 23 bytes.
+    size_t cap = 1 << 20, line_max = 4 + (size_t) per_row * 24;
+    char *buf = (char *) malloc (cap + line_max);
+    int rc = 0;
+    if ((!zf && !f) || !index || !buf) {
+        fprintf (stderr, "kudus gen-ctr: cannot write %s: %s\n", path, strerror (errno));
+        rc = 1;
+    }
+    char *p = buf;
+    for (uint64_t r = 0; r < rows && rc == 0; r++) {
+        double score;
+        int label = kd_ctrgen_row (gen, index, &score);
+        tally->positives += (uint64_t) label;
+        if (r < tally->n) {
+            tally->scores [r] = score;
+            tally->labels [r] = (uint8_t) label;
+        }
+        *p++ = label ? '1' : '0';
+        for (uint32_t i = 0; i < per_row; i++) {
+            *p++ = ' ';
+            p = s_u64 (p, index [i]);
+            *p++ = ':';
+            *p++ = '1';
+        }
+        *p++ = '\n';
+        if ((size_t) (p - buf) >= cap || r + 1 == rows) {
+            size_t n = (size_t) (p - buf);
+            bool ok = gz ? gzwrite (zf, buf, (unsigned) n) == (int) n : fwrite (buf, 1, n, f) == n;
+            if (!ok) {
+                fprintf (stderr, "kudus gen-ctr: cannot write %s: %s\n", path, strerror (errno));
+                rc = 1;
+            }
+            p = buf;
+        }
+    }
+    if ((zf || f) && (gz ? gzclose (zf) != Z_OK : fclose (f) != 0) && rc == 0) {
+        fprintf (stderr, "kudus gen-ctr: cannot finish %s\n", path);
+        rc = 1;
+    }
+    free (index);
+    free (buf);
+    return rc;
+}
+
+//  Room to tally the first rows (at most S_AUC_ROWS); -1 out of memory.
+static int
+s_tally_init (s_tally_t *tally, uint64_t rows)
+{
+    tally->n = rows < S_AUC_ROWS ? (size_t) rows : S_AUC_ROWS;
+    tally->scores = (double *) malloc ((tally->n + 1) * sizeof (double));
+    tally->labels = (uint8_t *) malloc (tally->n + 1);
+    tally->positives = 0;
+    return tally->scores && tally->labels ? 0 : -1;
+}
+
 int
 kd_genctr_main (int argc, char **argv)
 {
@@ -41,6 +116,7 @@ kd_genctr_main (int argc, char **argv)
     }
     const char *out = kd_config_positional (config, 0);
     uint64_t rows = (uint64_t) kd_config_int (config, "rows");
+    uint64_t test_rows = (uint64_t) kd_config_int (config, "test-rows");
     uint64_t features = (uint64_t) kd_config_int (config, "features");
     uint32_t per_row = (uint32_t) kd_config_int (config, "per-row");
     double zipf = kd_config_double (config, "zipf");
@@ -52,63 +128,27 @@ kd_genctr_main (int argc, char **argv)
         kd_config_destroy (&config);
         return 2;
     }
+    //  The held-out rows follow the training rows from the same generator,
+    //  so the same planted model labels both: OUT.test, before any .gz.
+    char test [1100] = "";
     size_t len = strlen (out);
-    bool gz = len > 3 && !strcmp (out + len - 3, ".gz");
-    gzFile zf = NULL;
-    FILE *f = NULL;
-    if (gz)
-        zf = gzopen (out, "wb1");
+    if (len > 3 && !strcmp (out + len - 3, ".gz"))
+        snprintf (test, sizeof test, "%.*s.test.gz", (int) (len - 3), out);
     else
-        f = fopen (out, "wb");
-    size_t n_auc = rows < S_AUC_ROWS ? (size_t) rows : S_AUC_ROWS;
-    double *scores = (double *) malloc (n_auc * sizeof (double));
-    uint8_t *labels = (uint8_t *) malloc (n_auc);
-    uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
-    //  One row is at most 2 + per_row * 23 bytes.
-    size_t cap = 1 << 20, line_max = 4 + (size_t) per_row * 24;
-    char *buf = (char *) malloc (cap + line_max);
-    if ((!zf && !f) || !scores || !labels || !index || !buf) {
-        fprintf (stderr, "kudus gen-ctr: cannot write %s: %s\n", out, strerror (errno));
-        rc = 1;
-        goto done;
-    }
-    uint64_t positives = 0;
+        snprintf (test, sizeof test, "%s.test", out);
+    s_tally_t train = { 0 }, held = { 0 };
     double t0 = kd_now_msf ();
-    char *p = buf;
-    for (uint64_t r = 0; r < rows && rc == 0; r++) {
-        double score;
-        int label = kd_ctrgen_row (gen, index, &score);
-        positives += (uint64_t) label;
-        if (r < n_auc) {
-            scores [r] = score;
-            labels [r] = (uint8_t) label;
-        }
-        *p++ = label ? '1' : '0';
-        for (uint32_t i = 0; i < per_row; i++) {
-            *p++ = ' ';
-            p = s_u64 (p, index [i]);
-            *p++ = ':';
-            *p++ = '1';
-        }
-        *p++ = '\n';
-        if ((size_t) (p - buf) >= cap || r + 1 == rows) {
-            size_t n = (size_t) (p - buf);
-            bool ok = gz ? gzwrite (zf, buf, (unsigned) n) == (int) n : fwrite (buf, 1, n, f) == n;
-            if (!ok) {
-                fprintf (stderr, "kudus gen-ctr: cannot write %s: %s\n", out, strerror (errno));
-                rc = 1;
-            }
-            p = buf;
-        }
-    }
-    if ((gz ? gzclose (zf) != Z_OK : fclose (f) != 0) && rc == 0) {
-        fprintf (stderr, "kudus gen-ctr: cannot finish %s\n", out);
+    if (s_tally_init (&train, rows) || s_tally_init (&held, test_rows)) {
+        fprintf (stderr, "kudus gen-ctr: out of memory\n");
         rc = 1;
     }
-    zf = NULL;
-    f = NULL;
+    if (rc == 0)
+        rc = s_write_rows (gen, out, rows, per_row, &train);
+    if (rc == 0 && test_rows > 0)
+        rc = s_write_rows (gen, test, test_rows, per_row, &held);
     if (rc == 0) {
-        double auc = kd_ctrgen_auc (scores, labels, n_auc);
+        double auc = kd_auc (train.scores, train.labels, train.n);
+        double test_auc = test_rows > 0 ? kd_auc (held.scores, held.labels, held.n) : NAN;
         double seconds = (kd_now_msf () - t0) / 1000;
         char meta [1100];
         snprintf (meta, sizeof meta, "%s.json", out);
@@ -119,25 +159,27 @@ kd_genctr_main (int argc, char **argv)
             goto done;
         }
         fprintf (m, "{\"rows\": %llu, \"features\": %llu, \"zipf\": %g, \"per_row\": %u, \"seed\": %llu,\n"
-                 " \"positive_share\": %.6f, \"planted_auc\": %.6f, \"planted_auc_rows\": %zu,\n"
-                 " \"format\": \"libsvm\", \"index_base\": 1}\n",
+                 " \"positive_share\": %.6f, \"planted_auc\": %.6f, \"planted_auc_rows\": %zu,\n",
                  (unsigned long long) rows, (unsigned long long) features, zipf, per_row,
-                 (unsigned long long) seed, (double) positives / (double) rows, auc, n_auc);
+                 (unsigned long long) seed, (double) train.positives / (double) rows, auc, train.n);
+        if (test_rows > 0)
+            fprintf (m, " \"test_rows\": %llu, \"test_file\": \"%s\", \"planted_test_auc\": %.6f,\n",
+                     (unsigned long long) test_rows, test, test_auc);
+        fprintf (m, " \"format\": \"libsvm\", \"index_base\": 1}\n");
         fclose (m);
         printf ("kudus gen-ctr: %llu rows of %u features of %llu (zipf %g) in %.1f s to %s; "
                 "positive share %.4f, planted AUC %.4f (%s)\n",
                 (unsigned long long) rows, per_row, (unsigned long long) features, zipf, seconds, out,
-                (double) positives / (double) rows, auc, meta);
+                (double) train.positives / (double) rows, auc, meta);
+        if (test_rows > 0)
+            printf ("kudus gen-ctr: %llu held-out rows to %s; planted AUC on them %.4f\n",
+                    (unsigned long long) test_rows, test, test_auc);
     }
 done:
-    if (zf)
-        gzclose (zf);
-    if (f)
-        fclose (f);
-    free (scores);
-    free (labels);
-    free (index);
-    free (buf);
+    free (train.scores);
+    free (train.labels);
+    free (held.scores);
+    free (held.labels);
     kd_ctrgen_destroy (&gen);
     kd_config_destroy (&config);
     return rc;

@@ -237,7 +237,11 @@ s_progress (kd_stream_t *o, uint64_t *version, uint64_t *changed_at)
         *changed_at = kd_now_ms ();
     }
     double acc = kd_stream_number (o, KD_S_TEST_ACCURACY, -1);
-    char accs [32] = "   -  ";
+    double auc = kd_stream_number (o, KD_S_TEST_AUC, -1);
+    char accs [40] = "   -  ";
+    if (acc >= 0 && auc >= 0)
+        snprintf (accs, sizeof accs, "%.4f auc %.4f", acc, auc);
+    else
     if (acc >= 0)
         snprintf (accs, sizeof accs, "%.4f", acc);
     printf ("kudus: t=%6.1fs  epoch %5.2f  samples/s %7.0f  train loss %.4f  "
@@ -587,6 +591,8 @@ kd_local_main (int argc, char **argv)
     s_pass (&a, c, "eval-interval");
     s_pass (&a, c, "snapshot-ms");
     s_pass (&a, c, "curve-file");
+    s_pass (&a, c, "test-file");
+    s_pass (&a, c, "eval-rows");
     for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a, s_net ? 1 : -1) == 0) n_children++; else rc = 1;

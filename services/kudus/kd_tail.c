@@ -23,7 +23,12 @@ s_draw (kd_stream_t *stats, s_row_t *rows, s_row_t *shard_rows, const char *grou
     if (tty)
         fputs ("\033[H\033[2J", stdout);
     double acc = kd_stream_number (stats, KD_S_TEST_ACCURACY, -1);
-    char accs [32] = "-";
+    double auc = kd_stream_number (stats, KD_S_TEST_AUC, -1);
+    char accs [48] = "-";
+    if (acc >= 0 && auc >= 0)
+        snprintf (accs, sizeof accs, "%.4f auc %.4f (v%.0f)", acc, auc,
+                  kd_stream_number (stats, KD_S_TEST_VERSION, 0));
+    else
     if (acc >= 0)
         snprintf (accs, sizeof accs, "%.4f (v%.0f)", acc, kd_stream_number (stats, KD_S_TEST_VERSION, 0));
     printf ("kudus  %.15s/%.15s  t=%.1fs  version %.0f  epoch %.2f  samples/s %.0f  "

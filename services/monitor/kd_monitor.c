@@ -12,6 +12,7 @@
 */
 #include "kd_monitor.h"
 #include "kd_shardset.h"
+#include "kd_keyed_eval.h"
 #include "kd_stream.h"
 #include "kd_metrics.h"
 #include "kd_guard.h"
@@ -77,6 +78,8 @@ typedef struct {
     kd_dataset_t *test;         //  test set
     kd_model_t *model;          //  evaluation code
     bool external;              //  an external model: nothing to evaluate
+    kd_keyed_eval_t *keyed;     //  sparse-lr's held-out rows (--test-file), or NULL
+    bool keyed_ready;           //  START named a keyed model they fit
     uint32_t hidden;            //  mlp hidden units (to name its tensors)
     kd_metrics_t *metrics;      //  GET /metrics, or NULL when off
     double last_rate;           //  samples/s over the last publish window
@@ -112,6 +115,7 @@ typedef struct {
     uint64_t evaluated;         //  last version evaluated
     bool have_accuracy;         //  accuracy set
     double accuracy, test_loss; //  last evaluation
+    double auc;                 //  and its AUC (a keyed model's metric), or NAN
     uint64_t next_eval;         //  ms
     uint64_t eval_started;      //  ms the current pull began
     s_round_t round;            //  what the outstanding pull is for
@@ -224,6 +228,10 @@ s_render_metrics (self_t *self, double window_s)
         s_family (f, "kudus_test_accuracy", "gauge", "Test accuracy of the last evaluated version.");
         fprintf (f, "kudus_test_accuracy %.6g\n", self->accuracy);
     }
+    if (self->have_accuracy && isfinite (self->auc)) {
+        s_family (f, "kudus_test_auc", "gauge", "Held-out AUC of the last evaluated version (sparse-lr).");
+        fprintf (f, "kudus_test_auc %.6g\n", self->auc);
+    }
     s_family (f, "kudus_workers", "gauge", "Workers in the barrier.");
     fprintf (f, "kudus_workers %llu\n", (unsigned long long) self->active);
     s_family (f, "kudus_wait_fraction", "gauge", "Share of worker time spent waiting at the barrier.");
@@ -297,6 +305,8 @@ s_publish_stats (self_t *self)
     if (self->have_accuracy) {
         kd_stream_set_float (m, KD_S_TEST_ACCURACY, self->accuracy);
         kd_stream_set_uint (m, KD_S_TEST_VERSION, self->evaluated);
+        if (isfinite (self->auc))
+            kd_stream_set_float (m, KD_S_TEST_AUC, self->auc);
     }
     s_publish (self, &m);
     self->window_samples = 0;
@@ -483,12 +493,57 @@ s_publish_groups (self_t *self, const uint64_t *ranks, const uint64_t *groups, s
 //  --------------------------------------------------------------------------
 //  Evaluation
 
+//  The values an evaluation pulls: the dense model, or a keyed model's
+//  values at the held-out rows' keys.  Their count, and where they are.
+static size_t
+s_eval_count (self_t *self)
+{
+    return self->keyed_ready ? kd_keyed_eval_keys (self->keyed) : self->n_params;
+}
+
+static float *
+s_eval_values (self_t *self)
+{
+    return self->keyed_ready ? kd_keyed_eval_values (self->keyed) : self->params;
+}
+
+//  Score values: test accuracy and loss; for a keyed model also the AUC,
+//  which is then its metric.  Returns the metric.
+static double
+s_evaluate (self_t *self, const float *values, double *accuracy, double *loss, double *auc)
+{
+    *auc = NAN;
+    if (self->keyed_ready) {
+        if (kd_keyed_eval_score (self->keyed, values, auc, loss, accuracy))
+            kd_error ("held-out evaluation: out of memory");
+        return *auc;
+    }
+    kd_model_evaluate (self->model, values, kd_dataset_images (self->test),
+                       kd_dataset_labels (self->test), kd_dataset_count (self->test),
+                       accuracy, loss);
+    return *accuracy;
+}
+
+//  Ask shard i for its part of the evaluation's values.
+static void
+s_eval_pull (self_t *self, size_t i)
+{
+    kd_msg_t *pull;
+    if (self->keyed_ready)
+        pull = kd_keyed_eval_request (self->keyed, i, self->eval_want);
+    else {
+        pull = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (pull, KD_F_VERSION, self->eval_want);
+    }
+    kd_msg_send (&pull, kd_shardset_socket (self->book, i));
+}
+
 //  Pull the model at >= want from every shard, for an evaluation or a
 //  snapshot.  One round is outstanding at a time.
 static void
 s_eval_begin (self_t *self, uint64_t want, s_round_t round)
 {
-    if (!self->started || !self->model || self->evaluating)
+    if (!self->started || (!self->model && !self->keyed_ready) || self->evaluating)
         return;
     self->evaluating = true;
     self->round = round;
@@ -496,9 +551,7 @@ s_eval_begin (self_t *self, uint64_t want, s_round_t round)
     self->eval_started = kd_now_ms ();
     for (size_t i = 0; i < self->n_shards; i++) {
         self->shards [i].done = false;
-        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
-        kd_msg_set_uint (pull, KD_F_VERSION, want);
-        kd_msg_send (&pull, kd_shardset_socket (self->book, i));
+        s_eval_pull (self, i);
     }
 }
 
@@ -510,7 +563,8 @@ s_snapshot_take (self_t *self, uint64_t version, uint64_t ts, uint64_t samples)
     if (self->n_snapshots > 0 && self->snapshots [self->n_snapshots - 1].version >= version)
         return;
     //  Bound the memory the curve may take.
-    if ((self->n_snapshots + 1) * self->n_params * sizeof (float) > S_SNAPSHOT_BYTES) {
+    size_t count = s_eval_count (self);
+    if ((self->n_snapshots + 1) * count * sizeof (float) > S_SNAPSHOT_BYTES) {
         kd_warn ("snapshot memory full, curve stops at version=%llu", (unsigned long long) version);
         return;
     }
@@ -524,19 +578,19 @@ s_snapshot_take (self_t *self, uint64_t version, uint64_t ts, uint64_t samples)
     snap->version = version;
     snap->ts_ms = ts;
     snap->samples = samples;
-    snap->params = (float *) malloc (self->n_params * sizeof (float));
+    snap->params = (float *) malloc (count * sizeof (float));
     assert (snap->params);
-    memcpy (snap->params, self->params, self->n_params * sizeof (float));
+    memcpy (snap->params, s_eval_values (self), count * sizeof (float));
 }
 
 //  Evaluate every snapshot and write the curve: seconds since the start,
-//  version, accuracy, loss.  Done at the end, so that it costs training
-//  nothing.
+//  version, accuracy, loss (and a keyed model's AUC).  Done at the end, so
+//  that it costs training nothing.
 static void
 s_write_curve (self_t *self)
 {
     const char *path = kd_config_str (self->config, "curve-file");
-    if (!*path || !self->model)
+    if (!*path || (!self->model && !self->keyed_ready))
         return;
     char *tmp = zsys_sprintf ("%s.tmp", path);
     FILE *f = fopen (tmp, "w");
@@ -545,16 +599,17 @@ s_write_curve (self_t *self)
         zstr_free (&tmp);
         return;
     }
-    fprintf (f, "seconds,version,accuracy,loss,samples\n");
+    fprintf (f, "seconds,version,accuracy,loss,samples%s\n", self->keyed_ready ? ",auc" : "");
     for (size_t i = 0; i < self->n_snapshots && !zsys_interrupted; i++) {
         s_snapshot_t *snap = &self->snapshots [i];
-        double accuracy = 0, loss = 0;
-        kd_model_evaluate (self->model, snap->params, kd_dataset_images (self->test),
-                           kd_dataset_labels (self->test), kd_dataset_count (self->test),
-                           &accuracy, &loss);
+        double accuracy = 0, loss = 0, auc;
+        s_evaluate (self, snap->params, &accuracy, &loss, &auc);
         double seconds = snap->ts_ms > self->t0_ms ? (double) (snap->ts_ms - self->t0_ms) / 1000.0 : 0;
-        fprintf (f, "%.3f,%llu,%.4f,%.5f,%llu\n", seconds, (unsigned long long) snap->version,
+        fprintf (f, "%.3f,%llu,%.4f,%.5f,%llu", seconds, (unsigned long long) snap->version,
                  accuracy, loss, (unsigned long long) snap->samples);
+        if (self->keyed_ready)
+            fprintf (f, ",%.5f", auc);
+        fputc ('\n', f);
     }
     if (fclose (f) == 0 && rename (tmp, path) == 0)
         kd_info ("curve written path=%s points=%zu", path, self->n_snapshots);
@@ -582,21 +637,22 @@ s_eval_finish (self_t *self)
         s_snapshot_take (self, version, ts, samples);
         return;
     }
-    double accuracy = 0, loss = 0;
+    double accuracy = 0, loss = 0, auc;
     double t = kd_now_msf ();
-    kd_model_evaluate (self->model, self->params, kd_dataset_images (self->test),
-                       kd_dataset_labels (self->test), kd_dataset_count (self->test),
-                       &accuracy, &loss);
-    kd_debug ("eval version=%llu accuracy=%.4f ms=%.1f", (unsigned long long) version,
-              accuracy, kd_now_msf () - t);
+    double metric = s_evaluate (self, s_eval_values (self), &accuracy, &loss, &auc);
+    kd_debug ("eval version=%llu accuracy=%.4f auc=%.4f ms=%.1f", (unsigned long long) version,
+              accuracy, auc, kd_now_msf () - t);
     self->evaluating = false;
     self->evaluated = version;
     self->accuracy = accuracy;
     self->test_loss = loss;
+    self->auc = auc;
     self->have_accuracy = true;
+    //  The scheduler's "accuracy" is the run's test metric: a keyed
+    //  model's is its AUC (a NAN, one class only, it ignores).
     kd_msg_t *ok = kd_msg_new (KD_MSG_EVAL_OK);
     kd_msg_set_uint (ok, KD_F_VERSION, version);
-    kd_msg_set_float (ok, KD_F_ACCURACY, accuracy);
+    kd_msg_set_float (ok, KD_F_ACCURACY, metric);
     kd_msg_set_float (ok, KD_F_LOSS, loss);
     kd_msg_set_uint (ok, KD_F_TS_MS, ts);
     kd_peer_send (self->peer, &ok);
@@ -617,7 +673,8 @@ s_on_shard (self_t *self, size_t i)
     if (rc != 0)
         return;
     if (kd_msg_type (msg) == KD_MSG_PULL_OK && self->evaluating && !s->done
-    &&  kd_shardset_take_pull (self->book, i, msg, self->eval_want, self->params) == 0) {
+    &&  (self->keyed_ready ? kd_keyed_eval_take (self->keyed, i, msg, self->eval_want)
+                           : kd_shardset_take_pull (self->book, i, msg, self->eval_want, self->params)) == 0) {
         s->done = true;
         s->version = kd_msg_uint (msg, KD_F_VERSION);
         s->ts_ms = kd_msg_uint (msg, KD_F_TS_MS);
@@ -714,6 +771,27 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     kd_info ("registered model=%s params=%zu", self->model_name, self->n_params);
 }
 
+//  A keyed model started: fit the held-out rows to it, or say why not.
+static void
+s_start_keyed (self_t *self, kd_msg_t *msg)
+{
+    size_t nn = 0, ns = 0, n_params = 0;
+    const char **names = kd_msg_strs (msg, KD_F_TENSORS, &nn);
+    const uint64_t *shapes = kd_msg_uints (msg, KD_F_SHAPES, &ns);
+    kd_tensor_t tensors [KD_MODEL_MAX_TENSORS];
+    char err [256] = "";
+    if (kd_model_layout_parse (names, nn, shapes, ns, tensors, &n_params, err, sizeof err) == 0
+    &&  nn == 1
+    &&  kd_keyed_eval_start (self->keyed, tensors [0].rows, tensors [0].cols, self->book,
+                             err, sizeof err) == 0) {
+        self->keyed_ready = true;
+        kd_info ("held-out evaluation rows=%zu keys=%zu", kd_keyed_eval_rows (self->keyed),
+                 kd_keyed_eval_keys (self->keyed));
+    }
+    else
+        kd_error ("no held-out evaluation: %s", *err ? err : "the keyed model is not one tensor");
+}
+
 static void
 s_on_start (self_t *self, kd_msg_t *msg)
 {
@@ -731,6 +809,8 @@ s_on_start (self_t *self, kd_msg_t *msg)
     self->n_params = kd_shardset_params (self->book);
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
+    if (self->keyed && kd_msg_uint (msg, KD_F_KEYS) == 1)
+        s_start_keyed (self, msg);
     s_publish_event (self, "start", "training started");
     s_publish_model (self, msg);
     kd_info ("start shards=%zu", self->n_shards);
@@ -784,11 +864,8 @@ s_on_route (self_t *self, kd_msg_t *msg)
     kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
     self->rerouted |= 1ull << i;
     self->shards [i].stats_asked_ms = 0;
-    if (self->evaluating && !self->shards [i].done) {
-        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
-        kd_msg_set_uint (pull, KD_F_VERSION, self->eval_want);
-        kd_msg_send (&pull, kd_shardset_socket (self->book, i));
-    }
+    if (self->evaluating && !self->shards [i].done)
+        s_eval_pull (self, i);
 }
 
 static void
@@ -950,6 +1027,17 @@ kd_monitor_run (kd_config_t *config)
         kd_error ("cannot load test data: %s", err);
         goto cleanup;
     }
+    //  A keyed model's held-out rows: a file named but unreadable is an
+    //  error now, not a silent run without evaluations.
+    self->auc = NAN;
+    if (*kd_config_str (config, "test-file")) {
+        self->keyed = kd_keyed_eval_new (kd_config_str (config, "test-file"),
+                                         (size_t) kd_config_int (config, "eval-rows"), err, sizeof err);
+        if (!self->keyed) {
+            kd_error ("setting 'test-file': %s", err);
+            goto cleanup;
+        }
+    }
     self->router = zsock_new (ZMQ_ROUTER);
     self->pub = zsock_new (ZMQ_PUB);
     kd_socket_harden (self->router, max_msg);
@@ -985,6 +1073,7 @@ kd_monitor_run (kd_config_t *config)
     }
     kd_info ("listening intake=%s pub=%s test_rows=%zu", kd_config_str (config, "bind"),
              kd_config_str (config, "pub-bind"), kd_dataset_count (self->test));
+    kd_peer_set_evaluates_keyed (self->peer, self->keyed != NULL);
     kd_peer_hello (self->peer);
     int publish_ms = (int) kd_config_int (config, "publish-ms");
     uint64_t next_publish = kd_now_ms () + (uint64_t) publish_ms;
@@ -1042,6 +1131,7 @@ cleanup:
     zsock_destroy (&self->router);
     zsock_destroy (&self->pub);
     kd_model_destroy (&self->model);
+    kd_keyed_eval_destroy (&self->keyed);
     kd_dataset_destroy (&self->test);
     free (self->params);
     free (self->groups);

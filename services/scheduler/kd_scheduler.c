@@ -118,6 +118,8 @@ typedef struct {
     size_t n_layout;            //  external: tensors in layout
     bool keyed;                 //  external: a keyed (sparse) model, one tensor
                                 //  whose rows are the keys: n_params counts keys
+    bool sparse_lr;             //  the built-in keyed model: its metric is AUC
+    bool monitor_keyed;         //  the monitor evaluates keyed models (HELLO KEYS 1)
     char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
     uint64_t t0_ms;             //  wall ms at START
@@ -888,8 +890,10 @@ s_finish (self_t *self, const char *reason)
     }
     self->final_version = kd_controller_version (self->ctl);
     //  The monitor cannot evaluate an external model (it is the workers'
-    //  own): waiting for it would only time out.
-    if (self->monitor && self->monitor->alive && self->state == S_TRAINING && !self->external
+    //  own), nor sparse-lr without a held-out file: waiting for it would
+    //  only time out.
+    if (self->monitor && self->monitor->alive && self->state == S_TRAINING
+    &&  (!self->external || (self->sparse_lr && self->monitor_keyed))
     &&  !(self->accuracy_version >= self->final_version && self->accuracy_version > 0)) {
         kd_msg_t *eval = kd_msg_new (KD_MSG_EVAL);
         kd_msg_set_uint (eval, KD_F_VERSION, self->final_version);
@@ -1013,9 +1017,11 @@ s_write_summary (self_t *self)
     s_json_str (f, self->optimizer);
     fprintf (f, ",\n  \"workers\": %zu,\n  \"shards\": %zu,\n  \"replicas\": %zu,\n  \"wall_seconds\": %.3f,\n",
              self->max_live_workers, self->n_ranges, self->replicas, wall);
-    fputs ("  \"test_accuracy\": ", f);
+    //  The test metric: accuracy, or for sparse-lr the held-out AUC.
+    const char *metric = self->sparse_lr ? "auc" : "accuracy";
+    fprintf (f, "  \"test_metric\": \"%s\",\n  \"test_%s\": ", metric, metric);
     s_json_num (f, "%.4f", self->accuracy_version > 0 || self->accuracy > 0 ? self->accuracy : NAN);
-    fputs (",\n  \"stop_accuracy\": ", f);
+    fprintf (f, ",\n  \"stop_%s\": ", metric);
     s_json_num (f, "%.4f", self->stop_accuracy >= 0 ? self->stop_accuracy : NAN);
     fprintf (f, ",\n  \"test_version\": %llu,\n  \"train_loss\": %.5f,\n",
              (unsigned long long) self->accuracy_version, self->have_loss ? self->train_loss : 0.0);
@@ -1028,7 +1034,7 @@ s_write_summary (self_t *self)
              wall > 0 ? (double) self->samples / wall : 0.0,
              wall > 0 ? (double) self->updates / wall : 0.0,
              wall > 0 && !kd_controller_direct (self->ctl) ? (double) self->phases / wall : 0.0);
-    fputs ("  \"time_to_accuracy\": {", f);
+    fprintf (f, "  \"time_to_%s\": {", metric);
     for (size_t i = 0; i < S_N_MILESTONES; i++) {
         fprintf (f, "%s\"%.2f\": ", i ? ", " : "", s_milestones [i]);
         s_json_num (f, "%.3f", self->milestone_s [i] >= 0 ? self->milestone_s [i] : NAN);
@@ -1074,8 +1080,8 @@ s_write_summary (self_t *self)
             kd_error ("cannot write summary path=%s: %s", path, strerror (errno));
         zstr_free (&tmp);
     }
-    kd_info ("summary accuracy=%.4f wall_seconds=%.1f updates=%llu samples=%llu epochs=%llu",
-             self->accuracy, wall, (unsigned long long) self->updates,
+    kd_info ("summary %s=%.4f wall_seconds=%.1f updates=%llu samples=%llu epochs=%llu",
+             metric, self->accuracy, wall, (unsigned long long) self->updates,
              (unsigned long long) self->samples, (unsigned long long) done);
     free (json);
 }
@@ -1340,8 +1346,10 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     bool was_alive = m->alive;
     m->alive = true;
     m->last_seen = kd_now_ms ();
-    if (role == S_ROLE_MONITOR)
+    if (role == S_ROLE_MONITOR) {
         self->monitor = m;
+        self->monitor_keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
+    }
     if (role == S_ROLE_SHARD) {
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
@@ -1812,11 +1820,12 @@ kd_scheduler_run (kd_config_t *config)
     //  from the workers, as an external model's does.
     self->external = !strcmp (kd_config_str (config, "model"), "external")
                   || !strcmp (kd_config_str (config, "model"), "sparse-lr");
+    self->sparse_lr = !strcmp (kd_config_str (config, "model"), "sparse-lr");
     self->kind = self->external ? KD_MODEL_SOFTMAX
                : (kd_model_kind_t) kd_model_kind_parse (kd_config_str (config, "model"));
     self->hidden = self->external ? 0 : (uint32_t) kd_config_int (config, "hidden");
     self->n_params = self->external ? 0 : kd_model_param_count (self->kind, self->hidden);
-    if (self->external && kd_config_double (config, "target-accuracy") > 0) {
+    if (self->external && !self->sparse_lr && kd_config_double (config, "target-accuracy") > 0) {
         kd_error ("setting 'target-accuracy': the monitor evaluates built-in models only, "
                   "not model external; stop on epochs or max-seconds");
         return 2;

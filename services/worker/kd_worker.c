@@ -235,7 +235,7 @@ kd_worker_run (kd_config_t *config)
     bool sparse = !strcmp (kd_config_str (config, "model"), "sparse-lr");
     if (sparse) {
         self->sparse = kd_sparse_lr_load (kd_config_str (config, "train-file"),
-                                          (uint64_t) kd_config_int (config, "features"), err, sizeof err);
+                                          (uint64_t) kd_config_int (config, "features"), 0, err, sizeof err);
         if (!self->sparse) {
             kd_error ("cannot load training data: %s", *kd_config_str (config, "train-file")
                       ? err : "sparse-lr needs --train-file");

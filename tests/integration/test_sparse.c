@@ -275,11 +275,12 @@ done:
 }
 
 //  One run under a consistency model: the test's external workers, and
-//  builtin kudus-worker processes training sparse-lr on train_file.
-//  Returns worker 0's last test AUC.
+//  builtin kudus-worker processes training sparse-lr on train_file; the
+//  monitor evaluates test_file when one is named.  Returns worker 0's last
+//  test AUC; the summary's test metric goes to *summary_auc if asked.
 static double
 s_run (const char *consistency, const char *extra_flag, const char *extra_value, int externals,
-       int builtin, const char *train_file)
+       int builtin, const char *train_file, const char *test_file, double *summary_auc)
 {
     char port [16], log [512], summary [512], n_ext [8], n_builtin [8], features [16];
     snprintf (port, sizeof port, "%d", s_port);
@@ -288,12 +289,22 @@ s_run (const char *consistency, const char *extra_flag, const char *extra_value,
     snprintf (n_ext, sizeof n_ext, "%d", externals);
     snprintf (n_builtin, sizeof n_builtin, "%d", builtin);
     snprintf (features, sizeof features, "%d", S_FEATURES);
-    const char *argv [] = { "kudus", "local", "--model", builtin ? "sparse-lr" : "external",
-                            "--workers", n_builtin, "--external-workers", n_ext, "--shards", "2",
-                            "--consistency", consistency, "--batch", "50", "--epochs", "2",
-                            "--optimizer", "adagrad", "--lr", "0.2", "--base-port", port,
-                            "--quiet", "true", "--summary", summary, extra_flag, extra_value,
-                            builtin ? "--train-file" : NULL, train_file, "--features", features, NULL };
+    const char *argv [40] = { "kudus", "local", "--model", builtin ? "sparse-lr" : "external",
+                              "--workers", n_builtin, "--external-workers", n_ext, "--shards", "2",
+                              "--consistency", consistency, "--batch", "50", "--epochs", "2",
+                              "--optimizer", "adagrad", "--lr", "0.2", "--base-port", port,
+                              "--quiet", "true", "--summary", summary, extra_flag, extra_value,
+                              "--features", features };
+    size_t argc = 30;
+    if (builtin) {
+        argv [argc++] = "--train-file";
+        argv [argc++] = train_file;
+    }
+    if (test_file) {
+        argv [argc++] = "--test-file";
+        argv [argc++] = test_file;
+    }
+    argv [argc] = NULL;
     pid_t pid = kd_test_spawn (argv, log);
     s_worker_t w [S_WORKERS];
     pthread_t t [S_WORKERS];
@@ -334,6 +345,10 @@ s_run (const char *consistency, const char *extra_flag, const char *extra_value,
         listed++;
     }
     cr_expect_eq (listed, externals + builtin, "%s: %d workers in the summary", consistency, listed);
+    if (summary_auc) {
+        cr_expect (strstr (json, "\"test_metric\": \"auc\""), "%s: no AUC metric in the summary", consistency);
+        *summary_auc = kd_test_json_number (json, "test_auc");
+    }
     printf ("FIGURE sparse %s (%d external, %d built-in workers): planted AUC %.4f, learned %.4f; "
             "loss %.4f -> %.4f; train_loss %.4f\n",
             consistency, externals, builtin, s_data.planted_auc, w [0].auc, w [0].first_loss,
@@ -353,7 +368,7 @@ Test (sparse, sparse_lr_trains_under_every_consistency_model)
         { "lsp", "--quota", "1" }, { "alsp", "--seed", "1" },
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs [0]; i++) {
-        double auc = s_run (runs [i].model, runs [i].flag, runs [i].value, S_WORKERS, 0, NULL);
+        double auc = s_run (runs [i].model, runs [i].flag, runs [i].value, S_WORKERS, 0, NULL, NULL, NULL);
         //  The planted model is the best there is; 16,000 rows of a
         //  5,000-feature log learn most of it (0.80 against 0.85).
         cr_expect (auc > s_data.planted_auc - 0.08, "%s: AUC %.4f, planted %.4f", runs [i].model, auc,
@@ -361,24 +376,49 @@ Test (sparse, sparse_lr_trains_under_every_consistency_model)
     }
 }
 
-//  The built-in worker's sparse-lr (kudus-worker --model sparse-lr) reads
-//  the train rows from a LIBSVM file; two of them and one of this test's
-//  workers train one model, which worker 0 scores on the held-out rows.
-Test (sparse, the_built_in_worker_trains_sparse_lr_from_a_file)
+//  Rows [first, end) of the click log as a LIBSVM file.
+static void
+s_write_rows (const char *path, size_t first, size_t end)
 {
-    char path [512];
-    snprintf (path, sizeof path, "%s/train.svm", s_dir);
     FILE *f = fopen (path, "w");
     cr_assert (f);
-    for (size_t r = 0; r < S_TRAIN; r++) {
+    for (size_t r = first; r < end; r++) {
         fprintf (f, "%d", (int) s_data.label [r]);
         for (size_t e = s_data.start [r]; e < s_data.start [r + 1]; e++)
             fprintf (f, " %llu:1", (unsigned long long) s_data.index [e]);
         fputc ('\n', f);
     }
     fclose (f);
-    double auc = s_run ("lsp", "--quota", "2", 1, 2, path);
+}
+
+//  The built-in worker's sparse-lr (kudus-worker --model sparse-lr) reads
+//  the train rows from a LIBSVM file; two of them and one of this test's
+//  workers train one model, which worker 0 scores on the held-out rows,
+//  and the monitor too, from the same rows as a file (--test-file).
+Test (sparse, the_built_in_worker_trains_sparse_lr_from_a_file)
+{
+    char path [512], test [512];
+    snprintf (path, sizeof path, "%s/train.svm", s_dir);
+    snprintf (test, sizeof test, "%s/test.svm", s_dir);
+    s_write_rows (path, 0, S_TRAIN);
+    s_write_rows (test, S_TRAIN, S_TRAIN + S_TEST);
+    double monitor_auc = NAN;
+    double auc = s_run ("lsp", "--quota", "2", 1, 2, path, test, &monitor_auc);
     cr_expect (auc > s_data.planted_auc - 0.08, "AUC %.4f, planted %.4f", auc, s_data.planted_auc);
+    //  The monitor scores the final model; worker 0 scored the one it last
+    //  pulled, a few updates earlier: the two agree closely.
+    cr_expect (monitor_auc > s_data.planted_auc - 0.08 && fabs (monitor_auc - auc) < 0.02,
+               "monitor's held-out AUC %.4f, worker 0's %.4f, planted %.4f", monitor_auc, auc,
+               s_data.planted_auc);
+    //  A held-out file that cannot be read stops the monitor with a reason.
+    char mlog [512];
+    snprintf (mlog, sizeof mlog, "%s/monitor-no-file.log", s_dir);
+    const char *margv [] = { "kudus-monitor", "--test-file", "/nonexistent/test.svm", NULL };
+    int mstatus = -1;
+    pid_t mpid = kd_test_spawn (margv, mlog);
+    cr_assert (kd_test_wait (mpid, 30000, &mstatus));
+    cr_expect (WIFEXITED (mstatus) && WEXITSTATUS (mstatus) != 0);
+    cr_expect_eq (kd_test_count (mlog, "setting 'test-file'"), 1);
     //  Without a train file, kudus local says what is missing.
     char log [512];
     snprintf (log, sizeof log, "%s/no-file.log", s_dir);

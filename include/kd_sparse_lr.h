@@ -4,7 +4,9 @@
     not), read whole into CSR form; a label above 0 is a click.  The model
     is one keyed tensor "w" of features + 1 rows of one value: key 0 is the
     bias, key i the weight of feature i.  A batch names only the keys its
-    rows touch, so a worker pulls and pushes those and nothing else.
+    rows touch, so a worker pulls and pushes those and nothing else, and
+    the monitor evaluates a held-out file the same way: one batch of all
+    its rows, and a keyed pull of their keys.
 */
 #ifndef KD_SPARSE_LR_H_INCLUDED
 #define KD_SPARSE_LR_H_INCLUDED
@@ -14,12 +16,13 @@
 
 typedef struct _kd_sparse_lr_t kd_sparse_lr_t;
 
-//  Read path.  features 0 means the file's largest index; a larger index
-//  than features is a bad line.  Bad lines are logged (the first few, with
+//  Read path, max_rows good rows at most (0: all).  features 0 means the
+//  file's largest index; a larger index than features is a bad line.  Bad lines are logged (the first few, with
 //  their line numbers), counted and skipped.  NULL with err set when the
 //  file cannot be read or holds no good row.
 kd_sparse_lr_t *
-    kd_sparse_lr_load (const char *path, uint64_t features, char *err, size_t err_size);
+    kd_sparse_lr_load (const char *path, uint64_t features, size_t max_rows, char *err,
+                       size_t err_size);
 
 //  Destroy and null the caller's pointer.
 void
@@ -47,5 +50,12 @@ size_t
 //  and its gradient into g (one value per key).
 float
     kd_sparse_lr_gradient (kd_sparse_lr_t *self, const float *w, float *g);
+
+//  The batch under w: the AUC of its logits against its labels (NAN when
+//  one class is missing), the mean log loss, and the share of rows whose
+//  logit has the label's sign.  Returns 0, or -1 out of memory.
+int
+    kd_sparse_lr_evaluate (kd_sparse_lr_t *self, const float *w, double *auc, double *loss,
+                           double *accuracy);
 
 #endif

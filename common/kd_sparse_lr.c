@@ -76,7 +76,7 @@ s_append (kd_sparse_lr_t *self, const kd_libsvm_row_t *row)
 }
 
 kd_sparse_lr_t *
-kd_sparse_lr_load (const char *path, uint64_t features, char *err, size_t err_size)
+kd_sparse_lr_load (const char *path, uint64_t features, size_t max_rows, char *err, size_t err_size)
 {
     kd_libsvm_t *reader = kd_libsvm_open (path, features, err, err_size);
     if (!reader)
@@ -88,9 +88,10 @@ kd_sparse_lr_load (const char *path, uint64_t features, char *err, size_t err_si
         return NULL;
     }
     kd_libsvm_row_t row;
-    char why [256];
-    int rc;
-    while ((rc = kd_libsvm_next (reader, &row, why, sizeof why)) != 0) {
+    char why [256] = "";
+    int rc = 0;
+    while ((max_rows == 0 || self->rows < max_rows)
+    &&     (rc = kd_libsvm_next (reader, &row, why, sizeof why)) != 0) {
         if (rc == -2) {
             if (self->skipped++ < S_LOGGED_LINES)
                 kd_warn ("skipped: %s", why);
@@ -222,6 +223,26 @@ kd_sparse_lr_batch (kd_sparse_lr_t *self, const uint64_t *rows, size_t n_rows,
     return taken;
 }
 
+//  Batch row b's logit under w; *at walks its entries' key positions.
+static double
+s_logit (kd_sparse_lr_t *self, size_t b, const float *w, size_t *at)
+{
+    uint64_t row = self->batch_rows [b];
+    double z = w [0];
+    for (size_t e = self->start [row]; e < self->start [row + 1]; e++)
+        z += (double) w [self->pos [(*at)++]] * self->value [e];
+    return z;
+}
+
+//  log p and log (1 - p) of a logit, in the log(1 + e^-|z|) form: no
+//  overflow for any z.
+static void
+s_log_probs (double z, double *lp, double *lq)
+{
+    *lp = z >= 0 ? -log1p (exp (-z)) : z - log1p (exp (z));
+    *lq = z >= 0 ? -z - log1p (exp (-z)) : -log1p (exp (z));
+}
+
 float
 kd_sparse_lr_gradient (kd_sparse_lr_t *self, const float *w, float *g)
 {
@@ -233,13 +254,9 @@ kd_sparse_lr_gradient (kd_sparse_lr_t *self, const float *w, float *g)
     for (size_t b = 0; b < self->n_batch; b++) {
         uint64_t row = self->batch_rows [b];
         size_t first = at;
-        double z = w [0];
-        for (size_t e = self->start [row]; e < self->start [row + 1]; e++)
-            z += (double) w [self->pos [at++]] * self->value [e];
-        //  log(1 + e^-|z|) form: no overflow for any z.
+        double lp, lq;
+        s_log_probs (s_logit (self, b, w, &at), &lp, &lq);
         float y = self->label [row];
-        double lp = z >= 0 ? -log1p (exp (-z)) : z - log1p (exp (z));    //  log p
-        double lq = z >= 0 ? -z - log1p (exp (-z)) : -log1p (exp (z));    //  log (1 - p)
         loss -= y > 0 ? lp : lq;
         float d = (float) ((exp (lp) - y) / (double) self->n_batch);
         g [0] += d;
@@ -248,4 +265,37 @@ kd_sparse_lr_gradient (kd_sparse_lr_t *self, const float *w, float *g)
             g [self->pos [at++]] += d * self->value [e];
     }
     return (float) (loss / (double) self->n_batch);
+}
+
+int
+kd_sparse_lr_evaluate (kd_sparse_lr_t *self, const float *w, double *auc, double *loss,
+                       double *accuracy)
+{
+    *auc = *loss = *accuracy = NAN;
+    if (self->n_batch == 0)
+        return 0;
+    double *scores = (double *) malloc (self->n_batch * sizeof (double));
+    uint8_t *labels = (uint8_t *) malloc (self->n_batch);
+    if (!scores || !labels) {
+        free (scores);
+        free (labels);
+        return -1;
+    }
+    double sum = 0;
+    size_t right = 0, at = 0;
+    for (size_t b = 0; b < self->n_batch; b++) {
+        double z = s_logit (self, b, w, &at), lp, lq;
+        s_log_probs (z, &lp, &lq);
+        bool click = self->label [self->batch_rows [b]] > 0;
+        sum -= click ? lp : lq;
+        right += (z >= 0) == click;
+        scores [b] = z;
+        labels [b] = click;
+    }
+    *auc = kd_auc (scores, labels, self->n_batch);
+    *loss = sum / (double) self->n_batch;
+    *accuracy = (double) right / (double) self->n_batch;
+    free (scores);
+    free (labels);
+    return 0;
 }
