@@ -27,8 +27,11 @@
 enum {
     S_OFF_VERSION = 8, S_OFF_SAMPLES = 16, S_OFF_RANK = 24, S_OFF_LO = 32,
     S_OFF_HI = 40, S_OFF_N_PARAMS = 48, S_OFF_KIND = 56, S_OFF_HIDDEN = 60,
-    S_OFF_TS = 64, S_OFF_N_STATE = 72, S_OFF_OPT_KIND = 76, S_OFF_OPT_STEPS = 80
+    S_OFF_TS = 64, S_OFF_N_STATE = 72, S_OFF_OPT_KIND = 76, S_OFF_OPT_STEPS = 80,
+    S_OFF_KEY_DIM = 88, S_OFF_KEY_ROWS = 96
 };
+
+#define S_MAX_KEY_DIM   65536           //  values per key of a keyed range at most
 
 static void
 s_put64 (uint8_t *p, uint64_t v)
@@ -110,7 +113,8 @@ s_layout_encode (const kd_checkpoint_meta_t *meta, uint8_t *out)
 }
 
 //  Read n tensors from a layout block into meta, computing offsets; the
-//  shapes must be positive and sum to n_params.  Returns 0 or -2.
+//  shapes must be positive and sum to n_params (a keyed range's: rows of
+//  key_dim values, the rows summing to n_params keys).  Returns 0 or -2.
 static int
 s_layout_decode (const uint8_t *block, uint32_t n, kd_checkpoint_meta_t *meta)
 {
@@ -121,14 +125,16 @@ s_layout_decode (const uint8_t *block, uint32_t n, kd_checkpoint_meta_t *meta)
         memset (t, 0, sizeof *t);
         memcpy (t->name, p, KD_TENSOR_NAME_MAX - 1);
         uint64_t rows = s_get64 (p + KD_TENSOR_NAME_MAX), cols = s_get64 (p + KD_TENSOR_NAME_MAX + 8);
+        uint64_t size = meta->key_dim ? rows : rows * cols;
         if (!t->name [0] || p [KD_TENSOR_NAME_MAX - 1] != 0 || rows == 0 || cols == 0
-        ||  rows > UINT32_MAX || cols > UINT32_MAX || rows * cols > meta->n_params - total)
+        ||  (meta->key_dim ? cols != meta->key_dim : rows > UINT32_MAX || cols > UINT32_MAX)
+        ||  size > meta->n_params - total)
             return -2;
         t->offset = (size_t) total;
         t->rows = (size_t) rows;
         t->cols = (size_t) cols;
         t->count = (size_t) (rows * cols);
-        total += rows * cols;
+        total += size;
     }
     meta->n_tensors = n;
     return n == 0 || total == meta->n_params ? 0 : -2;
@@ -220,12 +226,19 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
                      const float *params, const float *state,
                      int keep, char *err, size_t err_size)
 {
-    if (meta->hi <= meta->lo || meta->hi - meta->lo > KD_CHECKPOINT_MAX_KEYS) {
+    bool keyed = meta->key_dim > 0;
+    if (meta->hi <= meta->lo || (!keyed && meta->hi - meta->lo > KD_CHECKPOINT_MAX_KEYS)) {
         snprintf (err, err_size, "bad range lo=%llu hi=%llu",
                   (unsigned long long) meta->lo, (unsigned long long) meta->hi);
         return -1;
     }
-    if (meta->n_state > KD_CHECKPOINT_MAX_STATE || (meta->n_state > 0 && !state)) {
+    if (keyed && (meta->key_dim > S_MAX_KEY_DIM || meta->key_rows > meta->hi - meta->lo
+              ||  meta->key_rows > KD_CHECKPOINT_MAX_KEYS || (meta->key_rows > 0 && (!meta->keys || !params)))) {
+        snprintf (err, err_size, "bad keyed range: %llu rows of %u values",
+                  (unsigned long long) meta->key_rows, meta->key_dim);
+        return -1;
+    }
+    if (meta->n_state > KD_CHECKPOINT_MAX_STATE || (meta->n_state > 0 && !state && !keyed)) {
         snprintf (err, err_size, "bad optimizer state: %u buffers", meta->n_state);
         return -1;
     }
@@ -233,8 +246,11 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
         snprintf (err, err_size, "bad layout: %u tensors", meta->n_tensors);
         return -1;
     }
-    size_t count = (size_t) (meta->hi - meta->lo);
-    size_t state_bytes = (size_t) meta->n_state * count * sizeof (float);
+    //  A keyed range: the keys, then its rows with their state, in params.
+    size_t count = keyed ? (size_t) meta->key_rows * (1 + meta->n_state) * meta->key_dim
+                         : (size_t) (meta->hi - meta->lo);
+    size_t state_bytes = keyed ? 0 : (size_t) meta->n_state * count * sizeof (float);
+    size_t keys_bytes = keyed ? (size_t) meta->key_rows * sizeof (uint64_t) : 0;
     uint8_t layout [4 + KD_CHECKPOINT_MAX_TENSORS * S_TENSOR_BYTES];
     size_t layout_bytes = s_layout_encode (meta, layout);
     uint8_t header [KD_CHECKPOINT_HEADER] = { 0 };
@@ -251,10 +267,14 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
     s_put32 (header + S_OFF_N_STATE, meta->n_state);
     s_put32 (header + S_OFF_OPT_KIND, meta->opt_kind);
     s_put64 (header + S_OFF_OPT_STEPS, meta->opt_steps);
+    s_put32 (header + S_OFF_KEY_DIM, meta->key_dim);
+    s_put64 (header + S_OFF_KEY_ROWS, keyed ? meta->key_rows : 0);
 
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
     crc = s_crc (crc, layout, layout_bytes);
+    if (keys_bytes > 0)
+        crc = s_crc (crc, meta->keys, keys_bytes);
     crc = s_crc (crc, params, count * sizeof (float));
     if (state_bytes > 0)
         crc = s_crc (crc, state, state_bytes);
@@ -273,6 +293,7 @@ kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
     }
     if (s_write_all (fd, header, sizeof header)
     ||  s_write_all (fd, layout, layout_bytes)
+    ||  (keys_bytes > 0 && s_write_all (fd, meta->keys, keys_bytes))
     ||  s_write_all (fd, params, count * sizeof (float))
     ||  (state_bytes > 0 && s_write_all (fd, state, state_bytes))
     ||  s_write_all (fd, trailer, sizeof trailer)
@@ -307,6 +328,7 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
                     char *err, size_t err_size)
 {
     *params_p = *state_p = NULL;
+    meta->keys = NULL;
     FILE *f = fopen (path, "rb");
     if (!f) {
         snprintf (err, err_size, "cannot open %s: %s", path, strerror (errno));
@@ -314,6 +336,7 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
     }
     int rc = -2;
     float *params = NULL, *state = NULL;
+    uint64_t *keys = NULL;
     uint8_t header [KD_CHECKPOINT_HEADER], trailer [4];
     struct stat st;
     if (fstat (fileno (f), &st) || fread (header, 1, sizeof header, f) != sizeof header) {
@@ -337,18 +360,26 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
         .ts_ms = s_get64 (header + S_OFF_TS),
         .n_state = v1 ? 1 : s_get32 (header + S_OFF_N_STATE),
         .opt_kind = v1 ? 0 : s_get32 (header + S_OFF_OPT_KIND),
-        .opt_steps = v1 ? s_get64 (header + S_OFF_VERSION) : s_get64 (header + S_OFF_OPT_STEPS)
+        .opt_steps = v1 ? s_get64 (header + S_OFF_VERSION) : s_get64 (header + S_OFF_OPT_STEPS),
+        .key_dim = v1 ? 0 : s_get32 (header + S_OFF_KEY_DIM),
+        .key_rows = v1 ? 0 : s_get64 (header + S_OFF_KEY_ROWS)
     };
+    bool keyed = m.key_dim > 0;
     if (m.n_state > KD_CHECKPOINT_MAX_STATE) {
         snprintf (err, err_size, "%s: %u optimizer state buffers, at most %d", path, m.n_state,
                   KD_CHECKPOINT_MAX_STATE);
         goto done;
     }
     //  Check the declared sizes against the file before allocating.
-    if (m.hi <= m.lo || m.hi > m.n_params || m.hi - m.lo > KD_CHECKPOINT_MAX_KEYS) {
+    if (m.hi <= m.lo || m.hi > m.n_params || (!keyed && m.hi - m.lo > KD_CHECKPOINT_MAX_KEYS)) {
         snprintf (err, err_size, "%s: bad range lo=%llu hi=%llu params=%llu", path,
                   (unsigned long long) m.lo, (unsigned long long) m.hi,
                   (unsigned long long) m.n_params);
+        goto done;
+    }
+    if (keyed && (m.key_dim > S_MAX_KEY_DIM || m.key_rows > m.hi - m.lo || m.key_rows > KD_CHECKPOINT_MAX_KEYS)) {
+        snprintf (err, err_size, "%s: bad keyed range: %llu rows of %u values", path,
+                  (unsigned long long) m.key_rows, m.key_dim);
         goto done;
     }
     //  The layout block (version 2): its count is bounded before it is read.
@@ -367,23 +398,28 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
             goto done;
         }
     }
-    size_t count = (size_t) (m.hi - m.lo);
-    uint64_t expect = KD_CHECKPOINT_HEADER + layout_bytes
-                    + (1 + (uint64_t) m.n_state) * count * sizeof (float) + 4;
+    //  Dense: count params and n_state * count of state.  Keyed: the keys,
+    //  then count floats of rows and their state, in params.
+    size_t count = keyed ? (size_t) m.key_rows * (1 + m.n_state) * m.key_dim : (size_t) (m.hi - m.lo);
+    size_t n_keys = keyed ? (size_t) m.key_rows : 0;
+    uint64_t expect = KD_CHECKPOINT_HEADER + layout_bytes + n_keys * sizeof (uint64_t)
+                    + (keyed ? 1 : 1 + (uint64_t) m.n_state) * count * sizeof (float) + 4;
     if ((uint64_t) st.st_size != expect) {
         snprintf (err, err_size, "%s: %lld bytes, expected %llu (truncated or padded)", path,
                   (long long) st.st_size, (unsigned long long) expect);
         goto done;
     }
-    size_t n_state = (size_t) m.n_state * count;
-    params = (float *) malloc (count * sizeof (float));
+    size_t n_state = keyed ? 0 : (size_t) m.n_state * count;
+    params = (float *) malloc ((count ? count : 1) * sizeof (float));
     state = n_state > 0 ? (float *) malloc (n_state * sizeof (float)) : NULL;
-    if (!params || (n_state > 0 && !state)) {
+    keys = n_keys > 0 ? (uint64_t *) malloc (n_keys * sizeof (uint64_t)) : NULL;
+    if (!params || (n_state > 0 && !state) || (n_keys > 0 && !keys)) {
         snprintf (err, err_size, "%s: out of memory for %zu keys", path, count);
         rc = -1;
         goto done;
     }
-    if (fread (params, sizeof (float), count, f) != count
+    if ((n_keys > 0 && fread (keys, sizeof (uint64_t), n_keys, f) != n_keys)
+    ||  fread (params, sizeof (float), count, f) != count
     ||  (n_state > 0 && fread (state, sizeof (float), n_state, f) != n_state)
     ||  fread (trailer, 1, 4, f) != 4) {
         snprintf (err, err_size, "%s: short read", path);
@@ -392,6 +428,8 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
     uLong crc = crc32 (0L, Z_NULL, 0);
     crc = s_crc (crc, header, sizeof header);
     crc = s_crc (crc, layout, layout_bytes);
+    if (n_keys > 0)
+        crc = s_crc (crc, keys, n_keys * sizeof (uint64_t));
     crc = s_crc (crc, params, count * sizeof (float));
     if (n_state > 0)
         crc = s_crc (crc, state, n_state * sizeof (float));
@@ -399,14 +437,22 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
         snprintf (err, err_size, "%s: CRC mismatch", path);
         goto done;
     }
+    for (size_t i = 0; i < n_keys; i++)
+        if (keys [i] < m.lo || keys [i] >= m.hi) {
+            snprintf (err, err_size, "%s: key %llu outside the range", path, (unsigned long long) keys [i]);
+            goto done;
+        }
+    m.keys = keys;
     *meta = m;
     *params_p = params;
     *state_p = state;
     params = state = NULL;
+    keys = NULL;
     rc = 0;
 done:
     free (params);
     free (state);
+    free (keys);
     fclose (f);
     return rc;
 }

@@ -8,6 +8,7 @@
 
 #define S_MIN_SLOTS  1024               //  table slots at first
 #define S_MAX_ROWS   0xfffffffeu        //  rows are numbered in 32 bits
+#define S_AHEAD      8                  //  keys a pull prefetches ahead
 
 typedef struct {
     uint64_t key;
@@ -147,12 +148,20 @@ kd_sparse_pull (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out)
 {
     assert (self && (n == 0 || (keys && out)));
     for (size_t i = 0; i < n; i++) {
+        //  The slot a few keys ahead is fetched while this one is probed:
+        //  a pull of scattered keys is otherwise one cache miss after
+        //  another.
+        if (i + S_AHEAD < n)
+            __builtin_prefetch (&self->slots [s_home (self, keys [i + S_AHEAD])]);
         s_slot_t *slot = s_probe (self, keys [i]);
-        if (slot->row)
-            memcpy (out + i * self->dim, self->arena + (size_t) (slot->row - 1) * self->stride,
-                    self->dim * sizeof (float));
+        float *to = out + i * self->dim;
+        if (!slot->row)
+            s_init_row (self, keys [i], to);
         else
-            s_init_row (self, keys [i], out + i * self->dim);
+        if (self->dim == 1)
+            *to = self->arena [(size_t) (slot->row - 1) * self->stride];
+        else
+            memcpy (to, self->arena + (size_t) (slot->row - 1) * self->stride, self->dim * sizeof (float));
     }
 }
 
@@ -215,4 +224,56 @@ kd_sparse_row (kd_sparse_t *self, size_t i, uint64_t *key)
     if (key)
         *key = self->keys [i];
     return self->arena + i * self->stride;
+}
+
+const uint64_t *
+kd_sparse_keys (kd_sparse_t *self)
+{
+    assert (self);
+    return self->keys;
+}
+
+const float *
+kd_sparse_arena (kd_sparse_t *self)
+{
+    assert (self);
+    return self->arena;
+}
+
+size_t
+kd_sparse_stride (kd_sparse_t *self)
+{
+    assert (self);
+    return self->stride;
+}
+
+int
+kd_sparse_load (kd_sparse_t *self, const uint64_t *keys, const float *rows, size_t n, uint64_t steps)
+{
+    assert (self && (n == 0 || (keys && rows)));
+    //  Into an empty table of its own first, so a failure changes nothing.
+    kd_sparse_t *fresh = kd_sparse_new (self->dim, &self->opts, self->init_scale, self->seed);
+    if (!fresh || s_reserve (fresh, n)) {
+        kd_sparse_destroy (&fresh);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s_slot_t *slot = s_probe (fresh, keys [i]);
+        if (slot->row) {
+            kd_sparse_destroy (&fresh);
+            return -1;
+        }
+        memcpy (fresh->arena + i * fresh->stride, rows + i * fresh->stride, fresh->stride * sizeof (float));
+        fresh->keys [i] = keys [i];
+        slot->key = keys [i];
+        slot->row = (uint32_t) i + 1;
+        fresh->n_rows++;
+    }
+    fresh->t = steps;
+    //  Swap the contents, then free the old ones with the shell.
+    kd_sparse_t old = *self;
+    *self = *fresh;
+    *fresh = old;
+    kd_sparse_destroy (&fresh);
+    return 0;
 }

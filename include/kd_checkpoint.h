@@ -19,6 +19,13 @@
         params   count float32
         state    n_state * count float32
         crc      uint32, CRC-32 of everything before it
+    A keyed (sparse) range holds only the rows some gradient touched.  Its
+    header says so with key_dim > 0 (the values per key) and key_rows (the
+    rows held), its layout is the one keyed tensor (n_params keys of
+    key_dim values), and params and state are replaced by
+        keys     key_rows uint64, each inside [lo, hi), in no set order
+        rows     key_rows rows of (1 + n_state) * key_dim float32: a row's
+                 values, then its optimizer state buffers (kd_sparse_arena)
     Version 1 files ("KDCKPT01", written before optimizers were chosen per
     run) are read as n_state 1, the momentum buffer of SGD.
     Files are named ckpt-<version, 20 digits>.kdc, so the newest sorts last.
@@ -55,11 +62,17 @@ typedef struct {
     uint64_t opt_steps;         //  optimizer steps taken
     uint32_t n_tensors;         //  tensors in layout (0: unnamed, a v1 file)
     kd_tensor_t tensors [KD_CHECKPOINT_MAX_TENSORS];   //  the model's layout
+    uint32_t key_dim;           //  keyed range: values per key (0: dense)
+    uint64_t key_rows;          //  keyed range: rows held
+    uint64_t *keys;             //  keyed range: their keys (a read's are the
+                                //  caller's to free; NULL when dense)
 } kd_checkpoint_meta_t;
 
 //  Write a checkpoint of hi - lo params and meta->n_state buffers of
 //  state (one block of n_state * (hi - lo) floats; NULL when n_state is 0)
-//  into dir, then delete all but the newest `keep` checkpoints.  Returns
+//  into dir, then delete all but the newest `keep` checkpoints.  A keyed
+//  range (meta->key_dim > 0) writes meta->keys and, in params, its rows
+//  (key_rows * (1 + n_state) * key_dim floats); state is unused.  Returns
 //  0, or -1 with a reason in err.
 int
     kd_checkpoint_write (const char *dir, const kd_checkpoint_meta_t *meta,
@@ -68,7 +81,9 @@ int
 
 //  Read and verify one checkpoint file.  On success returns 0 and sets
 //  meta, params and state (a block of n_state * count floats, NULL when
-//  n_state is 0): new arrays, caller frees.  Returns -1 if the file cannot
+//  n_state is 0): new arrays, caller frees.  A keyed range's rows come in
+//  params, its keys in meta->keys (also the caller's to free), and state
+//  is NULL.  Returns -1 if the file cannot
 //  be read, -2 if it is malformed, truncated or fails its CRC.
 int
     kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,

@@ -58,6 +58,24 @@ size_t
 const float *
     kd_sparse_row (kd_sparse_t *self, size_t i, uint64_t *key);
 
+//  Every row held, for a checkpoint: the keys in creation order, and the
+//  rows in the same order, stride floats each (the dim values, then the
+//  optimizer's state buffers of dim floats each).  Borrowed, valid until
+//  the next step.
+const uint64_t *
+    kd_sparse_keys (kd_sparse_t *self);
+const float *
+    kd_sparse_arena (kd_sparse_t *self);
+size_t
+    kd_sparse_stride (kd_sparse_t *self);
+
+//  Replace every row with n rows from a checkpoint (keys distinct, rows
+//  laid out as kd_sparse_arena's) and the step count.  Returns 0, or -1
+//  (nothing changed) out of memory or on a repeated key.
+int
+    kd_sparse_load (kd_sparse_t *self, const uint64_t *keys, const float *rows, size_t n,
+                    uint64_t steps);
+
 #ifdef __cplusplus
 }
 #endif

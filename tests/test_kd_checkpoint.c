@@ -356,3 +356,62 @@ Test (kd_checkpoint, the_layout_names_the_tensors)
     free (path);
     free (dir);
 }
+
+//  A keyed range: the touched rows' keys and rows (values and state) come
+//  back as written; a key outside the range is refused.
+Test (kd_checkpoint, keyed_rows_round_trip)
+{
+    char *dir = kd_test_tmpdir ();
+    uint64_t keys [3] = { 1700, 1050, 1999 };
+    float rows [3 * 2 * 2];                     //  3 rows of dim 2, 1 state buffer
+    for (int i = 0; i < 12; i++)
+        rows [i] = (float) i * 0.25f - 1;
+    kd_checkpoint_meta_t meta = {
+        .version = 42, .samples = 4200, .rank = 1, .lo = 1000, .hi = 2000, .n_params = 3000,
+        .kind = 0xFFFF, .ts_ms = 99, .n_state = 1, .opt_kind = 3, .opt_steps = 41,
+        .n_tensors = 1, .key_dim = 2, .key_rows = 3, .keys = keys
+    };
+    snprintf (meta.tensors [0].name, sizeof meta.tensors [0].name, "w");
+    meta.tensors [0].rows = 3000;
+    meta.tensors [0].cols = 2;
+    char err [256];
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, rows, NULL, 3, err, sizeof err), 0, "%s", err);
+    kd_checkpoint_meta_t got;
+    float *rp = NULL, *rs = NULL;
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.key_dim, 2);
+    cr_expect_eq (got.key_rows, 3);
+    cr_expect_eq (got.version, 42);
+    cr_expect_eq (got.opt_steps, 41);
+    cr_expect_eq (got.n_tensors, 1);
+    cr_expect_eq (got.tensors [0].rows, 3000);
+    cr_expect_null (rs);
+    cr_assert_not_null (got.keys);
+    cr_expect_eq (memcmp (got.keys, keys, sizeof keys), 0);
+    cr_expect_eq (memcmp (rp, rows, sizeof rows), 0);
+    free (rp);
+    free (got.keys);
+    //  No rows at all is a valid keyed checkpoint too.
+    meta.version = 43;
+    meta.key_rows = 0;
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, rows, NULL, 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.key_rows, 0);
+    cr_expect_null (got.keys);
+    free (rp);
+    //  A key outside [lo, hi) passes the CRC but not the range check.
+    keys [1] = 2500;
+    meta.version = 44;
+    meta.key_rows = 3;
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, rows, NULL, 3, err, sizeof err), 0, "%s", err);
+    char path [512];
+    snprintf (path, sizeof path, "%s/ckpt-00000000000000000044.kdc", dir);
+    cr_expect_eq (kd_checkpoint_read (path, &got, &rp, &rs, err, sizeof err), -2);
+    cr_expect (strstr (err, "outside the range"), "%s", err);
+    cr_expect_null (rp);
+    //  ... and the newest valid one loads instead.
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.version, 43);
+    free (rp);
+    free (dir);
+}

@@ -164,3 +164,40 @@ Test (kd_sparse, memory_follows_the_touched_rows_and_survives_growth)
     free (keys);
     kd_sparse_destroy (&sp);
 }
+
+//  A checkpoint's view of the rows (keys, arena, steps) loads into a new
+//  table that then answers and steps exactly as the old one.
+Test (kd_sparse, rows_and_state_load_into_a_new_table)
+{
+    kd_optimizer_opts_t o = s_opts ("adagrad lr=0.5");
+    kd_sparse_t *a = kd_sparse_new (2, &o, 0, 0), *b = kd_sparse_new (2, &o, 0, 0);
+    cr_assert (a && b);
+    const uint64_t keys [3] = { 40, 7, 1000000007ull };
+    const float g [6] = { 1, -2, 0.5f, 0.25f, -1, 3 };
+    cr_assert_eq (kd_sparse_step (a, keys, 3, g), 0);
+    cr_assert_eq (kd_sparse_step (a, keys, 2, g + 2), 0);
+    cr_assert_eq (kd_sparse_stride (a), 4, "2 values and AdaGrad's 2 sums");
+    cr_assert_eq (kd_sparse_load (b, kd_sparse_keys (a), kd_sparse_arena (a), kd_sparse_rows (a),
+                                  kd_sparse_steps (a)), 0);
+    cr_expect_eq (kd_sparse_rows (b), 3);
+    cr_expect_eq (kd_sparse_steps (b), 2);
+    float va [6], vb [6];
+    kd_sparse_pull (a, keys, 3, va);
+    kd_sparse_pull (b, keys, 3, vb);
+    cr_expect_eq (memcmp (va, vb, sizeof va), 0);
+    //  The state came too: the next step is the same in both.
+    cr_assert_eq (kd_sparse_step (a, keys, 3, g), 0);
+    cr_assert_eq (kd_sparse_step (b, keys, 3, g), 0);
+    kd_sparse_pull (a, keys, 3, va);
+    kd_sparse_pull (b, keys, 3, vb);
+    cr_expect_eq (memcmp (va, vb, sizeof va), 0);
+    //  A repeated key is refused and changes nothing.
+    const uint64_t twice [2] = { 5, 5 };
+    const float rows [8] = { 1, 1, 1, 1, 2, 2, 2, 2 };
+    cr_expect_eq (kd_sparse_load (b, twice, rows, 2, 9), -1);
+    cr_expect_eq (kd_sparse_rows (b), 3);
+    kd_sparse_pull (b, keys, 3, vb);
+    cr_expect_eq (memcmp (va, vb, sizeof va), 0);
+    kd_sparse_destroy (&a);
+    kd_sparse_destroy (&b);
+}

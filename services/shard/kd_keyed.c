@@ -10,6 +10,7 @@
 struct _kd_keyed_t {
     uint64_t lo, hi;            //  the range's keys
     size_t dim;                 //  floats per key
+    kd_optimizer_opts_t opts;   //  the update rule
     kd_sparse_t *rows;          //  the touched rows and their optimizer state
     uint64_t *ukeys;            //  commit scratch: the union of the keys
     float *ug;                  //  ... their combined gradient rows
@@ -27,6 +28,7 @@ kd_keyed_new (uint64_t lo, uint64_t hi, size_t dim, const kd_optimizer_opts_t *o
     self->lo = lo;
     self->hi = hi;
     self->dim = dim;
+    self->opts = *opts;
     self->rows = kd_sparse_new (dim, opts, 0.0, 0);
     if (!self->rows) {
         free (self);
@@ -182,6 +184,20 @@ kd_keyed_pull (kd_keyed_t *self, const uint64_t *keys, size_t n, float *out)
 {
     assert (self);
     kd_sparse_pull (self->rows, keys, n, out);
+}
+
+const kd_optimizer_opts_t *
+kd_keyed_opts (kd_keyed_t *self)
+{
+    assert (self);
+    return &self->opts;
+}
+
+kd_sparse_t *
+kd_keyed_table (kd_keyed_t *self)
+{
+    assert (self);
+    return self->rows;
 }
 
 size_t

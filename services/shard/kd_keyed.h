@@ -17,6 +17,7 @@
 #define KD_KEYED_H_INCLUDED
 
 #include "kd_optimizer.h"
+#include "kd_sparse.h"
 #include <czmq.h>
 #include <stdint.h>
 
@@ -59,6 +60,15 @@ int
 //  The values of n keys into out (n * dim floats).
 void
     kd_keyed_pull (kd_keyed_t *self, const uint64_t *keys, size_t n, float *out);
+
+//  The update rule the range was made with.
+const kd_optimizer_opts_t *
+    kd_keyed_opts (kd_keyed_t *self);
+
+//  The rows themselves (borrowed), for checkpoints: kd_sparse_keys,
+//  kd_sparse_arena and kd_sparse_load.
+kd_sparse_t *
+    kd_keyed_table (kd_keyed_t *self);
 
 //  Rows held, and their bytes with the optimizer state and the table.
 size_t

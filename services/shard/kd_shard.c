@@ -101,6 +101,8 @@ typedef struct {
     float *gsum;                //  a commit's combined gradient
     float *ckpt_state;          //  restored optimizer state, until WELCOME
     kd_checkpoint_meta_t ckpt_meta;  //  what the restored checkpoint said
+    float *ckpt_rows;           //  a restored keyed range's rows (keys in
+                                //  ckpt_meta.keys), until its WELCOME
     uint64_t version;           //  model version
     uint64_t version_ts;        //  wall ms of the commit that made it
     s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
@@ -594,7 +596,7 @@ s_release_parked (self_t *self)
 static void
 s_checkpoint (self_t *self, bool force)
 {
-    if (!self->ckpt_dir || !self->registered || self->keyed || self->version == self->ckpt_version)
+    if (!self->ckpt_dir || !self->registered || self->version == self->ckpt_version)
         return;
     uint64_t now = kd_now_ms ();
     bool due = force
@@ -612,11 +614,24 @@ s_checkpoint (self_t *self, bool force)
         .n_tensors = (uint32_t) self->n_layout
     };
     memcpy (meta.tensors, self->layout, self->n_layout * sizeof self->layout [0]);
+    const float *params = self->params, *state = self->opt ? kd_optimizer_state (self->opt) : NULL;
+    if (self->keyed) {
+        //  The touched rows only, each with its optimizer state.
+        kd_sparse_t *table = kd_keyed_table (self->keyed);
+        const kd_optimizer_opts_t *o = kd_keyed_opts (self->keyed);
+        meta.kind = (uint32_t) S_KIND_EXTERNAL;
+        meta.key_dim = (uint32_t) kd_keyed_dim (self->keyed);
+        meta.key_rows = kd_sparse_rows (table);
+        meta.keys = (uint64_t *) kd_sparse_keys (table);
+        meta.n_state = (uint32_t) kd_optimizer_state_count_of (o);
+        meta.opt_kind = (uint32_t) o->kind;
+        meta.opt_steps = kd_sparse_steps (table);
+        params = kd_sparse_arena (table);
+        state = NULL;
+    }
     char err [512];
     double t0 = kd_now_msf ();
-    if (kd_checkpoint_write (self->ckpt_dir, &meta, self->params,
-                             self->opt ? kd_optimizer_state (self->opt) : NULL,
-                             self->ckpt_keep, err, sizeof err)) {
+    if (kd_checkpoint_write (self->ckpt_dir, &meta, params, state, self->ckpt_keep, err, sizeof err)) {
         kd_error ("checkpoint failed version=%llu: %s", (unsigned long long) self->version, err);
         self->ckpt_at_ms = now;
         return;
@@ -653,9 +668,13 @@ s_restore (self_t *self)
         kd_info ("no checkpoint to restore dir=%s", self->ckpt_dir);
         return 0;
     }
-    self->params = params;
     //  The optimizer is built at WELCOME, which names the run's rule; its
-    //  state waits here until then.
+    //  state waits here until then.  So do a keyed range's rows, whose
+    //  table WELCOME builds.
+    if (meta.key_dim > 0)
+        self->ckpt_rows = params;
+    else
+        self->params = params;
     self->ckpt_state = state;
     self->ckpt_meta = meta;
     self->ckpt_wall_ms = meta.ts_ms;
@@ -669,9 +688,9 @@ s_restore (self_t *self)
     self->kind = (kd_model_kind_t) meta.kind;
     self->hidden = meta.hidden;
     self->version_ts = meta.ts_ms;
-    self->restored = true;
+    self->restored = meta.key_dim == 0;
     self->external = self->kind == S_KIND_EXTERNAL;
-    self->initialized = true;
+    self->initialized = meta.key_dim == 0;
     self->n_layout = meta.n_tensors;
     memcpy (self->layout, meta.tensors, meta.n_tensors * sizeof meta.tensors [0]);
     kd_peer_set_rank (self->peer, meta.rank);
@@ -683,9 +702,45 @@ s_restore (self_t *self)
     return 0;
 }
 
+//  A restored keyed range's rows, no longer needed.
+static void
+s_ckpt_rows_free (self_t *self)
+{
+    free (self->ckpt_rows);
+    self->ckpt_rows = NULL;
+    free (self->ckpt_meta.keys);
+    self->ckpt_meta.keys = NULL;
+}
+
+//  Load the restored keyed rows into keyed when the checkpoint is this
+//  range's, under the same rule.  Returns true when it did.
+static bool
+s_restore_keyed (self_t *self, kd_keyed_t *keyed, uint64_t lo, uint64_t hi)
+{
+    const kd_checkpoint_meta_t *m = &self->ckpt_meta;
+    const kd_optimizer_opts_t *o = kd_keyed_opts (keyed);
+    if (!self->ckpt_rows)
+        return false;
+    if (m->lo != lo || m->hi != hi || m->key_dim != kd_keyed_dim (keyed)
+    ||  m->opt_kind != (uint32_t) o->kind || m->n_state != kd_optimizer_state_count_of (o)) {
+        kd_warn ("keyed checkpoint does not match the cluster's model (lo=%llu hi=%llu dim=%u rule %u, "
+                 "cluster lo=%llu hi=%llu dim=%zu rule %u): starting from zero",
+                 (unsigned long long) m->lo, (unsigned long long) m->hi, m->key_dim, m->opt_kind,
+                 (unsigned long long) lo, (unsigned long long) hi, kd_keyed_dim (keyed), (unsigned) o->kind);
+        return false;
+    }
+    if (kd_sparse_load (kd_keyed_table (keyed), m->keys, self->ckpt_rows, (size_t) m->key_rows,
+                        m->opt_steps)) {
+        kd_error ("keyed checkpoint: cannot load %llu rows (out of memory, or a repeated key)",
+                  (unsigned long long) m->key_rows);
+        return false;
+    }
+    return true;
+}
+
 //  WELCOME of a keyed model: its one tensor's rows are our keys, its
 //  columns the values per key.  Rows start at zero and take memory only
-//  when a gradient touches them; no checkpoints are written (yet).
+//  when a gradient touches them, or come from a keyed checkpoint.
 static void
 s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd_tensor_t *tensor)
 {
@@ -707,6 +762,7 @@ s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd
                   (unsigned long long) hi, (unsigned long long) tensor->cols);
         return;
     }
+    bool restored = s_restore_keyed (self, keyed, lo, hi);
     s_staged_purge (self);
     zlistx_purge (self->parked);
     s_params_free (self);
@@ -722,17 +778,20 @@ s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd
     self->layout [0] = *tensor;
     self->external = true;
     self->initialized = true;
-    self->version = self->ckpt_version = 0;
-    self->samples = 0;
-    self->version_ts = kd_wall_ms ();
+    //  A restored range keeps the version, samples and time it was written at.
+    if (!restored) {
+        self->version = self->ckpt_version = 0;
+        self->samples = 0;
+        self->version_ts = kd_wall_ms ();
+    }
+    s_ckpt_rows_free (self);
     self->registered = true;
     kd_peer_set_rank (self->peer, self->rank);
     kd_peer_set_range (self->peer, lo, hi);
-    if (self->ckpt_dir)
-        kd_warn ("keyed model: no checkpoints are written for it");
-    kd_info ("registered rank=%llu keyed lo=%llu hi=%llu dim=%llu optimizer=\"%s\"",
-             (unsigned long long) self->rank, (unsigned long long) lo, (unsigned long long) hi,
-             (unsigned long long) tensor->cols, spec);
+    kd_info ("registered %srank=%llu keyed lo=%llu hi=%llu dim=%llu optimizer=\"%s\" version=%llu rows=%zu",
+             restored ? "from checkpoint " : "", (unsigned long long) self->rank, (unsigned long long) lo,
+             (unsigned long long) hi, (unsigned long long) tensor->cols, spec,
+             (unsigned long long) self->version, kd_keyed_rows (keyed));
 }
 
 //  WELCOME: take our rank and range, and initialize the parameters (or
@@ -822,6 +881,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     s_params_free (self);
     free (self->ckpt_state);
     self->ckpt_state = NULL;
+    s_ckpt_rows_free (self);
     kd_optimizer_destroy (&self->opt);
     free (self->gsum);
     self->gsum = NULL;
@@ -1934,6 +1994,7 @@ kd_shard_run (kd_config_t *config)
              (unsigned long long) kd_guard_disconnects (self->guard));
     rc = 0;
 cleanup:
+    s_ckpt_rows_free (self);
     s_staged_destroy (self);
     free (self->last_push);
     free (self->step_grads);

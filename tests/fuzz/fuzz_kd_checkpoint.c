@@ -38,25 +38,41 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     float *params = NULL, *velocity = NULL;
     char err [512] = "";
     int rc = kd_checkpoint_read (path, &meta, &params, &velocity, err, sizeof err);
+    if (rc == 0 && meta.key_dim > 0) {
+        //  A keyed range: key_rows keys inside the range, and their rows.
+        size_t n = (size_t) meta.key_rows * (1 + meta.n_state) * meta.key_dim;
+        if (!params || velocity || meta.hi <= meta.lo || meta.hi > meta.n_params
+        ||  meta.key_rows > meta.hi - meta.lo || (meta.key_rows > 0) != (meta.keys != NULL))
+            abort ();
+        for (size_t i = 0; i < meta.key_rows; i++)
+            if (meta.keys [i] < meta.lo || meta.keys [i] >= meta.hi)
+                abort ();
+        volatile float sink = n > 0 ? params [n - 1] : 0;
+        (void) sink;
+    }
+    else
     if (rc == 0) {
         //  A file that passes must describe exactly the arrays it returned.
         size_t n = (size_t) (meta.hi - meta.lo);
-        if (!params || meta.hi <= meta.lo || meta.hi > meta.n_params || meta.n_state > 2
+        if (!params || meta.keys || meta.hi <= meta.lo || meta.hi > meta.n_params || meta.n_state > 2
         ||  (meta.n_state > 0) != (velocity != NULL))
             abort ();
         volatile float sink = params [n - 1] + (velocity ? velocity [meta.n_state * n - 1] : 0);
         (void) sink;
     }
     else
-    if (!err [0] || params || velocity)
+    if (!err [0] || params || velocity || meta.keys)
         abort ();
     free (params);
     free (velocity);
+    free (meta.keys);
     rc = kd_checkpoint_load_latest (s_dir, &meta, &params, &velocity, NULL, 0, err, sizeof err);
     if (rc < 0 || (rc == 0) != (params != NULL))
         abort ();
     free (params);
     free (velocity);
+    if (rc == 0)
+        free (meta.keys);
     unlink (path);
     return 0;
 }

@@ -4,6 +4,8 @@
       checkpoint interval (RPO), and the restored parameters equal to the
       checkpoint's;
     - kill a shard while it writes a checkpoint: the previous one loads;
+    - kill -9 a keyed (sparse-lr) shard and restart it: the touched rows
+      and their optimizer state come back from its checkpoint;
     - kill -9 the scheduler and restart it: training continues from the
       shards' version, every worker keeps its rank.
     Each test asserts the behaviour, then prints a FIGURE line that the
@@ -47,6 +49,7 @@ typedef struct {
     char sched_log [256], shard_log [S_SHARDS][256], worker_log [S_WORKERS][256];
     pid_t sched_pid, shard_pid [S_SHARDS], worker_pid [S_WORKERS];
     const char *model, *hidden, *every, *liveness;
+    const char *train_file;     //  sparse-lr workers read it; NULL: dense
     int shards, workers;
 } s_cluster_t;
 
@@ -104,7 +107,9 @@ s_start_worker (s_cluster_t *c, int r)
     snprintf (monitor, sizeof monitor, "tcp://127.0.0.1:%d", s_port + 1);
     const char *argv [] = { "kudus-worker", "--scheduler", c->sched, "--monitor", monitor,
                             "--name", name, "--delay-ms", "5", "--request-timeout-ms", "1000",
-                            "--liveness", c->liveness, NULL };
+                            "--liveness", c->liveness,
+                            c->train_file ? "--model" : NULL, "sparse-lr", "--train-file", c->train_file,
+                            NULL };
     c->worker_pid [r] = kd_test_spawn (argv, c->worker_log [r]);
 }
 
@@ -138,15 +143,23 @@ s_dump_all (s_cluster_t *c)
         kd_test_dump (c->worker_log [r]);
 }
 
-//  PULL version 0 from a shard: its version and (optionally) a copy of its
-//  values.  -1 when it does not answer PULL_OK within timeout_ms.
-static int64_t
-s_probe (const char *endpoint, int timeout_ms, float **values, size_t *count)
+//  A DEALER to a shard that gives up on a reply after timeout_ms.
+static zsock_t *
+s_dealer (const char *endpoint, int timeout_ms)
 {
     zsock_t *sock = zsock_new (ZMQ_DEALER);
     zsock_set_rcvtimeo (sock, timeout_ms);
     zsock_set_linger (sock, 0);
     zsock_connect (sock, "%s", endpoint);
+    return sock;
+}
+
+//  PULL version 0 from a shard: its version and (optionally) a copy of its
+//  values.  -1 when it does not answer PULL_OK within timeout_ms.
+static int64_t
+s_probe (const char *endpoint, int timeout_ms, float **values, size_t *count)
+{
+    zsock_t *sock = s_dealer (endpoint, timeout_ms);
     kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
     kd_msg_set_uint (pull, KD_F_VERSION, 0);
     kd_msg_send (&pull, sock);
@@ -166,6 +179,42 @@ s_probe (const char *endpoint, int timeout_ms, float **values, size_t *count)
     kd_msg_destroy (&reply);
     zsock_destroy (&sock);
     return version;
+}
+
+//  A keyed PULL of n keys from a shard: its version, and the values into
+//  values (n floats) when given.  -1 when it does not answer PULL_OK.
+static int64_t
+s_probe_keys (const char *endpoint, int timeout_ms, const uint64_t *keys, size_t n, float *values)
+{
+    zsock_t *sock = s_dealer (endpoint, timeout_ms);
+    kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (pull, KD_F_VERSION, 0);
+    kd_msg_set_keys (pull, keys, n);
+    kd_msg_send (&pull, sock);
+    int64_t version = -1;
+    kd_msg_t *reply = NULL;
+    if (kd_msg_recv (sock, &reply, NULL, &(kd_msg_err_t) { 0 }) == 0
+    &&  kd_msg_type (reply) == KD_MSG_PULL_OK
+    &&  (!values || kd_msg_data_to_floats (reply, values, n) == 0))
+        version = (int64_t) kd_msg_uint (reply, KD_F_VERSION);
+    kd_msg_destroy (&reply);
+    zsock_destroy (&sock);
+    return version;
+}
+
+//  Wait until a keyed shard, asked for key, reaches a version.
+static int64_t
+s_wait_keyed (const char *endpoint, uint64_t key, int64_t want, int timeout_ms)
+{
+    uint64_t deadline = kd_now_ms () + (uint64_t) timeout_ms;
+    int64_t v = -1;
+    while (kd_now_ms () < deadline) {
+        v = s_probe_keys (endpoint, 300, &key, 1, NULL);
+        if (v >= want)
+            break;
+        usleep (20000);
+    }
+    return v;
 }
 
 //  Wait until a shard reaches a version; returns the version seen (or the
@@ -303,6 +352,107 @@ Test (recovery, killed_shard_restores_its_checkpoint)
     free (ck_params);
     free (ck_velocity);
     free (served);
+    s_cluster_stop (&c);
+}
+
+//  A keyed range checkpoints the rows gradients touched, with their
+//  AdaGrad state; killed with -9 and restarted, the shard serves exactly
+//  the checkpoint's rows and training goes on from there.
+Test (recovery, keyed_shard_restores_its_checkpoint)
+{
+    char train [512];
+    snprintf (train, sizeof train, "%s/ctr.svm", s_dir);
+    const char *gen [] = { "kudus", "gen-ctr", "--rows", "4000", "--features", "2000", "--per-row", "8",
+                           train, NULL };
+    int status = -1;
+    pid_t pid = kd_test_spawn (gen, NULL);
+    cr_assert (kd_test_wait (pid, 30000, &status) && WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    s_cluster_t c;
+    s_cluster_init (&c, S_SHARDS, S_WORKERS);
+    c.model = "sparse-lr";
+    c.train_file = train;
+    c.liveness = "10";      //  the workers are paused while we compare
+    s_cluster_start (&c);
+    //  Key 0 (the bias) is touched by every batch.  Shards take their
+    //  ranges in the order they register, so find the one that holds it.
+    int s = -1;
+    int64_t v = -1;
+    uint64_t deadline = kd_now_ms () + 60000;
+    while (kd_now_ms () < deadline && v < 60) {
+        for (int i = 0; i < c.shards && v < 60; i++) {
+            int64_t vi = s_probe_keys (c.shard [i], 300, &(uint64_t) { 0 }, 1, NULL);
+            if (vi >= 0) {
+                s = i;
+                v = vi;
+            }
+        }
+        if (v < 60)
+            usleep (20000);
+    }
+    if (v < 60)
+        s_dump_all (&c);
+    cr_assert (v >= 60, "training did not start (version %lld)", (long long) v);
+    cr_assert (s_checkpoints (c.ckpt [s], NULL) > 0, "no keyed checkpoint by version %lld", (long long) v);
+    //  Kill that shard and hold the workers, so that nothing commits while
+    //  the restarted shard is compared with its newest checkpoint.
+    kill (c.shard_pid [s], SIGKILL);
+    waitpid (c.shard_pid [s], NULL, 0);
+    for (int r = 0; r < c.workers; r++)
+        kill (c.worker_pid [r], SIGSTOP);
+    kd_checkpoint_meta_t meta;
+    float *rows = NULL, *state = NULL;
+    char err [512];
+    cr_assert_eq (kd_checkpoint_load_latest (c.ckpt [s], &meta, &rows, &state, NULL, 0, err, sizeof err),
+                  0, "%s", err);
+    cr_assert_eq (meta.key_dim, 1);
+    cr_assert_eq (meta.n_state, 1, "AdaGrad's one state buffer");
+    cr_assert (meta.key_rows > 100 && meta.key_rows <= meta.hi - meta.lo, "%llu rows",
+               (unsigned long long) meta.key_rows);
+    //  The checkpoint's keys, sorted for a keyed pull, with their values.
+    size_t n = (size_t) meta.key_rows;
+    uint64_t *keys = malloc (n * sizeof (uint64_t));
+    float *want = malloc (n * sizeof (float)), *got = calloc (n, sizeof (float));
+    for (size_t i = 0; i < n; i++)
+        keys [i] = meta.keys [i];
+    for (size_t i = 1; i < n; i++)              //  insertion sort, carrying values
+        for (size_t j = i; j > 0 && keys [j - 1] > keys [j]; j--) {
+            uint64_t k = keys [j]; keys [j] = keys [j - 1]; keys [j - 1] = k;
+        }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            if (meta.keys [j] == keys [i])
+                want [i] = rows [j * 2];        //  a row: its value, then AdaGrad's sum
+    s_start_shard (&c, s);
+    uint64_t t_restart = kd_now_ms ();
+    int64_t served = -1;
+    while (served < 0 && kd_now_ms () - t_restart < 10000)
+        served = s_probe_keys (c.shard [s], 300, keys, n, got);
+    for (int r = 0; r < c.workers; r++)
+        kill (c.worker_pid [r], SIGCONT);
+    if (served < 0)
+        s_dump_all (&c);
+    cr_assert (served >= (int64_t) meta.version, "the restarted shard did not serve (version %lld)",
+               (long long) served);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += got [i] != want [i];
+    cr_expect_eq (differ, 0, "%zu of %zu keyed rows differ from the checkpoint", differ, n);
+    cr_expect_eq (kd_test_count (c.shard_log [s], "registered from checkpoint"), 1);
+    int64_t resumed = s_wait_keyed (c.shard [s], 0, served + 10, 30000);
+    if (resumed < served + 10)
+        s_dump_all (&c);
+    cr_expect (resumed >= served + 10, "training did not continue after the restart (%lld -> %lld)",
+               (long long) served, (long long) resumed);
+    printf ("FIGURE keyed_shard_kill rows=%zu checkpoint_version=%llu served=%lld resumed=%lld "
+            "rows_equal_checkpoint=%s\n", n, (unsigned long long) meta.version, (long long) served,
+            (long long) resumed, differ == 0 ? "yes" : "no");
+    fflush (stdout);
+    free (keys);
+    free (want);
+    free (got);
+    free (rows);
+    free (state);
+    free (meta.keys);
     s_cluster_stop (&c);
 }
 
