@@ -16,13 +16,15 @@ static void
 s_usage (FILE *out)
 {
     fprintf (out,
-        "usage: kudus bench pushpull|barrier|compute|sparse [--setting VALUE ...]\n\n"
+        "usage: kudus bench pushpull|barrier|compute|sparse|phase [--setting VALUE ...]\n\n"
         "  pushpull   values through real kudus-shard processes, against a raw\n"
         "             ZeroMQ DEALER/ROUTER echo and memcpy\n"
         "  barrier    N fake workers against a real kudus-scheduler (BSP, LSP)\n"
         "  compute    kd_model_gradient against bare OpenBLAS sgemm\n"
         "  sparse     a keyed pull against a dense one, and sparse-lr's bytes per\n"
-        "             iteration at growing model sizes\n\n"
+        "             iteration at growing model sizes\n"
+        "  phase      where a BSP phase's time goes (compute, push, barrier, pull),\n"
+        "             against the compute-bound limit\n\n"
         "'kudus bench --help' lists the settings; --json prints one object per line.\n");
 }
 
@@ -48,7 +50,7 @@ kd_bench_main (int argc, char **argv)
     if (argc >= 5 && !strcmp (argv [1], "zmq-barrier"))
         return kd_bench_barrier_server (argv [2], (size_t) atol (argv [3]), (size_t) atol (argv [4]));
     int rc = 0;
-    kd_config_t *config = kd_config_from_args (KD_SVC_PERF, "kudus bench pushpull|barrier|compute|sparse",
+    kd_config_t *config = kd_config_from_args (KD_SVC_PERF, "kudus bench pushpull|barrier|compute|sparse|phase",
                                                "kudus bench", argc, argv, &rc);
     if (!config)
         return rc;
@@ -97,6 +99,9 @@ kd_bench_main (int argc, char **argv)
     else
     if (!strcmp (what, "sparse"))
         rc = kd_bench_sparse (bench);
+    else
+    if (!strcmp (what, "phase"))
+        rc = kd_bench_phase (bench);
     else {
         fprintf (stderr, "kudus bench: unknown benchmark '%s'\n\n", what);
         s_usage (stderr);

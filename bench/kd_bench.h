@@ -42,6 +42,11 @@ int
 int
     kd_bench_sparse (kd_bench_t *bench);
 
+//  kudus bench phase: a BSP phase's time split into compute, push,
+//  barrier and pull, against the compute-bound limit.
+int
+    kd_bench_phase (kd_bench_t *bench);
+
 //  kudus bench compute: kd_model_gradient against bare OpenBLAS.
 int
     kd_bench_compute (kd_bench_t *bench);

@@ -223,23 +223,35 @@ done:
     return s_stop ? -2 : rc;
 }
 
+//  What the generator's planted model scores on the held-out rows.
+typedef struct {
+    double auc;                 //  with every weight
+    double seen_auc;            //  with the weights of features the training rows hold
+    double unseen_share;        //  held-out feature draws no training row holds
+} s_planted_t;
+
 //  Write rows of a click log (kd_ctrgen) as LIBSVM text.  Returns 0 or -1.
 //  rows training rows to path, then test_rows held-out rows from the same
-//  generator (the same planted model) to test_path; the planted model's
-//  AUC on the held-out rows into *planted_auc (NAN without them).
+//  generator (the same planted model) to test_path; what the planted
+//  model scores on the held-out rows into *planted (NAN without them).
 static int
 s_write_log (const char *path, const char *test_path, uint64_t features, size_t rows,
-             size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, double *planted_auc,
+             size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, s_planted_t *planted,
              char *why, size_t size)
 {
-    *planted_auc = NAN;
+    planted->auc = planted->seen_auc = planted->unseen_share = NAN;
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
     if (!gen)
         return -1;
     uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
     double *scores = (double *) malloc ((test_rows + 1) * sizeof (double));
+    double *seen_scores = (double *) malloc ((test_rows + 1) * sizeof (double));
     uint8_t *labels = (uint8_t *) malloc (test_rows + 1);
-    int rc = index && scores && labels ? 0 : -1;
+    //  One bit a feature: which ones the training rows hold.
+    uint64_t *seen = test_rows ? (uint64_t *) calloc (features / 64 + 1, sizeof (uint64_t)) : NULL;
+    size_t test_draws = 0, unseen_draws = 0;
+    bool no_memory = !index || !scores || !seen_scores || !labels || (test_rows && !seen);
+    int rc = no_memory ? -1 : 0;
     for (int part = 0; part < 2 && rc == 0; part++) {
         const char *out = part == 0 ? path : test_path;
         size_t n = part == 0 ? rows : test_rows;
@@ -251,9 +263,21 @@ s_write_log (const char *path, const char *test_path, uint64_t features, size_t 
         for (size_t r = 0; r < n && !s_stop; r++) {
             double score;
             int label = kd_ctrgen_row (gen, index, &score);
+            if (part == 0 && seen)
+                for (uint32_t i = 0; i < per_row; i++)
+                    seen [index [i] / 64] |= 1ull << (index [i] % 64);
             if (part == 1) {
                 scores [r] = score;
                 labels [r] = (uint8_t) label;
+                //  The planted model knowing only what training showed: the
+                //  weights of features no training row holds count as 0.
+                seen_scores [r] = 0;
+                for (uint32_t i = 0; i < per_row; i++)
+                    if (seen [index [i] / 64] & (1ull << (index [i] % 64)))
+                        seen_scores [r] += kd_ctrgen_weight (gen, index [i]);
+                    else
+                        unseen_draws++;
+                test_draws += per_row;
             }
             fputc (label ? '1' : '0', f);
             for (uint32_t i = 0; i < per_row; i++)
@@ -265,14 +289,22 @@ s_write_log (const char *path, const char *test_path, uint64_t features, size_t 
         if (fclose (f))
             rc = -1;
     }
+    if (no_memory)
+        snprintf (why, size, "out of memory for %llu features", (unsigned long long) features);
+    else
     if (rc)
         snprintf (why, size, "cannot write %s or %s", path, test_path);
     else
-    if (test_rows > 0)
-        *planted_auc = kd_auc (scores, labels, test_rows);
+    if (test_rows > 0) {
+        planted->auc = kd_auc (scores, labels, test_rows);
+        planted->seen_auc = kd_auc (seen_scores, labels, test_rows);
+        planted->unseen_share = (double) unseen_draws / (double) test_draws;
+    }
     free (index);
     free (scores);
+    free (seen_scores);
     free (labels);
+    free (seen);
     kd_ctrgen_destroy (&gen);
     return s_stop ? -1 : rc;
 }
@@ -379,9 +411,10 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     snprintf (path, sizeof path, "%s/ctr-%llu.svm", dir, (unsigned long long) features);
     snprintf (test, sizeof test, "%s/ctr-%llu.test.svm", dir, (unsigned long long) features);
     snprintf (summary, sizeof summary, "%s/summary-%llu.json", dir, (unsigned long long) features);
-    double t_gen = kd_now_msf (), planted_auc;
+    double t_gen = kd_now_msf ();
+    s_planted_t planted;
     if (s_write_log (path, test, features, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
-                     &planted_auc, why, sizeof why)) {
+                     &planted, why, sizeof why)) {
         if (!s_stop)
             kd_error ("sparse features=%llu: %s", (unsigned long long) features, why);
         unlink (path);
@@ -392,12 +425,13 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
              test_rows, per_row, (unsigned long long) features, (kd_now_msf () - t_gen) / 1000);
     int port = b->base_port + 20;
     char f_features [32], f_workers [16], f_shards [16], f_port [16], f_seconds [32], f_batch [16],
-         f_epochs [32], f_test_rows [32];
+         f_epochs [32], f_test_rows [32], f_rate [32];
     snprintf (f_features, sizeof f_features, "%llu", (unsigned long long) features);
     snprintf (f_workers, sizeof f_workers, "%d", workers);
     snprintf (f_shards, sizeof f_shards, "%d", shards);
     snprintf (f_port, sizeof f_port, "%d", port);
     snprintf (f_test_rows, sizeof f_test_rows, "%zu", test_rows);
+    snprintf (f_rate, sizeof f_rate, "%g", kd_config_double (c, "sparse-rate"));
     //  Timed: the workers load the file before the clock starts, and the
     //  run lasts the measured seconds and a margin.  By epochs: as long as
     //  they take.
@@ -408,7 +442,7 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     //  so that its pulls are not counted as the workers' bytes.
     const char *argv [] = { "kudus", "local", "--model", "sparse-lr", "--train-file", path,
                             "--features", f_features, "--workers", f_workers, "--shards", f_shards,
-                            "--consistency", "bsp", "--optimizer", "adagrad", "--lr", "0.2",
+                            "--consistency", "bsp", "--optimizer", "adagrad", "--lr", f_rate,
                             "--batch", f_batch, "--epochs", f_epochs, "--max-seconds", f_seconds,
                             "--test-file", test_rows > 0 ? test : "", "--eval-rows", f_test_rows,
                             "--eval-interval", "3600", "--summary", summary,
@@ -494,7 +528,8 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         }
         strcat (each, "\"");
         char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32],
-             f_auc [32], f_planted [32], f_gap [32], f_wall [32], f_done [32];
+             f_auc [32], f_planted [32], f_gap [32], f_wall [32], f_done [32], f_seen [32],
+             f_unseen [32], f_zipf [32];
         snprintf (f_rows, sizeof f_rows, "%zu", rows);
         snprintf (f_iter, sizeof f_iter, "%.0f", iterations);
         snprintf (f_ips, sizeof f_ips, "%.1f", iterations / ((t_to - t_from) / 1000));
@@ -506,15 +541,21 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         snprintf (f_done, sizeof f_done, "%.2f", done_epochs);
         //  JSON has no NaN: a missing figure is null.
         snprintf (f_auc, sizeof f_auc, isfinite (auc) ? "%.4f" : "null", auc);
-        snprintf (f_planted, sizeof f_planted, isfinite (planted_auc) ? "%.4f" : "null", planted_auc);
-        snprintf (f_gap, sizeof f_gap, isfinite (auc - planted_auc) ? "%.4f" : "null", planted_auc - auc);
+        snprintf (f_planted, sizeof f_planted, isfinite (planted.auc) ? "%.4f" : "null", planted.auc);
+        snprintf (f_gap, sizeof f_gap, isfinite (auc - planted.auc) ? "%.4f" : "null", planted.auc - auc);
+        snprintf (f_zipf, sizeof f_zipf, "%g", kd_config_double (c, "zipf"));
+        snprintf (f_seen, sizeof f_seen, isfinite (planted.seen_auc) ? "%.4f" : "null", planted.seen_auc);
+        snprintf (f_unseen, sizeof f_unseen, isfinite (planted.unseen_share) ? "%.4f" : "null",
+                  planted.unseen_share);
         const char *kv [] = { "features", f_features, "rows", f_rows, "test_rows", f_test_rows,
-                              "workers", f_workers, "shards", f_shards, "epochs", f_done,
+                              "zipf", f_zipf, "workers", f_workers, "shards", f_shards,
+                              "lr", f_rate, "epochs", f_done,
                               "wall_seconds", f_wall, "iterations", f_iter,
                               "iterations_per_s", f_ips, "bytes_per_iteration", f_bytes,
                               "dense_bytes_per_iteration", f_dense, "ratio_vs_dense", f_ratio,
                               "shard_peak_rss_kib", f_rss, "shard_peak_rss_kib_each", each,
-                              "test_auc", f_auc, "planted_test_auc", f_planted, "auc_gap", f_gap, NULL };
+                              "test_auc", f_auc, "planted_test_auc", f_planted, "auc_gap", f_gap,
+                              "planted_seen_test_auc", f_seen, "test_unseen_share", f_unseen, NULL };
         kd_bench_row (b, "sparse-bytes", header, kv);
         rc = 0;
     }

@@ -245,6 +245,34 @@ Test (bench, compute_json_smoke)
     cr_expect_eq (s_check_lines (out, "compute", keys, zero_ok), 2);
 }
 
+Test (bench, phase_json_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/phase.json", s_dir);
+    snprintf (err, sizeof err, "%s/phase.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "phase", "--json", "--phase-workers", "2", "--phase-delay-ms", "5",
+                            "--phase-seconds", "3", "--phase-eval", "off,on", "--hidden", "16",
+                            "--repeat", "1", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench phase exited %d", rc);
+    const char *keys [] = { "workers", "delay_ms", "phase_ms", "compute_ms", "push_ms", "barrier_ms",
+                            "pull_ms", "other_ms", "ratio_vs_compute", NULL };
+    const char *zero_ok [] = { "barrier_ms", "other_ms", NULL };
+    cr_expect_eq (s_check_lines (out, "phase", keys, zero_ok), 2, "evaluation off and on");
+    //  A phase holds at least its compute, and the emulated 5 ms is in it.
+    char *text = kd_test_slurp (out);
+    cr_assert (text);
+    double compute = kd_test_json_number (text, "compute_ms");
+    double ratio = kd_test_json_number (text, "ratio_vs_compute");
+    cr_expect (compute >= 4.5, "compute %g ms under the emulated 5 ms", compute);
+    cr_expect (ratio >= 0.9, "a phase of %g times its compute", ratio);
+    cr_expect (strstr (text, "\"evaluation\":\"off\"") && strstr (text, "\"evaluation\":\"on\""));
+    free (text);
+}
+
 Test (bench, sparse_json_smoke)
 {
     char out [256], err [256], port [16];
@@ -279,7 +307,9 @@ Test (bench, sparse_json_smoke)
                                  "ratio_keyed_vs_dense", "keyed_wire_bytes", NULL };
     cr_expect_eq (s_check_lines (pull, "sparse-pull", pull_keys, NULL), 1);
     const char *bytes_keys [] = { "features", "rows", "iterations", "bytes_per_iteration",
-                                  "dense_bytes_per_iteration", "ratio_vs_dense", "shard_peak_rss_kib", NULL };
+                                  "dense_bytes_per_iteration", "ratio_vs_dense", "shard_peak_rss_kib",
+                                  "test_auc", "planted_test_auc", "planted_seen_test_auc", "test_unseen_share",
+                                  NULL };
     cr_expect_eq (s_check_lines (bytes, "sparse-bytes", bytes_keys, NULL), 2);
     //  Keyed traffic does not grow with the model: 10x the features, far
     //  less than 10x the bytes (the batch's distinct keys grow a little).
@@ -289,6 +319,15 @@ Test (bench, sparse_json_smoke)
     double small = kd_test_json_number (text, "bytes_per_iteration");
     double large = kd_test_json_number (nl + 1, "bytes_per_iteration");
     cr_expect (large < 2 * small, "bytes per iteration %g at 20,000 features, %g at 200,000", small, large);
+    //  The model learned something, and knowing only the features that
+    //  training showed cannot beat knowing them all.
+    double auc = kd_test_json_number (text, "test_auc");
+    double planted = kd_test_json_number (text, "planted_test_auc");
+    double seen = kd_test_json_number (text, "planted_seen_test_auc");
+    double unseen = kd_test_json_number (text, "test_unseen_share");
+    cr_expect (auc > 0.55 && auc <= planted + 0.02, "test AUC %g, the planted model's %g", auc, planted);
+    cr_expect (seen > 0.5 && seen <= planted + 0.01, "planted AUC on seen features %g, on all %g", seen, planted);
+    cr_expect (unseen > 0 && unseen < 1, "unseen share %g", unseen);
     free (text);
 }
 
