@@ -78,6 +78,14 @@ s_crc (uLong crc, const void *data, size_t size)
 }
 
 //  Write all of a buffer, through short writes and EINTR.
+//  qsort order of uint64 keys.
+static int
+s_compare_u64 (const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+    return x < y ? -1 : x > y;
+}
+
 static int
 s_write_all (int fd, const void *data, size_t size)
 {
@@ -127,7 +135,8 @@ s_layout_decode (const uint8_t *block, uint32_t n, kd_checkpoint_meta_t *meta)
         uint64_t rows = s_get64 (p + KD_TENSOR_NAME_MAX), cols = s_get64 (p + KD_TENSOR_NAME_MAX + 8);
         uint64_t size = meta->key_dim ? rows : rows * cols;
         if (!t->name [0] || p [KD_TENSOR_NAME_MAX - 1] != 0 || rows == 0 || cols == 0
-        ||  (meta->key_dim ? cols != meta->key_dim : rows > UINT32_MAX || cols > UINT32_MAX)
+        ||  (meta->key_dim ? cols != meta->key_dim || rows > SIZE_MAX / cols
+                           : rows > UINT32_MAX || cols > UINT32_MAX)
         ||  size > meta->n_params - total)
             return -2;
         t->offset = (size_t) total;
@@ -442,6 +451,29 @@ kd_checkpoint_read (const char *path, kd_checkpoint_meta_t *meta,
             snprintf (err, err_size, "%s: key %llu outside the range", path, (unsigned long long) keys [i]);
             goto done;
         }
+    //  Rows come in the table's order; a key twice would make the shard
+    //  refuse the whole file at restore, so find it here, where an older
+    //  checkpoint can still be taken instead.
+    if (n_keys > 1) {
+        uint64_t *sorted = (uint64_t *) malloc (n_keys * sizeof (uint64_t));
+        if (!sorted) {
+            snprintf (err, err_size, "%s: out of memory for %zu keys", path, n_keys);
+            rc = -1;
+            goto done;
+        }
+        memcpy (sorted, keys, n_keys * sizeof (uint64_t));
+        qsort (sorted, n_keys, sizeof (uint64_t), s_compare_u64);
+        size_t twice = 0;
+        for (size_t i = 1; i < n_keys && !twice; i++)
+            if (sorted [i] == sorted [i - 1])
+                twice = i;
+        uint64_t key = twice ? sorted [twice] : 0;
+        free (sorted);
+        if (twice) {
+            snprintf (err, err_size, "%s: key %llu appears twice", path, (unsigned long long) key);
+            goto done;
+        }
+    }
     m.keys = keys;
     *meta = m;
     *params_p = params;

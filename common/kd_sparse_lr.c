@@ -185,13 +185,22 @@ kd_sparse_lr_batch (kd_sparse_lr_t *self, const uint64_t *rows, size_t n_rows,
     if (n_rows > self->batch_cap || entries + 1 > self->entry_cap) {
         size_t bc = n_rows > self->batch_cap ? n_rows : self->batch_cap;
         size_t ec = entries + 1 > self->entry_cap ? 2 * (entries + 1) : self->entry_cap;
+        //  A worker's batch is a few thousand entries; the monitor's
+        //  held-out batch is the whole file, and may not fit.
         uint64_t *br = (uint64_t *) realloc (self->batch_rows, bc * sizeof (uint64_t));
+        if (br)
+            self->batch_rows = br;
         uint64_t *k = (uint64_t *) realloc (self->keys, ec * sizeof (uint64_t));
+        if (k)
+            self->keys = k;
         size_t *p = (size_t *) realloc (self->pos, ec * sizeof (size_t));
-        assert (br && k && p);      //  a batch's few thousand entries
-        self->batch_rows = br;
-        self->keys = k;
-        self->pos = p;
+        if (p)
+            self->pos = p;
+        if (!br || !k || !p) {
+            *keys = NULL;
+            *n_keys = 0;
+            return 0;
+        }
         self->batch_cap = bc;
         self->entry_cap = ec;
     }

@@ -187,6 +187,11 @@ kd_lower_bound (const uint64_t *keys, size_t n, uint64_t key)
 double
 kd_auc (const double *scores, const uint8_t *labels, size_t n)
 {
+    //  A NaN score has no rank (and never equals itself, which would stall
+    //  the tie loop below): no AUC at all.
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite (scores [i]))
+            return NAN;
     s_pair_t *pairs = (s_pair_t *) malloc (n * sizeof (s_pair_t));
     if (!pairs)
         return NAN;
@@ -196,7 +201,7 @@ kd_auc (const double *scores, const uint8_t *labels, size_t n)
     //  Mann-Whitney: the sum of the positives' ranks, ties at their mean.
     double rank_sum = 0, positives = 0;
     for (size_t i = 0; i < n;) {
-        size_t j = i;
+        size_t j = i + 1;
         while (j < n && pairs [j].score == pairs [i].score)
             j++;
         double mean_rank = (double) (i + j + 1) / 2;

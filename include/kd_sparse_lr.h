@@ -41,7 +41,7 @@ size_t
 
 //  Take a batch of rows (those past the end are left out and counted):
 //  its sorted distinct keys, the bias first, borrowed until the next call.
-//  Returns the rows taken.
+//  Returns the rows taken; 0 with no keys when out of memory.
 size_t
     kd_sparse_lr_batch (kd_sparse_lr_t *self, const uint64_t *rows, size_t n_rows,
                         const uint64_t **keys, size_t *n_keys);

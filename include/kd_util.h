@@ -83,7 +83,8 @@ double
     kd_hist_quantile (const uint64_t *bins, size_t n_bins, double q);
 
 //  Area under the ROC curve of scores against labels (0 or 1), ties
-//  counting half; NAN when one class is missing or out of memory.
+//  counting half; NAN when one class is missing, a score is not finite, or
+//  out of memory.
 double
     kd_auc (const double *scores, const uint8_t *labels, size_t n);
 

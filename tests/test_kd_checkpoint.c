@@ -413,5 +413,15 @@ Test (kd_checkpoint, keyed_rows_round_trip)
     cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
     cr_expect_eq (got.version, 43);
     free (rp);
+    //  A key twice is malformed too, and the newest valid one loads.
+    keys [1] = 1999;
+    meta.version = 45;
+    cr_assert_eq (kd_checkpoint_write (dir, &meta, rows, NULL, 3, err, sizeof err), 0, "%s", err);
+    snprintf (path, sizeof path, "%s/ckpt-00000000000000000045.kdc", dir);
+    cr_expect_eq (kd_checkpoint_read (path, &got, &rp, &rs, err, sizeof err), -2);
+    cr_expect (strstr (err, "appears twice"), "%s", err);
+    cr_assert_eq (kd_checkpoint_load_latest (dir, &got, &rp, &rs, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (got.version, 43);
+    free (rp);
     free (dir);
 }

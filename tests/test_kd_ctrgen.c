@@ -94,6 +94,11 @@ Test (kd_ctrgen, auc_is_exact_on_known_cases)
     cr_expect_float_eq (kd_auc (s3, l2, 4), 0.5, 1e-12, "ties count half");
     uint8_t none [] = { 0, 0, 0, 0 };
     cr_expect (isnan (kd_auc (s2, none, 4)));
+    //  A score that is not a number gives no AUC, and returns.
+    double s4 [] = { 1, NAN, 3, 4 };
+    cr_expect (isnan (kd_auc (s4, l2, 4)));
+    double s5 [] = { 1, 2, INFINITY, 4 };
+    cr_expect (isnan (kd_auc (s5, l2, 4)));
 }
 
 Test (kd_ctrgen, labels_follow_the_planted_model)

@@ -20,7 +20,10 @@ struct _kd_keyed_eval_t {
 static int
 s_read (kd_keyed_eval_t *self, uint64_t features, char *err, size_t err_size)
 {
+    //  The keys live in the rows' batch: they go with them.
     kd_sparse_lr_destroy (&self->rows);
+    self->keys = NULL;
+    self->n_keys = 0;
     free (self->values);
     self->values = NULL;
     self->rows = kd_sparse_lr_load (self->path, features, self->max_rows, err, err_size);
@@ -34,8 +37,12 @@ s_read (kd_keyed_eval_t *self, uint64_t features, char *err, size_t err_size)
     }
     for (size_t r = 0; r < n; r++)
         all [r] = r;
-    kd_sparse_lr_batch (self->rows, all, n, &self->keys, &self->n_keys);
+    size_t taken = kd_sparse_lr_batch (self->rows, all, n, &self->keys, &self->n_keys);
     free (all);
+    if (taken < n) {
+        snprintf (err, err_size, "%s: out of memory batching %zu rows", self->path, n);
+        return -1;
+    }
     self->values = (float *) calloc (self->n_keys, sizeof (float));
     if (!self->values) {
         snprintf (err, err_size, "%s: out of memory for %zu keys", self->path, self->n_keys);
@@ -83,8 +90,11 @@ kd_keyed_eval_start (kd_keyed_eval_t *self, uint64_t n_keys, uint64_t dim,
     }
     //  Features the model does not have (the training file's largest
     //  index sized it) cannot be scored: read again without those rows.
-    if (n_keys == 0) {
-        snprintf (err, err_size, "the keyed model has no keys");
+    //  kd_sparse_lr_load reads features 0 as "any index": a model of one
+    //  key (the bias alone) scores nothing of a LIBSVM file.
+    if (n_keys < 2) {
+        snprintf (err, err_size, "the keyed model has %llu keys: no feature to score",
+                  (unsigned long long) n_keys);
         return -1;
     }
     if (self->keys [self->n_keys - 1] >= n_keys) {
@@ -99,6 +109,15 @@ kd_keyed_eval_start (kd_keyed_eval_t *self, uint64_t n_keys, uint64_t dim,
     for (size_t i = 0; i < kd_shardset_size (book); i++) {
         self->first [i] = kd_lower_bound (self->keys, self->n_keys, kd_shardset_lo (book, i));
         self->end [i] = kd_lower_bound (self->keys, self->n_keys, kd_shardset_hi (book, i));
+        //  One PULL a shard carries all of its keys: more than a message
+        //  may hold would be refused by the shard on every round.
+        if (self->end [i] - self->first [i] > KD_MSG_MAX_KEYS) {
+            snprintf (err, err_size, "the held-out rows touch %zu keys of shard %zu, more than one "
+                      "pull carries (%u): lower eval-rows", self->end [i] - self->first [i], i,
+                      (unsigned) KD_MSG_MAX_KEYS);
+            self->book = NULL;
+            return -1;
+        }
     }
     return 0;
 }

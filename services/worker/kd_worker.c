@@ -170,6 +170,11 @@ s_train_sparse (self_t *self, kd_release_t *release)
         const uint64_t *keys;
         size_t n_keys;
         size_t rows = kd_sparse_lr_batch (self->sparse, release->rows, release->n_rows, &keys, &n_keys);
+        if (n_keys == 0) {
+            //  Every batch holds the bias: no keys means no memory.
+            kd_error ("sparse-lr: out of memory for a batch of %zu rows", release->n_rows);
+            break;
+        }
         if (kd_client_pull_keys (client, keys, n_keys, self->params))
             break;
         double t_compute = kd_now_msf ();
