@@ -8,7 +8,10 @@
     (split over the shards, PUSH and PUSH_OK), pulls S (PULL and PULL_OK),
     or does both at once, with 1, 4 or 8 requests in flight per shard,
     through the real codec (kd_msg) on its side and the real shard code on
-    theirs.  Pushes name `inflight` (rank, clock) keys in turn, so each
+    theirs.  The shm columns (one shard only; null otherwise) time push+pull
+    as a worker on the shard's host does it (kd_shmlink): the values are copied into a region the shard maps, the
+    PUSH names them, and the PULL_OK names a snapshot slot the client
+    copies from; only small control messages cross TCP.  Pushes name `inflight` (rank, clock) keys in turn, so each
     replaces a staged gradient as a retry would, and no commits are needed.
 
     The ceilings, measured in the same run with the same topology: N plain
@@ -31,6 +34,7 @@
 */
 #include "kd_bench.h"
 #include "kd_half.h"
+#include "kd_shmlink.h"
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -45,7 +49,10 @@
 #define S_HEADER_BYTES  64              //  echo: stands for a PUSH header
 #define S_REQUEST_BYTES 24              //  echo: stands for a PULL
 
-typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO } s_mode_t;
+//  S_SHM is push+pull with the values in shared memory (kd_shmlink).
+typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO, S_SHM, S_MODES } s_mode_t;
+
+#define S_SHM_SLOTS     16      //  push slots per shard (the shard's bound)
 
 //  One configuration's cluster and client sockets.
 typedef struct {
@@ -62,6 +69,8 @@ typedef struct {
     double *op_us;              //  per op duration, scratch
     uint64_t dtype;             //  values on the wire (kd_dtype_t)
     float *scratch;             //  a pulled slice converted back to fp32
+    kd_shmlink_t *shm [S_MAX_SHARDS];   //  shared memory with each shard, or NULL
+    size_t shm_slots;           //  push slots in each (the deepest in-flight, at most 16)
     size_t done;                //  ops the last run completed
     char why [160];             //  why the last run failed
 } s_cluster_t;
@@ -111,6 +120,25 @@ s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
         zmq_msg_init_data (&msg, (void *) request, sizeof request, NULL, NULL);
         rc |= zmq_msg_send (&msg, sock, 0);
         return rc < 0 ? -1 : 0;
+    }
+    if (mode == S_SHM) {
+        //  As a worker does: the gradient is copied into the region, the
+        //  PUSH names it, and the PULL asks for the snapshot.
+        //  A slot per request in flight, as kd_client keeps them.
+        size_t slot = op % (inflight < c->shm_slots ? inflight : c->shm_slots);
+        memcpy (kd_shmlink_slot (c->shm [s], slot), c->values + s * c->floats, bytes);
+        kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
+        kd_msg_set_uint (push, KD_F_RANK, op % inflight);
+        kd_msg_set_uint (push, KD_F_CLOCK, 0);
+        kd_msg_set_uint (push, KD_F_BASE, 0);
+        kd_msg_set_uint (push, KD_F_LO, c->lo [s]);
+        kd_msg_set_uint (push, KD_F_COUNT, c->floats);
+        kd_msg_set_uint (push, KD_F_SHM, 1);
+        kd_msg_set_uint (push, KD_F_OFFSET, kd_shmlink_offset (c->shm [s], slot));
+        kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+        kd_msg_set_uint (pull, KD_F_VERSION, 0);
+        kd_msg_set_uint (pull, KD_F_SHM, 1);
+        return kd_msg_send (&push, c->kudus [s]) || kd_msg_send (&pull, c->kudus [s]) ? -1 : 0;
     }
     if (mode == S_PUSH || mode == S_PUSHPULL) {
         kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
@@ -175,6 +203,13 @@ s_recv_reply (s_cluster_t *c, s_mode_t mode, size_t s)
     if (kd_msg_type (reply) == KD_MSG_PUSH_OK)
         rc = 0;
     else
+    //  Copied out of the snapshot into the worker's buffer: timed.
+    if (mode == S_SHM && kd_msg_type (reply) == KD_MSG_PULL_OK && kd_msg_uint (reply, KD_F_SHM)) {
+        rc = kd_shmlink_read (c->shm [s], reply, c->scratch, c->floats);
+        if (rc)
+            snprintf (c->why, sizeof c->why, "shard %zu: shared-memory pull failed (%d)", s, rc);
+    }
+    else
     //  A 16-bit pull is converted back, as a worker would: timed too.
     if (kd_msg_type (reply) == KD_MSG_PULL_OK && kd_msg_uint (reply, KD_F_COUNT) == c->floats
     &&  (c->dtype == KD_DTYPE_F32 || kd_msg_data_to_floats (reply, c->scratch, c->floats) == 0))
@@ -198,7 +233,7 @@ s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight, double second
 {
     c->why [0] = 0;
     c->done = 0;
-    size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO ? 2 : 1;
+    size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO || mode == S_SHM ? 2 : 1;
     size_t got [S_MAX_SHARDS] = { 0 };
     zmq_pollitem_t items [S_MAX_SHARDS];
     for (size_t s = 0; s < c->shards; s++)
@@ -256,7 +291,8 @@ failed:
         snprintf (c->why, sizeof c->why, "%s", zmq_strerror (zmq_errno ()));
     snprintf (c->why + strlen (c->why), sizeof c->why - strlen (c->why),
               " (mode %s, sent %zu, done %zu)",
-              mode == S_PUSH ? "push" : mode == S_PULL ? "pull" : mode == S_PUSHPULL ? "push+pull" : "echo",
+              mode == S_PUSH ? "push" : mode == S_PULL ? "pull" : mode == S_PUSHPULL ? "push+pull"
+            : mode == S_SHM ? "push+pull (shm)" : "echo",
               sent, done);
     free (start);
     return -1;
@@ -275,6 +311,7 @@ s_cluster_stop (s_cluster_t *c)
     for (size_t s = 0; s < c->shards; s++) {
         zsock_destroy (&c->kudus [s]);
         zsock_destroy (&c->echo [s]);
+        kd_shmlink_destroy (&c->shm [s]);
     }
     for (size_t s = 0; s < c->shards; s++) {
         kd_bench_stop (c->shard_pid [s]);
@@ -344,6 +381,25 @@ s_cluster_start (s_cluster_t *c)
             kd_error ("shard %zu did not register in %d ms", s, S_READY_MS);
             return -1;
         }
+        //  Shared memory with the shard, for the shm columns (one shard).
+        if (c->shards > 1)
+            continue;
+        c->shm [s] = kd_shmlink_new (c->floats, c->shm_slots);
+        if (!c->shm [s]) {
+            kd_error ("shard %zu: cannot make a shared-memory region", s);
+            return -1;
+        }
+        kd_msg_t *offer = kd_shmlink_offer (c->shm [s]);
+        kd_msg_send (&offer, c->kudus [s]);
+        kd_msg_t *reply = NULL;
+        char why [192] = "no answer";
+        if (kd_msg_recv (c->kudus [s], &reply, NULL, NULL) != 0
+        ||  kd_shmlink_accept (c->shm [s], reply, why, sizeof why)) {
+            kd_error ("shard %zu declined shared memory: %s", s, why);
+            kd_msg_destroy (&reply);
+            return -1;
+        }
+        kd_msg_destroy (&reply);
     }
     return 0;
 }
@@ -433,6 +489,9 @@ kd_bench_pushpull (kd_bench_t *b)
                 return 2;
             }
             s_cluster_t c = { .bench = b, .shards = shards, .floats = size / sizeof (float) / shards };
+            for (int i = 0; i < n_inflight; i++)
+                if (inflights [i] > c.shm_slots)
+                    c.shm_slots = inflights [i] < S_SHM_SLOTS ? (size_t) inflights [i] : S_SHM_SLOTS;
             c.values = (float *) malloc (size);
             assert (c.values);
             for (size_t i = 0; i < size / sizeof (float); i++)
@@ -457,20 +516,24 @@ kd_bench_pushpull (kd_bench_t *b)
                 c.dtype = dtypes [k % n_dtypes];
                 if (k % n_dtypes == 0)
                     fp32_pushpull = 0;
-                double gbps [4][KD_BENCH_MAX_LIST * 4], us [4][KD_BENCH_MAX_LIST * 4];
+                double gbps [S_MODES][KD_BENCH_MAX_LIST * 4] = { { 0 } }, us [S_MODES][KD_BENCH_MAX_LIST * 4] = { { 0 } };
+                //  Shared memory carries fp32 only, and is timed with one
+                //  shard (the co-located pair), which keeps the default
+                //  matrix within minutes.
+                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] ? S_MODES : S_SHM;
                 int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.
                 double secs = 0;
-                for (int m = 0; m < 4 && rc == 0; m++)
+                for (int m = 0; m < modes && rc == 0; m++)
                     if ((secs = s_run (&c, (s_mode_t) m, inflight * 2, inflight, 0)) < 0) {
                         rc = secs == -2 ? 130 : 1;
                     }
                 //  The modes take turns within each repeat, so that a
                 //  change in machine load touches them all alike.
                 for (int r = 0; r < repeat && rc == 0; r++)
-                    for (int m = 0; m < 4 && rc == 0; m++) {
-                        size_t op_bytes = (m == S_PUSHPULL || m == S_ECHO) ? 2 * size : size;
+                    for (int m = 0; m < modes && rc == 0; m++) {
+                        size_t op_bytes = (m == S_PUSHPULL || m == S_ECHO || m == S_SHM) ? 2 * size : size;
                         secs = s_run (&c, (s_mode_t) m, S_MAX_OPS, inflight, seconds);
                         if (secs <= 0) {
                             rc = secs == -2 ? 130 : 1;
@@ -484,8 +547,8 @@ kd_bench_pushpull (kd_bench_t *b)
                              "failed: %s\n", size, shards, inflight, c.why);
                 if (rc)
                     break;
-                double med [4], med_us [4];
-                for (int m = 0; m < 4; m++) {
+                double med [S_MODES], med_us [S_MODES];
+                for (int m = 0; m < S_MODES; m++) {
                     med [m] = kd_bench_median (gbps [m], repeat);
                     med_us [m] = kd_bench_median (us [m], repeat);
                 }
@@ -506,6 +569,14 @@ kd_bench_pushpull (kd_bench_t *b)
                 snprintf (v [13], 32, "%d", repeat);
                 if (c.dtype == KD_DTYPE_F32)
                     fp32_pushpull = med [S_PUSHPULL];
+                char shm [4][32];
+                snprintf (shm [0], 32, "%.3f", med [S_SHM]);
+                snprintf (shm [1], 32, "%.3f", med [S_SHM] / med [S_ECHO]);
+                snprintf (shm [2], 32, "%.4f", med [S_SHM] / memcpy_gbps);
+                snprintf (shm [3], 32, "%.1f", med_us [S_SHM]);
+                if (modes == S_SHM)
+                    for (int k = 0; k < 4; k++)
+                        snprintf (shm [k], 32, "null");
                 char dtype_json [16], vs_fp32 [32];
                 snprintf (dtype_json, sizeof dtype_json, "\"%s\"", kd_dtype_name (c.dtype));
                 //  GB/s count fp32-equivalent payload, so a ratio above 1 is
@@ -531,6 +602,8 @@ kd_bench_pushpull (kd_bench_t *b)
                     "zmq_echo_gbps", v [6], "memcpy_gbps", v [7],
                     "ratio_vs_zmq", v [8], "ratio_vs_memcpy", v [9],
                     "pushpull_us", v [10], "zmq_echo_us", v [11], "rtt_ratio", v [12],
+                    "shm_pushpull_gbps", shm [0], "shm_ratio_vs_zmq", shm [1],
+                    "shm_ratio_vs_memcpy", shm [2], "shm_pushpull_us", shm [3],
                     "repeat", v [13], "shard_rss_kib", v [14], "echo_rss_kib", v [15],
                     "client_rss_kib", client_rss, NULL };
                 kd_bench_row (b, "pushpull", &header, kv);

@@ -11,6 +11,7 @@
 #include "kd_internal.h"
 #include "kd_client.h"
 #include "kd_shardset.h"
+#include "kd_shmlink.h"
 #include <math.h>
 #include "kd_half.h"
 #include <pthread.h>
@@ -24,12 +25,24 @@
 #define S_MAX_BATCH      65536  //  largest batch a WELCOME may ask for
 #define S_DEFAULT_TIMEOUT_MS 10000
 #define S_DEFAULT_MAX_MSG (1ll << 30)
+#define S_SHM_MIN_BYTES  16384  //  slices smaller than this stay on TCP
+#define S_SHM_RETRY_MS   3000   //  an unanswered offer is made again after this
 
 typedef struct {
     bool done;                  //  replied in the current round
     uint64_t version;           //  version it last returned
     uint64_t borrowed;          //  clock + 1 of the last push that borrowed
+    kd_shmlink_t *shm;          //  shared memory with the shard, or NULL
+    int shm_state;              //  S_SHM_*
+    uint64_t shm_retry_ms;      //  untried: offer again from then (unanswered)
 } s_shard_t;
+
+//  Where a shard stands with shared memory.
+enum {
+    S_SHM_UNTRIED,              //  not offered yet (or the shard restarted)
+    S_SHM_ON,                   //  values move through shared memory
+    S_SHM_OFF                   //  declined, or too small: TCP
+};
 
 struct _kd_client_t {
     char *scheduler;            //  scheduler endpoint
@@ -91,6 +104,7 @@ struct _kd_client_t {
     uint64_t pulls_skipped;     //  SSP: pulls the cache saved
     kd_msg_t *early_release;    //  a readmission RELEASE (see s_on_scheduler)
     atomic_int inflight;        //  borrowed gradient frames ZeroMQ still holds
+    bool no_shm;                //  keep every payload on TCP
     //  Timings of the last iteration, for ARRIVE and TELEMETRY
     double t_pull, t_pulled;    //  pull started, ended
     double t_push, t_pushed;    //  push started, ended
@@ -154,8 +168,17 @@ s_ref_free (void *data, void *hint)
 //  borrowed gradient frame, so that the caller may free the gradient.
 //  Closing with linger 0 drops the frames still queued.
 static void
+s_shm_drop (kd_client_t *self, size_t i, int state)
+{
+    kd_shmlink_destroy (&self->shards [i].shm);
+    self->shards [i].shm_state = state;
+}
+
+static void
 s_close_shards (kd_client_t *self)
 {
+    for (size_t i = 0; i < self->n_shards; i++)
+        s_shm_drop (self, i, S_SHM_UNTRIED);
     kd_shardset_destroy (&self->book);
     self->n_shards = 0;
     self->started = false;
@@ -455,6 +478,8 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
         self->failed = true;
         return;
     }
+    for (size_t i = 0; i < self->n_shards; i++)
+        s_shm_drop (self, i, S_SHM_UNTRIED);
     self->n_shards = kd_shardset_size (self->book);
     memset (self->shards, 0, sizeof self->shards);
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
@@ -497,6 +522,7 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
         if (rc == 1) {
             kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
             self->rerouted |= 1ull << i;
+            s_shm_drop (self, i, S_SHM_UNTRIED);
         }
         else
         if (rc < 0)
@@ -758,6 +784,15 @@ kd_client_dropped (kd_client_t *self)
     return self->dropped;
 }
 
+void
+kd_client_set_shm (kd_client_t *self, bool on)
+{
+    assert (self);
+    self->no_shm = !on;
+    for (size_t i = 0; !on && i < self->n_shards; i++)
+        s_shm_drop (self, i, S_SHM_UNTRIED);
+}
+
 int
 kd_client_set_wire_dtype (kd_client_t *self, const char *name)
 {
@@ -877,6 +912,18 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
                 }
             }
             else
+            if (kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_SHM)) {
+                //  The shard lost our mapping (it restarted): the request
+                //  goes again by TCP now, and the next round offers anew.
+                kd_warn ("shm: falling back to TCP endpoint=%s reason=\"%s\"",
+                         kd_shardset_endpoint (self->book, i), kd_msg_str (reply, KD_F_REASON));
+                s_shm_drop (self, i, S_SHM_UNTRIED);
+                if (!self->shards [i].done) {
+                    kd_msg_t *req = request (self, i, arg);
+                    kd_msg_send (&req, kd_shardset_socket (self->book, i));
+                }
+            }
+            else
             if (kd_msg_type (reply) == KD_MSG_ERROR) {
                 //  A shard that is not ready yet, or full, is asked again
                 //  after a short pause rather than the full deadline.
@@ -897,6 +944,72 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
         kd_peer_tick (self->peer);
     }
     return 0;
+}
+
+//  Offer shared memory to each shard not asked yet, and forget the shards
+//  whose process exited.  The offer is answered at once, by SHM_OK or by
+//  an ERROR that says why; a shard that cannot share stays on TCP.
+static void
+s_shm_prepare (kd_client_t *self)
+{
+    if (self->no_shm || self->wire_dtype != KD_DTYPE_F32 || self->keyed
+    ||  kd_curve_enabled (s_curve (self)))
+        return;
+    for (size_t i = 0; i < self->n_shards; i++) {
+        s_shard_t *s = &self->shards [i];
+        const char *endpoint = kd_shardset_endpoint (self->book, i);
+        if (s->shm_state == S_SHM_ON && kd_shmlink_shard_gone (s->shm)) {
+            kd_info ("shm: shard exited, its mapping is released endpoint=%s", endpoint);
+            s_shm_drop (self, i, S_SHM_UNTRIED);
+        }
+        if (s->shm_state != S_SHM_UNTRIED || kd_now_ms () < s->shm_retry_ms)
+            continue;
+        size_t n = (size_t) (kd_shardset_hi (self->book, i) - kd_shardset_lo (self->book, i));
+        //  Two slots: a late retry of the last clock's push never reads
+        //  the values of this one.
+        if (n * sizeof (float) < S_SHM_MIN_BYTES || !(s->shm = kd_shmlink_new (n, 2))) {
+            s->shm_state = S_SHM_OFF;
+            continue;
+        }
+        zsock_t *sock = kd_shardset_socket (self->book, i);
+        kd_msg_t *offer = kd_shmlink_offer (s->shm);
+        kd_msg_send (&offer, sock);
+        char why [192] = "no answer";
+        int rc = -1, wait = self->timeout_ms < 2000 ? self->timeout_ms : 2000;
+        uint64_t deadline = kd_now_ms () + (uint64_t) wait;
+        for (uint64_t now = kd_now_ms (); now < deadline; now = kd_now_ms ()) {
+            if (!s_readable (sock, (int) (deadline - now)))
+                continue;
+            kd_msg_t *reply = NULL;
+            kd_msg_err_t err;
+            if (kd_msg_recv (sock, &reply, NULL, &err) != 0)
+                continue;
+            kd_msg_type_t type = kd_msg_type (reply);
+            //  Anything else is a late answer from an earlier round.
+            if (type == KD_MSG_SHM_OK || type == KD_MSG_ERROR) {
+                rc = kd_shmlink_accept (s->shm, reply, why, sizeof why);
+                kd_msg_destroy (&reply);
+                break;
+            }
+            kd_msg_destroy (&reply);
+        }
+        if (rc == 0) {
+            s->shm_state = S_SHM_ON;
+            kd_info ("shm: values move through shared memory endpoint=%s bytes=%zu", endpoint,
+                     n * sizeof (float));
+        }
+        else
+        if (rc < 0 && !strcmp (why, "no answer")) {
+            //  The shard may be restarting: TCP for now, and ask again later.
+            kd_info ("shm: no answer to the offer, TCP for now endpoint=%s", endpoint);
+            s_shm_drop (self, i, S_SHM_UNTRIED);
+            s->shm_retry_ms = kd_now_ms () + S_SHM_RETRY_MS;
+        }
+        else {
+            kd_info ("shm: staying on TCP endpoint=%s reason=\"%s\"", endpoint, why);
+            s_shm_drop (self, i, S_SHM_OFF);
+        }
+    }
 }
 
 //  True (logged) when the model is keyed, so that a dense call cannot
@@ -922,11 +1035,12 @@ typedef struct {
 static kd_msg_t *
 s_pull_request (kd_client_t *self, size_t i, void *arg)
 {
-    (void) i;
     kd_msg_t *msg = kd_msg_new (KD_MSG_PULL);
     kd_msg_set_uint (msg, KD_F_VERSION, ((s_pull_arg_t *) arg)->version);
     if (self->wire_dtype != KD_DTYPE_F32)
         kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
+    if (self->shards [i].shm_state == S_SHM_ON)
+        kd_msg_set_uint (msg, KD_F_SHM, 1);
     return msg;
 }
 
@@ -935,6 +1049,28 @@ static int
 s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
 {
     s_pull_arg_t *pull = (s_pull_arg_t *) arg;
+    if (kd_msg_uint (reply, KD_F_SHM)) {
+        //  The values are in the shard's snapshot: copied from there
+        //  straight into the caller's buffer.
+        uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
+        if (kd_msg_uint (reply, KD_F_VERSION) < pull->version || kd_msg_uint (reply, KD_F_LO) != lo)
+            return -1;
+        s_shard_t *s = &self->shards [i];
+        int rc = s->shm ? kd_shmlink_read (s->shm, reply, pull->params + lo, (size_t) (hi - lo)) : -2;
+        if (rc) {
+            //  Written again since (a newer version came twice), or not a
+            //  slot we know: ask again now, by TCP if the slot was bad.
+            if (rc == -2 && s->shm) {
+                kd_warn ("shm: bad snapshot slot, falling back to TCP endpoint=%s",
+                         kd_shardset_endpoint (self->book, i));
+                s_shm_drop (self, i, S_SHM_OFF);
+            }
+            kd_msg_t *req = s_pull_request (self, i, arg);
+            kd_msg_send (&req, kd_shardset_socket (self->book, i));
+            return -1;
+        }
+    }
+    else
     if (kd_shardset_take_pull (self->book, i, reply, pull->version, pull->params))
         return -1;
     self->shards [i].version = kd_msg_uint (reply, KD_F_VERSION);
@@ -967,6 +1103,7 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
     self->cache = NULL;
     s_pull_arg_t arg = { params, version };
     uint64_t known = self->min_clock;
+    s_shm_prepare (self);
     if (s_shard_round (self, s_pull_request, KD_MSG_PULL_OK, s_pull_reply, &arg))
         return -1;
     self->cache = params;
@@ -1044,6 +1181,14 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
     const float *slice = gradient + lo;
     size_t bytes = (size_t) (hi - lo) * sizeof (float);
+    if (s->shm_state == S_SHM_ON) {
+        size_t slot = (size_t) (self->clock % 2);
+        memcpy (kd_shmlink_slot (s->shm, slot), slice, bytes);
+        kd_msg_set_uint (msg, KD_F_COUNT, hi - lo);
+        kd_msg_set_uint (msg, KD_F_SHM, 1);
+        kd_msg_set_uint (msg, KD_F_OFFSET, kd_shmlink_offset (s->shm, slot));
+        return msg;
+    }
     if (self->wire_dtype != KD_DTYPE_F32) {
         //  16-bit values: converted into a frame of their own each time.
         zframe_t *data = zframe_new (NULL, (size_t) (hi - lo) * 2);
@@ -1115,6 +1260,7 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     //  the others would be applied alone.
     if (s_refuse_nonfinite (self, gradient, self->n_params))
         return 0;
+    s_shm_prepare (self);
     //  After a readmission the gradient is superseded: not pushed, so that
     //  no shard stages it after the scheduler dropped it.
     if (!self->early_release

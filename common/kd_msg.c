@@ -31,9 +31,13 @@
 _Static_assert (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                 "the Kudus wire is little-endian; this host is not");
 _Static_assert (sizeof (float) == 4, "the data frame holds IEEE float32");
-_Static_assert (KD_F_FIELD_COUNT <= 64, "presence is a 64-bit mask");
+_Static_assert (KD_F_FIELD_COUNT <= 128, "presence is a 128-bit mask");
 
-#define S_BIT(f)        ((uint64_t) 1 << (KD_F_ ## f))
+//  A set of fields, bit f for field f.
+typedef unsigned __int128 s_mask_t;
+
+#define S_BIT(f)        ((s_mask_t) 1 << (KD_F_ ## f))
+#define S_ONE(f)        ((s_mask_t) 1 << (f))
 #define S_FLOAT_BYTES   4           //  bytes per value in the data frame
 #define S_MAX_STACK     64          //  deepest nesting the validator tracks
 #define S_NAME_SHOWN    32          //  bytes of a peer's string in a reason
@@ -114,6 +118,14 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (DTYPE,         "dtype",        UINT),
     S_FIELD (SYNC,          "sync",         UINT),
     S_FIELD (KEYS,          "keys",         UINT),
+    S_FIELD (SHM,           "shm",          UINT),
+    S_FIELD (PID,           "pid",          UINT),
+    S_FIELD (HOST,          "host",         STR),
+    S_FIELD (FD,            "fd",           UINT),
+    S_FIELD (TOKEN,         "token",        UINT),
+    S_FIELD (BYTES,         "bytes",        UINT),
+    S_FIELD (OFFSET,        "offset",       UINT),
+    S_FIELD (SEQ,           "seq",          UINT),
 };
 
 typedef enum {
@@ -124,8 +136,8 @@ typedef enum {
 
 typedef struct {
     const char *name;               //  wire name, as in the enum
-    uint64_t required;              //  fields that must be present
-    uint64_t optional;              //  fields the table documents as optional
+    s_mask_t required;              //  fields that must be present
+    s_mask_t optional;              //  fields the table documents as optional
     s_data_t data;                  //  data frame rule
 } s_type_spec_t;
 
@@ -163,12 +175,14 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (STOP, 0, S_BIT (REASON), NONE),
     S_TYPE (PUSH,
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO)
-          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS), REQUIRED),
+          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
+          | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED),
     S_TYPE (PUSH_OK, S_BIT (CLOCK), 0, NONE),
-    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS), NONE),
+    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS)
+          | S_BIT (SHM), NONE),
     S_TYPE (PULL_OK,
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
-            S_BIT (TS_MS) | S_BIT (DTYPE), REQUIRED),
+            S_BIT (TS_MS) | S_BIT (DTYPE) | S_BIT (SHM) | S_BIT (OFFSET) | S_BIT (SEQ), REQUIRED),
     S_TYPE (COMMIT,
             S_BIT (VERSION) | S_BIT (RANKS) | S_BIT (CLOCKS) | S_BIT (WEIGHTS),
             S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS)
@@ -189,7 +203,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (EVAL_OK,
             S_BIT (VERSION) | S_BIT (ACCURACY),
             S_BIT (LOSS) | S_BIT (TS_MS), NONE),
-    S_TYPE (ERROR, S_BIT (CODE) | S_BIT (REASON), 0, NONE),
+    S_TYPE (ERROR, S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM), NONE),
     S_TYPE (EVENT, S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
           | S_BIT (VERSION) | S_BIT (LOST), NONE),
@@ -204,6 +218,10 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (SESSION) | S_BIT (DTYPE), OPTIONAL),
     S_TYPE (SYNC_OK, S_BIT (VERSION), S_BIT (RANK), NONE),
     S_TYPE (ROUTE, S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE),
+    S_TYPE (SHM,
+            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
+    S_TYPE (SHM_OK,
+            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
 };
 
 //  Array fields of one type that must have the same length, because entry i
@@ -219,6 +237,10 @@ static const s_parallel_t s_parallel [] = {
     { KD_MSG_COMMIT, { KD_F_RANKS, KD_F_CLOCKS, KD_F_WEIGHTS }, 3 },
     { KD_MSG_COMMIT, { KD_F_DROP_RANKS, KD_F_DROP_CLOCKS }, 2 },
 };
+
+//  The data frame rule of one message: a PUSH or PULL_OK whose values are
+//  in shared memory ("shm": 1) has no data frame.
+static s_data_t s_data_rule (kd_msg_t *msg);
 
 //  --------------------------------------------------------------------------
 //  The message object
@@ -238,7 +260,7 @@ typedef struct {
 
 struct _kd_msg_t {
     kd_msg_type_t type;             //  message type
-    uint64_t present;               //  bit f set when field f is present
+    s_mask_t present;               //  bit f set when field f is present
     s_value_t values [KD_F_FIELD_COUNT];    //  field values, by kd_field_t
     zframe_t *routing_id;           //  ROUTER peer identity, or NULL
     zframe_t *data;                 //  float32 data frame, or NULL
@@ -311,7 +333,7 @@ static void
 s_clear (kd_msg_t *self, kd_field_t field)
 {
     s_value_t *v = &self->values [field];
-    if (self->present & ((uint64_t) 1 << field)) {
+    if (self->present & S_ONE (field)) {
         switch (s_fields [field].kind) {
             case KD_FT_STR:
                 free (v->s);
@@ -332,7 +354,7 @@ s_clear (kd_msg_t *self, kd_field_t field)
         }
     }
     memset (v, 0, sizeof *v);
-    self->present &= ~((uint64_t) 1 << field);
+    self->present &= ~S_ONE (field);
 }
 
 //  Replace a field: check its kind, free the old value, mark it present.
@@ -344,7 +366,7 @@ s_slot (kd_msg_t *self, kd_field_t field, kd_field_kind_t kind)
     assert (s_field_valid (field));
     assert (s_fields [field].kind == kind);
     s_clear (self, field);
-    self->present |= (uint64_t) 1 << field;
+    self->present |= S_ONE (field);
     return &self->values [field];
 }
 
@@ -355,7 +377,7 @@ s_get (kd_msg_t *self, kd_field_t field, kd_field_kind_t kind)
     assert (self);
     assert (s_field_valid (field));
     assert (s_fields [field].kind == kind);
-    if (!(self->present & ((uint64_t) 1 << field)))
+    if (!(self->present & S_ONE (field)))
         return NULL;
     return &self->values [field];
 }
@@ -456,7 +478,17 @@ kd_msg_has (kd_msg_t *self, kd_field_t field)
 {
     assert (self);
     assert (s_field_valid (field));
-    return (self->present & ((uint64_t) 1 << field)) != 0;
+    return (self->present & S_ONE (field)) != 0;
+}
+
+static s_data_t
+s_data_rule (kd_msg_t *msg)
+{
+    s_data_t rule = s_types [msg->type].data;
+    if (rule == S_DATA_REQUIRED && kd_msg_uint (msg, KD_F_SHM)
+    &&  (msg->type == KD_MSG_PUSH || msg->type == KD_MSG_PULL_OK))
+        return S_DATA_NONE;
+    return rule;
 }
 
 //  --------------------------------------------------------------------------
@@ -777,7 +809,8 @@ s_encodable (kd_msg_t *self)
     if ((self->present & spec->required) != spec->required)
         return false;
     bool has_data = self->data != NULL || self->has_ref;
-    if ((spec->data == S_DATA_REQUIRED && !has_data) || (spec->data == S_DATA_NONE && has_data))
+    s_data_t rule = s_data_rule (self);
+    if ((rule == S_DATA_REQUIRED && !has_data) || (rule == S_DATA_NONE && has_data))
         return false;
     if (has_data
     &&  (kd_dtype_size (kd_msg_uint (self, KD_F_DTYPE)) == 0
@@ -789,7 +822,7 @@ s_encodable (kd_msg_t *self)
     ||  (keyed && kd_msg_uint (self, KD_F_KEYS) != zframe_size (self->keys) / sizeof (uint64_t)))
         return false;
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
-        if (!(self->present & ((uint64_t) 1 << f)))
+        if (!(self->present & S_ONE (f)))
             continue;
         s_value_t *v = &self->values [f];
         switch (s_fields [f].kind) {
@@ -880,7 +913,7 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
     //  version before anything else; the map itself is unordered.
     int fields = 0;
     for (int f = 0; f < KD_F_FIELD_COUNT; f++)
-        fields += (self->present >> f) & 1;
+        fields += (int) ((self->present >> f) & 1);
     int prc = msgpack_pack_map (&pk, 2 + fields);
     prc |= s_pack_str (&pk, "v", 1);
     prc |= msgpack_pack_uint64 (&pk, KD_PROTOCOL_VERSION);
@@ -888,7 +921,7 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
     const char *name = s_types [self->type].name;
     prc |= s_pack_str (&pk, name, strlen (name));
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
-        if (!(self->present & ((uint64_t) 1 << f)))
+        if (!(self->present & S_ONE (f)))
             continue;
         prc |= s_pack_str (&pk, s_fields [f].name, s_fields [f].name_len);
         prc |= s_pack_value (&pk, s_fields [f].kind, &self->values [f]);
@@ -1340,9 +1373,11 @@ s_decode_header (const uint8_t *bytes, size_t size, kd_msg_t **out,
             goto cleanup;
     }
     const s_type_spec_t *spec = &s_types [type];
-    uint64_t missing = spec->required & ~msg->present;
+    s_mask_t missing = spec->required & ~msg->present;
     if (missing) {
-        int f = __builtin_ctzll (missing);
+        int f = 0;
+        while (!(missing & S_ONE (f)))
+            f++;
         s_fail (err, KD_ERR_MALFORMED, "%s lacks required field '%s'",
                 spec->name, s_fields [f].name);
         goto cleanup;
@@ -1451,7 +1486,11 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
     //  at most one frame after its header.
     size_t rest = zmsg_size (zmsg);
     bool keyed = s_takes_keys (msg->type) && kd_msg_has (msg, KD_F_KEYS);
-    size_t need = s_types [msg->type].data == S_DATA_REQUIRED ? 2 : 1;
+    if (kd_msg_uint (msg, KD_F_SHM) && keyed) {
+        s_fail (err, KD_ERR_MALFORMED, "keyed %s cannot use shared memory", s_types [msg->type].name);
+        goto cleanup;
+    }
+    size_t need = s_data_rule (msg) == S_DATA_REQUIRED ? 2 : 1;
     if (keyed && rest != need) {
         s_fail (err, KD_ERR_MALFORMED, "keyed %s has %zu frames after its header, needs %zu "
                 "(values, if any, then keys)", s_types [msg->type].name, rest, need);
@@ -1470,11 +1509,13 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
     }
 
     const s_type_spec_t *spec = &s_types [msg->type];
-    if (spec->data == S_DATA_NONE && data) {
-        s_fail (err, KD_ERR_MALFORMED, "%s takes no data frame", spec->name);
+    s_data_t rule = s_data_rule (msg);
+    if (rule == S_DATA_NONE && data) {
+        s_fail (err, KD_ERR_MALFORMED, "%s takes no data frame%s", spec->name,
+                spec->data == S_DATA_NONE ? "" : " when its values are in shared memory");
         goto cleanup;
     }
-    if (spec->data == S_DATA_REQUIRED || (spec->data == S_DATA_OPTIONAL && data)) {
+    if (rule == S_DATA_REQUIRED || (rule == S_DATA_OPTIONAL && data)) {
         if (!data) {
             s_fail (err, KD_ERR_MALFORMED, "%s requires a data frame", spec->name);
             goto cleanup;

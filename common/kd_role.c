@@ -31,6 +31,7 @@ static const s_rule_t s_rules [] = {
     { KD_SVC_SHARD, KD_MSG_COMMIT, S_S },
     { KD_SVC_SHARD, KD_MSG_SYNC, S_S },
     { KD_SVC_SHARD, KD_MSG_PULL, S_W | S_M },
+    { KD_SVC_SHARD, KD_MSG_SHM, S_W },
     { KD_SVC_SHARD, KD_MSG_STATS, S_M },
     { KD_SVC_SHARD, KD_MSG_HEARTBEAT, S_W | S_M | S_S },
     { KD_SVC_SHARD, KD_MSG_ERROR, S_W | S_M | S_S },

@@ -28,11 +28,12 @@
     LEAVE       worker -> scheduler     [reason]                             -
     STOP        scheduler -> any        [reason]                             -
     PUSH        worker -> shard         rank clock base lo count [samples    yes
-                                        keys]                                (+keys)
+                                        keys shm offset]                     (+keys)
     PUSH_OK     shard -> worker         clock [version staleness]            -
-    PULL        worker|monitor -> shard version [lo count keys]              -
+    PULL        worker|monitor -> shard version [lo count keys shm]          -
                                                                              (+keys)
-    PULL_OK     shard -> puller         version lo count [ts_ms samples]     yes
+    PULL_OK     shard -> puller         version lo count [ts_ms samples      yes
+                                        shm offset seq]
     COMMIT      scheduler -> shard      version ranks clocks weights         -
                                         [ts_ms drop_ranks drop_clocks]
     COMMIT_OK   shard -> scheduler      version                              -
@@ -44,7 +45,12 @@
                                         ranks groups]
     EVAL        scheduler -> monitor    version                              -
     EVAL_OK     monitor -> scheduler    version accuracy [loss ts_ms]        -
-    ERROR       any -> any              code reason                          -
+    ERROR       any -> any              code reason [shm]                    -
+    SHM         worker -> shard         pid host fd token bytes              -
+    SHM_OK      shard -> worker         pid host fd token bytes              -
+
+    A PUSH or PULL_OK with "shm": 1 has no data frame: its values are at
+    "offset" in a region the two peers share (kd_shm; docs/protocol.md).
 
     Unknown header keys are ignored, so that a newer peer can add optional
     fields; unknown types and other versions are rejected with ERROR.
@@ -100,6 +106,8 @@ typedef enum {
     KD_MSG_SYNC,            //  shard -> shard: one part of a state transfer
     KD_MSG_SYNC_OK,         //  shard -> shard, scheduler: the transfer is applied
     KD_MSG_ROUTE,           //  scheduler -> worker, monitor: a range's new primary
+    KD_MSG_SHM,             //  worker -> shard: attach my push region (same host)
+    KD_MSG_SHM_OK,          //  shard -> worker: attached; here is my snapshot region
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -183,7 +191,18 @@ typedef enum {
     KD_F_KEYS,          //  uint   PUSH, PULL: keys in the keys frame (a keyed,
                         //         sparse request); WELCOME, START: 1 when the
                         //         model is keyed
-    KD_F_FIELD_COUNT    //  one past the last field; must stay <= 64
+    KD_F_SHM,           //  uint   PUSH, PULL_OK: 1 when the values are in shared
+                        //         memory, not in a data frame; PULL: 1 when
+                        //         the answer may come so; ERROR: 1 when the
+                        //         shared-memory path failed (resend by TCP)
+    KD_F_PID,           //  uint   SHM, SHM_OK: the sender's process id
+    KD_F_HOST,          //  str    SHM, SHM_OK: boot id and pid namespace
+    KD_F_FD,            //  uint   SHM, SHM_OK: the region's descriptor in the sender
+    KD_F_TOKEN,         //  uint   SHM, SHM_OK: the secret in the region's header
+    KD_F_BYTES,         //  uint   SHM, SHM_OK: the region's size
+    KD_F_OFFSET,        //  uint   PUSH, PULL_OK: where the values start in the region
+    KD_F_SEQ,           //  uint   PULL_OK: the snapshot slot's sequence number
+    KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 
 //  The entries of a STATS_OK's counters, in this order.  A consumer reads
@@ -204,6 +223,9 @@ typedef enum {
     KD_SC_DISCONNECTS,      //  peers disconnected (malformed input, connection limit)
     KD_SC_CONNECTIONS,      //  connections open now
     KD_SC_PARKED,           //  pulls parked now, waiting for a version
+    KD_SC_SHM_PEERS,        //  workers attached through shared memory now
+    KD_SC_SHM_BYTES_IN,     //  of bytes_in, those read from shared memory
+    KD_SC_SHM_BYTES_OUT,    //  of bytes_out, those published in shared memory
     KD_SC_COUNT             //  one past the last
 } kd_shard_counter_t;
 

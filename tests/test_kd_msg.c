@@ -23,6 +23,7 @@
 TestSuite (kd_msg);
 
 #define END          KD_F_FIELD_COUNT   //  ends a field list below
+typedef unsigned __int128 s_mask_t;     //  a set of fields, as the codec keeps it
 #define RCVTIMEO_MS  2000               //  every test socket gives up after this
 #define FUZZ_ROUNDS  20000              //  random inputs per fuzz loop
 
@@ -88,6 +89,8 @@ static const s_schema_t s_schema [] = {
         KD_F_SESSION, END }, false },
     { KD_MSG_SYNC_OK, { KD_F_VERSION, END }, { KD_F_RANK, END }, false },
     { KD_MSG_ROUTE, { KD_F_RANK, KD_F_ENDPOINT, END }, { END }, false },
+    { KD_MSG_SHM, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
+    { KD_MSG_SHM_OK, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -102,15 +105,15 @@ static const float s_floats [] = { 0.5f, -1.0f, 3.25f, 1e-7f, 42.0f };
 #define s_next kd_splitmix64
 
 //  The field mask a schema sets in a complete message.
-static uint64_t
+static s_mask_t
 s_schema_mask (const s_schema_t *s, bool with_optional)
 {
-    uint64_t mask = 0;
+    s_mask_t mask = 0;
     for (int i = 0; s->required [i] != END; i++)
-        mask |= (uint64_t) 1 << s->required [i];
+        mask |= (s_mask_t) 1 << s->required [i];
     if (with_optional) {
         for (int i = 0; s->optional [i] != END; i++)
-            mask |= (uint64_t) 1 << s->optional [i];
+            mask |= (s_mask_t) 1 << s->optional [i];
     }
     return mask;
 }
@@ -224,7 +227,7 @@ s_data_frame (void)
 //  A message of the schema's type with the fields of mask set (except
 //  "count" on data types, which the data frame sets).
 static kd_msg_t *
-s_build (const s_schema_t *s, uint64_t mask)
+s_build (const s_schema_t *s, s_mask_t mask)
 {
     kd_msg_t *msg = kd_msg_new (s->type);
     for (int f = 0; f < KD_F_FIELD_COUNT; f++)
@@ -240,7 +243,7 @@ s_build (const s_schema_t *s, uint64_t mask)
 
 //  Check a decoded message against s_build (s, mask).
 static void
-s_expect_built (kd_msg_t *msg, const s_schema_t *s, uint64_t mask)
+s_expect_built (kd_msg_t *msg, const s_schema_t *s, s_mask_t mask)
 {
     cr_assert_eq (kd_msg_type (msg), s->type);
     for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
@@ -377,7 +380,8 @@ typedef enum {
     S_EDIT_DROP,                    //  remove the key
     S_EDIT_WRONG_SCALAR,            //  replace the value by one of the wrong kind
     S_EDIT_WRONG_ELEMENT,           //  append a wrong-kind element to an array
-    S_EDIT_DUPLICATE                //  repeat the entry
+    S_EDIT_DUPLICATE,               //  repeat the entry
+    S_EDIT_SET_ONE                  //  replace the value by the integer 1
 } s_edit_t;
 
 //  Re-pack an encoded message's header with one edit to the entry of key.
@@ -424,6 +428,9 @@ s_edit (zmsg_t **zmsg_p, const char *key, s_edit_t edit)
             msgpack_pack_object (&r.pk, kv->val);
         }
         else
+        if (edit == S_EDIT_SET_ONE)
+            msgpack_pack_uint64 (&r.pk, 1);
+        else
         if (edit == S_EDIT_WRONG_SCALAR) {
             //  A string where a number or array is due, a number where a
             //  string is due.
@@ -462,7 +469,8 @@ Test (kd_msg, tables_name_every_type_and_field)
         NULL, "HELLO", "WELCOME", "START", "HEARTBEAT", "ARRIVE", "RELEASE",
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
         "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
-        "INIT", "INIT_OK", "STATS", "STATS_OK", "CHAIN", "SYNC", "SYNC_OK", "ROUTE"
+        "INIT", "INIT_OK", "STATS", "STATS_OK", "CHAIN", "SYNC", "SYNC_OK", "ROUTE",
+        "SHM", "SHM_OK"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -515,7 +523,11 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_TENSORS, "tensors", KD_FT_STRS }, { KD_F_SHAPES, "shapes", KD_FT_UINTS },
         { KD_F_COUNTERS, "counters", KD_FT_UINTS }, { KD_F_REFUSED, "refused", KD_FT_UINT },
         { KD_F_DTYPE, "dtype", KD_FT_UINT }, { KD_F_SYNC, "sync", KD_FT_UINT },
-        { KD_F_KEYS, "keys", KD_FT_UINT },
+        { KD_F_KEYS, "keys", KD_FT_UINT }, { KD_F_SHM, "shm", KD_FT_UINT },
+        { KD_F_PID, "pid", KD_FT_UINT }, { KD_F_HOST, "host", KD_FT_STR },
+        { KD_F_FD, "fd", KD_FT_UINT }, { KD_F_TOKEN, "token", KD_FT_UINT },
+        { KD_F_BYTES, "bytes", KD_FT_UINT }, { KD_F_OFFSET, "offset", KD_FT_UINT },
+        { KD_F_SEQ, "seq", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -694,7 +706,7 @@ Test (kd_msg, round_trip_every_type_with_all_fields)
 {
     for (size_t i = 0; i < SCHEMAS; i++) {
         const s_schema_t *s = &s_schema [i];
-        uint64_t mask = s_schema_mask (s, true);
+        s_mask_t mask = s_schema_mask (s, true);
         kd_msg_t *msg = s_build (s, mask);
         zframe_t *id = zframe_new ("\x00\x6b\x8b\x45\x67", 5);
         kd_msg_set_routing_id (msg, id);
@@ -726,7 +738,7 @@ Test (kd_msg, round_trip_every_type_with_required_fields_only)
 {
     for (size_t i = 0; i < SCHEMAS; i++) {
         const s_schema_t *s = &s_schema [i];
-        uint64_t mask = s_schema_mask (s, false);
+        s_mask_t mask = s_schema_mask (s, false);
         kd_msg_t *msg = s_build (s, mask);
         zmsg_t *zmsg = NULL;
         cr_assert_eq (kd_msg_encode (msg, &zmsg), 0, "%s", kd_msg_type_name (s->type));
@@ -901,11 +913,11 @@ Test (kd_msg, encode_refuses_incomplete_messages)
 {
     for (size_t i = 0; i < SCHEMAS; i++) {
         const s_schema_t *s = &s_schema [i];
-        uint64_t mask = s_schema_mask (s, true);
+        s_mask_t mask = s_schema_mask (s, true);
         for (int r = 0; s->required [r] != END; r++) {
             if (s->data && s->required [r] == KD_F_COUNT)
                 continue;           //  set_data sets it
-            kd_msg_t *msg = s_build (s, mask & ~((uint64_t) 1 << s->required [r]));
+            kd_msg_t *msg = s_build (s, mask & ~((s_mask_t) 1 << s->required [r]));
             zmsg_t *zmsg = (zmsg_t *) 0x1;
             cr_expect_eq (kd_msg_encode (msg, &zmsg), -1, "%s without %s",
                           kd_msg_type_name (s->type),
@@ -1005,7 +1017,7 @@ Test (kd_msg, wrong_type_for_a_field)
     //  Every field of every type, in turn.
     for (size_t i = 0; i < SCHEMAS; i++) {
         const s_schema_t *s = &s_schema [i];
-        uint64_t mask = s_schema_mask (s, true);
+        s_mask_t mask = s_schema_mask (s, true);
         for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
             if (!((mask >> f) & 1))
                 continue;
@@ -2301,5 +2313,52 @@ Test (kd_msg, keyed_frames_round_trip_and_are_checked)
     zmsg_addmem (wire, keys, 8);
     s_expect_fail (&wire, false, KD_ERR_MALFORMED, &err);
     kd_msg_destroy (&ok);
+    kd_msg_destroy (&msg);
+}
+
+//  A PUSH or PULL_OK whose values are in shared memory has no data frame,
+//  and one that has both is malformed; a keyed request never uses it.
+Test (kd_msg, shared_memory_values_replace_the_data_frame)
+{
+    kd_msg_type_t types [] = { KD_MSG_PUSH, KD_MSG_PULL_OK };
+    for (size_t t = 0; t < 2; t++) {
+        const s_schema_t *s = s_schema_of (types [t]);
+        kd_msg_t *msg = kd_msg_new (types [t]);
+        for (int r = 0; s->required [r] != END; r++)
+            kd_msg_set_uint (msg, s->required [r], 7);
+        kd_msg_set_uint (msg, KD_F_SHM, 1);
+        kd_msg_set_uint (msg, KD_F_OFFSET, 4096);
+        kd_msg_set_uint (msg, KD_F_SEQ, 2);
+        zmsg_t *zmsg = NULL;
+        cr_assert_eq (kd_msg_encode (msg, &zmsg), 0, "%s in shared memory", kd_msg_type_name (types [t]));
+        cr_expect_eq (zmsg_size (zmsg), 1, "no data frame");
+        kd_msg_t *out = NULL;
+        kd_msg_err_t err;
+        cr_assert_eq (kd_msg_decode (&zmsg, false, &out, NULL, &err), 0, "%s", err.reason);
+        cr_expect_eq (kd_msg_uint (out, KD_F_OFFSET), 4096);
+        cr_expect_eq (kd_msg_uint (out, KD_F_COUNT), 7);
+        cr_expect_null (kd_msg_data (out));
+        kd_msg_destroy (&out);
+        //  With a data frame too: refused both ways.
+        zframe_t *data = s_data_frame ();
+        kd_msg_set_data (msg, &data);
+        kd_msg_set_uint (msg, KD_F_SHM, 1);
+        cr_expect_eq (kd_msg_encode (msg, &zmsg), -1);
+        kd_msg_set_uint (msg, KD_F_SHM, 0);
+        cr_assert_eq (kd_msg_encode (msg, &zmsg), 0);
+        zmsg_t *bad = s_edit (&zmsg, "shm", S_EDIT_SET_ONE);
+        const char *reason = s_expect_fail (&bad, false, KD_ERR_MALFORMED, &err);
+        cr_expect (strstr (reason, "shared memory"), "%s", reason);
+        kd_msg_destroy (&msg);
+    }
+    //  Without "shm" the data frame stays required.
+    kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
+    kd_msg_set_uint (msg, KD_F_RANK, 1);
+    kd_msg_set_uint (msg, KD_F_CLOCK, 1);
+    kd_msg_set_uint (msg, KD_F_BASE, 1);
+    kd_msg_set_uint (msg, KD_F_LO, 1);
+    kd_msg_set_uint (msg, KD_F_COUNT, 1);
+    zmsg_t *zmsg = NULL;
+    cr_expect_eq (kd_msg_encode (msg, &zmsg), -1);
     kd_msg_destroy (&msg);
 }

@@ -237,6 +237,15 @@ int
 bool
     kd_client_stopped (kd_client_t *self);
 
+//  Shared memory with the shards on this host (on by default): a shard that
+//  shares this host's boot id and pid namespace reads our gradient from a
+//  region we map, and we copy its values from a snapshot it maps, instead
+//  of both crossing TCP.  Off, or under CURVE, or for fp16/bf16 and keyed
+//  models, or slices under 16 KiB, every payload stays on TCP.  The regions
+//  are memfds: nothing is left behind when a process dies.
+void
+    kd_client_set_shm (kd_client_t *self, bool on);
+
 //  The values' type on the wire for pushes and pulls: "fp32" (the default),
 //  "fp16" or "bf16".  The shards keep float32 master weights and convert;
 //  the client converts its gradient and the pulled values (fp16 with the

@@ -121,6 +121,7 @@ _stopped = _fn("kd_client_stopped", ctypes.c_bool, _P)
 _dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
 _refused = _fn("kd_client_refused", ctypes.c_uint64, _P)
 _set_wire_dtype = _fn("kd_client_set_wire_dtype", ctypes.c_int, _P, ctypes.c_char_p)
+_set_shm = _fn("kd_client_set_shm", None, _P, ctypes.c_bool)
 _version_str = _fn("kudus_version", ctypes.c_char_p)
 _U64S = ctypes.POINTER(ctypes.c_uint64)
 _set_keyed_layout = _fn("kd_client_set_keyed_layout", ctypes.c_int, _P, ctypes.c_char_p, ctypes.c_uint64,
@@ -149,7 +150,7 @@ class Client:
     """
 
     def __init__(self, scheduler, name=None, samples=0, monitor=None, layout=None,
-                 rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None):
+                 rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None, shm=True):
         self._c = _new(scheduler.encode(), name.encode() if name else None)
         if not self._c:
             raise KudusError(f"kudus: cannot create a client for scheduler {scheduler!r}")
@@ -170,6 +171,10 @@ class Client:
         # keep float32 weights.
         if wire_dtype and _set_wire_dtype(self._c, wire_dtype.encode()) != 0:
             raise ValueError(f"kudus: wire_dtype is fp32, fp16 or bf16, not {wire_dtype!r}")
+        # Shared memory with shards on this host (on by default); False
+        # keeps every payload on TCP.
+        if not shm:
+            _set_shm(self._c, False)
 
     # Life cycle -------------------------------------------------------
     def close(self):

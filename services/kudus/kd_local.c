@@ -93,6 +93,9 @@ s_pass (s_args_t *a, kd_config_t *c, const char *name)
             if (table [i].type == KD_CT_DOUBLE)
                 s_arg (a, "%.17g", kd_config_double (c, name));
             else
+            if (table [i].type == KD_CT_BOOL)
+                s_arg (a, "%s", kd_config_bool (c, name) ? "true" : "false");
+            else
                 s_arg (a, "%s", kd_config_str (c, name));
             return;
         }
@@ -652,6 +655,7 @@ kd_local_main (int argc, char **argv)
         }
         s_pass (&a, c, "max-grad-norm");
         s_pass (&a, c, "grad-norm-action");
+        s_pass (&a, c, "no-shm");
         if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a, s_net ? 2 + i : -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
@@ -679,6 +683,7 @@ kd_local_main (int argc, char **argv)
         s_pass (&a, c, "delay-ms");
         s_pass (&a, c, "inject-nan-every");
         s_pass (&a, c, "wire-dtype");
+        s_pass (&a, c, "no-shm");
         s_pass (&a, c, "hetero");
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);

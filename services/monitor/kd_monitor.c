@@ -178,6 +178,12 @@ s_render_shard_metrics (self_t *self, FILE *f)
           "Peers the shard disconnected: malformed input, or over max-connections." },
         { KD_SC_CONNECTIONS, "kudus_shard_connections", "gauge", "Connections open at the shard." },
         { KD_SC_PARKED, "kudus_shard_parked_pulls", "gauge", "Pulls parked, waiting for a version." },
+        { KD_SC_SHM_PEERS, "kudus_shard_shm_workers", "gauge",
+          "Workers that move their values through shared memory with the shard." },
+        { KD_SC_SHM_BYTES_IN, "kudus_shard_shm_received_bytes_total", "counter",
+          "Bytes of gradient data read from shared memory (part of received_bytes)." },
+        { KD_SC_SHM_BYTES_OUT, "kudus_shard_shm_sent_bytes_total", "counter",
+          "Bytes of parameter data served from shared memory (part of sent_bytes)." },
     };
     s_family (f, "kudus_shard_version", "gauge", "Model version the shard holds.");
     for (size_t i = 0; i < self->n_shards; i++)
@@ -365,7 +371,7 @@ s_publish_stats (self_t *self)
                 KD_S_REFUSED, KD_S_CLIPPED, KD_S_LIMITED, KD_S_DISCONNECTS, KD_S_CONNECTIONS,
                 KD_S_PARKED
             };
-            for (size_t c = KD_SC_REFUSED; c < KD_SC_COUNT && c < sh->n_counters; c++)
+            for (size_t c = KD_SC_REFUSED; c <= KD_SC_PARKED && c < sh->n_counters; c++)
                 kd_stream_set_uint (m, guards [c - KD_SC_REFUSED], sh->counters [c]);
             kd_stream_set_uint (m, KD_S_AGE_MS, now - sh->stats_ms);
             s_publish (self, &m);

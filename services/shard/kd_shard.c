@@ -21,6 +21,7 @@
     combines its gradients key by key.
 */
 #include "kd_shard.h"
+#include "kd_attach.h"
 #include "kd_chain.h"
 #include "kd_keyed.h"
 #include "kd_checkpoint.h"
@@ -37,6 +38,8 @@
 #define S_KIND_EXTERNAL ((kd_model_kind_t) 0xFFFF)
 #define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
 #define S_MAX_RANKS     65536   //  worker ranks we keep a commit mark for
+#define S_COPY_CHUNK    4096    //  floats copied and summed at a time (16 KiB: L1)
+#define S_REAP_MS       200     //  how often to look for exited attached workers
 #define S_BURST         256     //  requests read per poll at most
 #define S_STAGE_SLOTS   16384   //  staging table slots: a power of two, and
                                 //  twice S_MAX_STAGED so probes stay short
@@ -77,6 +80,7 @@ typedef struct {
     uint64_t version;           //  minimum version wanted
     uint64_t dtype;             //  the values it wants (kd_dtype_t)
     zframe_t *keys;             //  a keyed pull's keys, or NULL
+    bool shm;                   //  it may be answered through shared memory
 } s_parked_t;
 
 static void s_parked_destroy (void **item);
@@ -118,6 +122,7 @@ typedef struct {
     double max_norm;            //  max-grad-norm (0: off)
     bool norm_refuse;           //  grad-norm-action refuse (else clip)
     uint64_t bytes_in, bytes_out;   //  gradient and parameter data, for STATS
+    uint64_t shm_bytes_in, shm_bytes_out;   //  ... of them through shared memory
     uint64_t ckpt_wall_ms;      //  wall ms of the newest checkpoint (0: none)
     bool stop;                  //  STOP received
     uint64_t samples;           //  samples trained into version
@@ -150,6 +155,9 @@ typedef struct {
     bool synced;                //  backup: our state is the chain's
     bool sync_failed;           //  a part of the transfer under way was refused
     uint64_t resync_at;         //  ms: send our state to the successor again (0: no)
+    kd_attach_t *attach;        //  workers we share memory with
+    uint64_t generation;        //  changes whenever params is written
+    uint64_t reap_at;           //  ms: look for exited attached workers
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -409,6 +417,7 @@ s_bench_welcome (self_t *self, kd_msg_t *msg)
     self->hi = self->lo + floats;
     self->params = (float *) calloc (self->n, sizeof (float));
     assert (self->params);
+    self->generation++;
     if (s_optimizer_adopt (self, msg))
         return true;
     self->version = 0;
@@ -447,6 +456,7 @@ s_params_release (void *data, void *hint)
 static float *
 s_params_writable (self_t *self)
 {
+    self->generation++;
     s_lent_t *lent = self->lent;
     if (!lent || __atomic_load_n (&lent->refs, __ATOMIC_ACQUIRE) == 1)
         return self->params;
@@ -495,7 +505,7 @@ s_error (self_t *self, zframe_t *routing_id, int code, const char *reason)
 //  Send our range at the current version to one puller, as fp32 (lent,
 //  without a copy) or converted to the 16-bit dtype it asked for.
 static void
-s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype)
+s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype, bool shm)
 {
     kd_msg_t *reply = kd_msg_new (KD_MSG_PULL_OK);
     kd_msg_set_routing_id (reply, routing_id);
@@ -503,6 +513,20 @@ s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype)
     kd_msg_set_uint (reply, KD_F_LO, self->lo);
     kd_msg_set_uint (reply, KD_F_TS_MS, self->version_ts);
     kd_msg_set_uint (reply, KD_F_SAMPLES, self->samples);
+    uint64_t offset, seq;
+    if (shm && dtype == KD_DTYPE_F32 && kd_attach_has (self->attach, routing_id)
+    &&  kd_attach_publish (self->attach, self->params, self->n, self->generation, &offset, &seq) == 0) {
+        //  The values are in the snapshot; the reply says where.
+        kd_msg_set_uint (reply, KD_F_COUNT, self->n);
+        kd_msg_set_uint (reply, KD_F_SHM, 1);
+        kd_msg_set_uint (reply, KD_F_OFFSET, offset);
+        kd_msg_set_uint (reply, KD_F_SEQ, seq);
+        kd_msg_send (&reply, self->router);
+        self->pulls++;
+        self->bytes_out += self->n * sizeof (float);
+        self->shm_bytes_out += self->n * sizeof (float);
+        return;
+    }
     if (dtype != KD_DTYPE_F32) {
         zframe_t *data = zframe_new (NULL, self->n * 2);
         if (dtype == KD_DTYPE_F16)
@@ -584,7 +608,7 @@ s_release_parked (self_t *self)
                 s_send_keyed (self, p->routing_id, (const uint64_t *) zframe_data (p->keys),
                               zframe_size (p->keys) / sizeof (uint64_t), p->dtype);
             else
-                s_send_params (self, p->routing_id, p->dtype);
+                s_send_params (self, p->routing_id, p->dtype, p->shm);
             zlistx_delete (self->parked, zlistx_cursor (self->parked));
         }
         p = (s_parked_t *) zlistx_next (self->parked);
@@ -675,6 +699,7 @@ s_restore (self_t *self)
         self->ckpt_rows = params;
     else
         self->params = params;
+    self->generation++;
     self->ckpt_state = state;
     self->ckpt_meta = meta;
     self->ckpt_wall_ms = meta.ts_ms;
@@ -887,6 +912,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     self->gsum = NULL;
     self->params = (float *) calloc (self->n, sizeof (float));
     assert (self->params);
+    self->generation++;
     //  A built-in model starts from its seeded values; an external one from
     //  the values a worker sends (INIT), and serves no pull before.
     self->external = external;
@@ -1157,14 +1183,31 @@ s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char 
     kd_msg_send (&reply, self->router);
 }
 
+//  Copy n floats and return their sum of squares, in one pass over memory:
+//  each chunk is summed while it is still in the cache the copy filled.
+static double
+s_copy_sumsq (float *dst, const float *src, size_t n)
+{
+    double sumsq = 0;
+    for (size_t at = 0; at < n; at += S_COPY_CHUNK) {
+        size_t m = n - at < S_COPY_CHUNK ? n - at : S_COPY_CHUNK;
+        memcpy (dst + at, src + at, m * sizeof (float));
+        sumsq += kd_sumsq (dst + at, m);
+    }
+    return sumsq;
+}
+
 //  Check a gradient slice before it is staged or applied.  Returns false
 //  when it was refused (NaN or Inf, or a norm over max-grad-norm under
 //  grad-norm-action refuse); a norm over the bound is otherwise scaled
-//  down to it, in place.
+//  down to it, in place.  sumsq is the slice's sum of squares when the
+//  caller has it already, NAN otherwise.
 static bool
-s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, float *g, size_t n)
+s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, float *g, size_t n,
+                  double sumsq)
 {
-    double sumsq = kd_sumsq (g, n);
+    if (isnan (sumsq))
+        sumsq = kd_sumsq (g, n);
     if (!isfinite (sumsq)) {
         s_refuse (self, id, rank, clock, "not finite (NaN or Inf)");
         return false;
@@ -1352,7 +1395,7 @@ s_on_push_keyed (self_t *self, kd_msg_t *msg)
     zframe_t *staged = kd_keyed_stage (self->keyed, keys, n, values);
     free (converted);
     float *g = (float *) (zframe_data (staged) + sizeof (uint64_t) * (1 + n));
-    if (!s_guard_gradient (self, id, rank, clock, g, count)) {
+    if (!s_guard_gradient (self, id, rank, clock, g, count, NAN)) {
         zframe_destroy (&staged);
         return;
     }
@@ -1405,13 +1448,36 @@ s_on_push (self_t *self, kd_msg_t *msg)
     //  The received frame is ours to scale in place; 16-bit values become
     //  a float32 frame first (the shard keeps fp32 master weights).
     zframe_t *data;
+    double sumsq = NAN;
+    if (kd_msg_uint (msg, KD_F_SHM)) {
+        //  Copied once out of the worker's region: the checks below and
+        //  the commit then read values the worker can no longer change.
+        char why [160];
+        const float *values = dtype == KD_DTYPE_F32
+            ? kd_attach_values (self->attach, id, kd_msg_uint (msg, KD_F_OFFSET), count, why, sizeof why)
+            : NULL;
+        if (!values) {
+            if (dtype != KD_DTYPE_F32)
+                snprintf (why, sizeof why, "shm: a push in shared memory is fp32");
+            kd_msg_t *reply = kd_msg_new_error (id, KD_ERR_STATE, why);
+            kd_msg_set_uint (reply, KD_F_SHM, 1);
+            kd_warn ("error code=%d reason=\"%s\"", KD_ERR_STATE, why);
+            self->errors++;
+            kd_msg_send (&reply, self->router);
+            return;
+        }
+        data = zframe_new (NULL, count * sizeof (float));
+        sumsq = s_copy_sumsq ((float *) zframe_data (data), values, count);
+        self->shm_bytes_in += count * sizeof (float);
+    }
+    else
     if (dtype == KD_DTYPE_F32)
         data = kd_msg_take_data (msg);
     else {
         data = zframe_new (NULL, count * sizeof (float));
         kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
     }
-    if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count)) {
+    if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count, sumsq)) {
         zframe_destroy (&data);
         return;
     }
@@ -1459,8 +1525,9 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     }
     //  An external model is served once a worker sent its initial values:
     //  until then every pull is parked.
+    bool shm = kd_msg_uint (msg, KD_F_SHM) != 0;
     if (want <= self->version && self->initialized) {
-        s_send_params (self, kd_msg_routing_id (msg), dtype);
+        s_send_params (self, kd_msg_routing_id (msg), dtype, shm);
         return;
     }
     //  One parked pull per peer: a retry replaces the one before, so a
@@ -1470,6 +1537,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
         if (zframe_eq (q->routing_id, kd_msg_routing_id (msg))) {
             q->version = want;
             q->dtype = dtype;
+            q->shm = shm;
             zframe_destroy (&q->keys);
             q->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
             return;
@@ -1484,6 +1552,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     p->routing_id = zframe_dup (kd_msg_routing_id (msg));
     p->version = want;
     p->dtype = dtype;
+    p->shm = shm;
     p->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
     zlistx_add_end (self->parked, p);
 }
@@ -1777,6 +1846,9 @@ s_on_stats (self_t *self, kd_msg_t *msg)
         [KD_SC_DISCONNECTS] = kd_guard_disconnects (self->guard),
         [KD_SC_CONNECTIONS] = kd_guard_connections (self->guard),
         [KD_SC_PARKED] = zlistx_size (self->parked),
+        [KD_SC_SHM_PEERS] = kd_attach_count (self->attach),
+        [KD_SC_SHM_BYTES_IN] = self->shm_bytes_in,
+        [KD_SC_SHM_BYTES_OUT] = self->shm_bytes_out,
     };
     uint64_t wall = kd_wall_ms ();
     if (self->ckpt_wall_ms)
@@ -1829,6 +1901,11 @@ s_on_request (self_t *self)
     else
     if (type == KD_MSG_PULL)
         s_on_pull (self, msg);
+    else
+    if (type == KD_MSG_SHM) {
+        kd_msg_t *reply = kd_attach_on_shm (self->attach, msg, self->keyed ? 0 : self->n);
+        kd_msg_send (&reply, self->router);
+    }
     else
     if (type == KD_MSG_INIT)
         s_on_init (self, msg);
@@ -1918,6 +1995,12 @@ kd_shard_run (kd_config_t *config)
     }
     self->parked = zlistx_new ();
     zlistx_set_destructor (self->parked, s_parked_destroy);
+    //  Shared memory trusts every process of our user on this host; under
+    //  CURVE the peers are known by key, and a mapping cannot prove one.
+    self->attach = kd_attach_new (kd_config_bool (config, "no-shm") ? "shared memory is off on this shard (--no-shm)"
+                                : kd_curve_enabled (kd_curve_process ())
+                                ? "shared memory is off: CURVE is on, and a mapping cannot be authenticated by key"
+                                : NULL);
     //  Unreplicated, a shard is its range's only replica: the primary.
     self->chain = kd_chain_new (self->router, self->peer, max_msg);
     self->primary = true;
@@ -1967,6 +2050,10 @@ kd_shard_run (kd_config_t *config)
         kd_peer_tick (self->peer);
         //  Time-based checkpoints also fire while no commits come.
         s_checkpoint (self, false);
+        if (kd_now_ms () >= self->reap_at) {
+            kd_attach_reap (self->attach);
+            self->reap_at = kd_now_ms () + S_REAP_MS;
+        }
     }
     self->poller = NULL;
     zpoller_destroy (&poller);
@@ -2001,6 +2088,7 @@ cleanup:
     free (self->step_weights);
     zlistx_destroy (&self->parked);
     kd_chain_destroy (&self->chain);
+    kd_attach_destroy (&self->attach);
     kd_peer_destroy (&self->peer);
     kd_guard_destroy (&self->guard);
     zsock_destroy (&self->router);

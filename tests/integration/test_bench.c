@@ -134,6 +134,18 @@ Test (bench, pushpull_json_smoke)
     char *text = kd_test_slurp (out);
     cr_expect (text && strstr (text, "\"dtype\":\"fp16\"") && strstr (text, "\"dtype\":\"fp32\""),
                "rows do not name their dtype: %s", text ? text : "(none)");
+    //  Shared memory is timed for fp32 through one shard, and is null elsewhere.
+    int shm_rows = 0;
+    char *save = NULL;
+    for (char *line = text ? strtok_r (text, "\n", &save) : NULL; line; line = strtok_r (NULL, "\n", &save))
+        if (strstr (line, "\"shards\":1,") && strstr (line, "\"dtype\":\"fp32\"")) {
+            cr_expect_gt (kd_test_json_number (line, "shm_pushpull_gbps"), 0, "%s", line);
+            cr_expect_gt (kd_test_json_number (line, "shm_ratio_vs_zmq"), 0, "%s", line);
+            shm_rows++;
+        }
+        else
+            cr_expect (strstr (line, "\"shm_pushpull_gbps\":null"), "%s", line);
+    cr_expect_eq (shm_rows, 4, "2 sizes x 2 in-flight depths through one shard in fp32");
     free (text);
 }
 
