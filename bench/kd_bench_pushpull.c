@@ -384,10 +384,11 @@ s_cluster_start (s_cluster_t *c)
         //  Shared memory with the shard, for the shm columns (one shard).
         if (c->shards > 1)
             continue;
+        //  A host or shard that cannot share leaves the columns null.
         c->shm [s] = kd_shmlink_new (c->floats, c->shm_slots);
         if (!c->shm [s]) {
-            kd_error ("shard %zu: cannot make a shared-memory region", s);
-            return -1;
+            kd_warn ("shard %zu: this host cannot share memory; shm columns are null", s);
+            continue;
         }
         kd_msg_t *offer = kd_shmlink_offer (c->shm [s]);
         kd_msg_send (&offer, c->kudus [s]);
@@ -395,9 +396,8 @@ s_cluster_start (s_cluster_t *c)
         char why [192] = "no answer";
         if (kd_msg_recv (c->kudus [s], &reply, NULL, NULL) != 0
         ||  kd_shmlink_accept (c->shm [s], reply, why, sizeof why)) {
-            kd_error ("shard %zu declined shared memory: %s", s, why);
-            kd_msg_destroy (&reply);
-            return -1;
+            kd_warn ("shard %zu declined shared memory (%s); shm columns are null", s, why);
+            kd_shmlink_destroy (&c->shm [s]);
         }
         kd_msg_destroy (&reply);
     }
@@ -520,7 +520,7 @@ kd_bench_pushpull (kd_bench_t *b)
                 //  Shared memory carries fp32 only, and is timed with one
                 //  shard (the co-located pair), which keeps the default
                 //  matrix within minutes.
-                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] ? S_MODES : S_SHM;
+                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] && inflight <= S_SHM_SLOTS ? S_MODES : S_SHM;
                 int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.

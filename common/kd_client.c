@@ -27,6 +27,8 @@
 #define S_DEFAULT_MAX_MSG (1ll << 30)
 #define S_SHM_MIN_BYTES  16384  //  slices smaller than this stay on TCP
 #define S_SHM_RETRY_MS   3000   //  an unanswered offer is made again after this
+#define S_SHM_WAIT_MS    500    //  how long the offers of a round wait for answers
+#define S_SHM_TORN_MAX   2      //  torn snapshot reads in a pull before it goes by TCP
 
 typedef struct {
     bool done;                  //  replied in the current round
@@ -35,6 +37,7 @@ typedef struct {
     kd_shmlink_t *shm;          //  shared memory with the shard, or NULL
     int shm_state;              //  S_SHM_*
     uint64_t shm_retry_ms;      //  untried: offer again from then (unanswered)
+    unsigned torn;              //  snapshot reads in a row found rewritten
 } s_shard_t;
 
 //  Where a shard stands with shared memory.
@@ -105,6 +108,9 @@ struct _kd_client_t {
     kd_msg_t *early_release;    //  a readmission RELEASE (see s_on_scheduler)
     atomic_int inflight;        //  borrowed gradient frames ZeroMQ still holds
     bool no_shm;                //  keep every payload on TCP
+    bool no_pull_ahead;         //  pull after RELEASE, not with ARRIVE
+    uint64_t prefetched;        //  bit i: a PULL went to shard i with ARRIVE
+    uint64_t prefetch_version;  //  ... for this version or newer
     //  Timings of the last iteration, for ARRIVE and TELEMETRY
     double t_pull, t_pulled;    //  pull started, ended
     double t_push, t_pushed;    //  push started, ended
@@ -179,6 +185,7 @@ s_close_shards (kd_client_t *self)
 {
     for (size_t i = 0; i < self->n_shards; i++)
         s_shm_drop (self, i, S_SHM_UNTRIED);
+    self->prefetched = 0;
     kd_shardset_destroy (&self->book);
     self->n_shards = 0;
     self->started = false;
@@ -482,6 +489,7 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
         s_shm_drop (self, i, S_SHM_UNTRIED);
     self->n_shards = kd_shardset_size (self->book);
     memset (self->shards, 0, sizeof self->shards);
+    self->prefetched = 0;
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
     kd_info ("start shards=%zu", self->n_shards);
@@ -522,6 +530,7 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
         if (rc == 1) {
             kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
             self->rerouted |= 1ull << i;
+            self->prefetched &= ~(1ull << i);
             s_shm_drop (self, i, S_SHM_UNTRIED);
         }
         else
@@ -785,6 +794,13 @@ kd_client_dropped (kd_client_t *self)
 }
 
 void
+kd_client_set_pull_ahead (kd_client_t *self, bool on)
+{
+    assert (self);
+    self->no_pull_ahead = !on;
+}
+
+void
 kd_client_set_shm (kd_client_t *self, bool on)
 {
     assert (self);
@@ -823,6 +839,7 @@ kd_client_pulls_skipped (kd_client_t *self)
 
 typedef kd_msg_t *(s_request_fn) (kd_client_t *self, size_t shard, void *arg);
 typedef int (s_reply_fn) (kd_client_t *self, size_t shard, kd_msg_t *reply, void *arg);
+static s_request_fn s_pull_request;
 
 //  Send a request to every shard and wait until each has answered, resending
 //  with backoff to shards that stay silent.  Returns 0, or -1 on stop.
@@ -838,10 +855,15 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     int backoff [S_MAX_SHARDS];
     zmq_pollitem_t items [S_MAX_SHARDS + 1];
     uint64_t now = kd_now_ms ();
+    uint64_t present = request == s_pull_request ? self->prefetched : 0;
+    self->prefetched = 0;
     for (size_t i = 0; i < n; i++) {
         self->shards [i].done = false;
-        kd_msg_t *req = request (self, i, arg);
-        kd_msg_send (&req, kd_shardset_socket (self->book, i));
+        //  A pull that went with ARRIVE is already on its way.
+        if (!(present & (1ull << i))) {
+            kd_msg_t *req = request (self, i, arg);
+            kd_msg_send (&req, kd_shardset_socket (self->book, i));
+        }
         //  The first resend comes soon: a shard that restarted lost the
         //  request, and waiting the whole deadline would be the RTO.
         backoff [i] = self->timeout_ms < S_RETRY_FIRST_MS ? self->timeout_ms : S_RETRY_FIRST_MS;
@@ -947,14 +969,19 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
 }
 
 //  Offer shared memory to each shard not asked yet, and forget the shards
-//  whose process exited.  The offer is answered at once, by SHM_OK or by
-//  an ERROR that says why; a shard that cannot share stays on TCP.
+//  whose process exited.  The offers go out together and are answered at
+//  once, by SHM_OK or by an ERROR that says why; the wait keeps the
+//  scheduler's link alive.  A shard that declines ("shm": 1) or does not
+//  know SHM stays on TCP; one that does not answer, or answers "not yet",
+//  is asked again later.
 static void
 s_shm_prepare (kd_client_t *self)
 {
     if (self->no_shm || self->wire_dtype != KD_DTYPE_F32 || self->keyed
     ||  kd_curve_enabled (s_curve (self)))
         return;
+    size_t pending [S_MAX_SHARDS], n_pending = 0;
+    uint64_t now = kd_now_ms ();
     for (size_t i = 0; i < self->n_shards; i++) {
         s_shard_t *s = &self->shards [i];
         const char *endpoint = kd_shardset_endpoint (self->book, i);
@@ -962,7 +989,8 @@ s_shm_prepare (kd_client_t *self)
             kd_info ("shm: shard exited, its mapping is released endpoint=%s", endpoint);
             s_shm_drop (self, i, S_SHM_UNTRIED);
         }
-        if (s->shm_state != S_SHM_UNTRIED || kd_now_ms () < s->shm_retry_ms)
+        //  A shard with a pull on its way answers that first: offered next round.
+        if (s->shm_state != S_SHM_UNTRIED || now < s->shm_retry_ms || (self->prefetched & (1ull << i)))
             continue;
         size_t n = (size_t) (kd_shardset_hi (self->book, i) - kd_shardset_lo (self->book, i));
         //  Two slots: a late retry of the last clock's push never reads
@@ -971,43 +999,75 @@ s_shm_prepare (kd_client_t *self)
             s->shm_state = S_SHM_OFF;
             continue;
         }
-        zsock_t *sock = kd_shardset_socket (self->book, i);
         kd_msg_t *offer = kd_shmlink_offer (s->shm);
-        kd_msg_send (&offer, sock);
-        char why [192] = "no answer";
-        int rc = -1, wait = self->timeout_ms < 2000 ? self->timeout_ms : 2000;
-        uint64_t deadline = kd_now_ms () + (uint64_t) wait;
-        for (uint64_t now = kd_now_ms (); now < deadline; now = kd_now_ms ()) {
-            if (!s_readable (sock, (int) (deadline - now)))
+        kd_msg_send (&offer, kd_shardset_socket (self->book, i));
+        pending [n_pending++] = i;
+    }
+    //  Well inside a heartbeat interval, and ticking the scheduler's link.
+    uint64_t deadline = now + (uint64_t) (self->timeout_ms < S_SHM_WAIT_MS ? self->timeout_ms : S_SHM_WAIT_MS);
+    size_t left = n_pending;
+    while (left > 0 && (now = kd_now_ms ()) < deadline) {
+        zmq_pollitem_t items [S_MAX_SHARDS + 1];
+        items [0] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
+        for (size_t k = 0; k < n_pending; k++)
+            items [k + 1] = (zmq_pollitem_t) {
+                zsock_resolve (kd_shardset_socket (self->book, pending [k])), 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll (items, (int) n_pending + 1, (long) (deadline - now)) < 0)
+            break;
+        if (items [0].revents & ZMQ_POLLIN)
+            s_on_scheduler (self, 0);
+        kd_peer_tick (self->peer);
+        for (size_t k = 0; k < n_pending; k++) {
+            size_t i = pending [k];
+            s_shard_t *s = &self->shards [i];
+            if (!(items [k + 1].revents & ZMQ_POLLIN) || s->shm_state != S_SHM_UNTRIED || !s->shm)
                 continue;
             kd_msg_t *reply = NULL;
             kd_msg_err_t err;
-            if (kd_msg_recv (sock, &reply, NULL, &err) != 0)
+            if (kd_msg_recv (kd_shardset_socket (self->book, i), &reply, NULL, &err) != 0)
                 continue;
             kd_msg_type_t type = kd_msg_type (reply);
-            //  Anything else is a late answer from an earlier round.
-            if (type == KD_MSG_SHM_OK || type == KD_MSG_ERROR) {
-                rc = kd_shmlink_accept (s->shm, reply, why, sizeof why);
-                kd_msg_destroy (&reply);
-                break;
+            const char *endpoint = kd_shardset_endpoint (self->book, i);
+            char why [192] = "";
+            uint64_t code = kd_msg_uint (reply, KD_F_CODE);
+            if (type == KD_MSG_SHM_OK && kd_shmlink_accept (s->shm, reply, why, sizeof why) == 0) {
+                s->shm_state = S_SHM_ON;
+                kd_info ("shm: values move through shared memory endpoint=%s bytes=%zu", endpoint,
+                         (size_t) (kd_shardset_hi (self->book, i) - kd_shardset_lo (self->book, i)) * sizeof (float));
+                left--;
             }
+            else
+            if (type == KD_MSG_SHM_OK
+            ||  (type == KD_MSG_ERROR && (kd_msg_uint (reply, KD_F_SHM) || code == KD_ERR_UNKNOWN_TYPE
+                                      ||  code == KD_ERR_FORBIDDEN))) {
+                //  Declined, or a shard that does not know SHM: TCP for good.
+                if (!*why)
+                    snprintf (why, sizeof why, "%s", kd_msg_str (reply, KD_F_REASON));
+                kd_info ("shm: staying on TCP endpoint=%s reason=\"%s\"", endpoint, why);
+                s_shm_drop (self, i, S_SHM_OFF);
+                left--;
+            }
+            else
+            if (type == KD_MSG_ERROR) {
+                //  Not now (a shard still registering): TCP, and ask again.
+                kd_info ("shm: not now, TCP meanwhile endpoint=%s reason=\"%s\"", endpoint,
+                         kd_msg_str (reply, KD_F_REASON));
+                s_shm_drop (self, i, S_SHM_UNTRIED);
+                s->shm_retry_ms = kd_now_ms () + S_SHM_RETRY_MS;
+                left--;
+            }
+            //  Anything else is a late answer from an earlier round.
             kd_msg_destroy (&reply);
         }
-        if (rc == 0) {
-            s->shm_state = S_SHM_ON;
-            kd_info ("shm: values move through shared memory endpoint=%s bytes=%zu", endpoint,
-                     n * sizeof (float));
-        }
-        else
-        if (rc < 0 && !strcmp (why, "no answer")) {
+    }
+    for (size_t k = 0; k < n_pending; k++) {
+        s_shard_t *s = &self->shards [pending [k]];
+        if (s->shm_state == S_SHM_UNTRIED && s->shm) {
             //  The shard may be restarting: TCP for now, and ask again later.
-            kd_info ("shm: no answer to the offer, TCP for now endpoint=%s", endpoint);
-            s_shm_drop (self, i, S_SHM_UNTRIED);
+            kd_info ("shm: no answer to the offer, TCP for now endpoint=%s",
+                     kd_shardset_endpoint (self->book, pending [k]));
+            s_shm_drop (self, pending [k], S_SHM_UNTRIED);
             s->shm_retry_ms = kd_now_ms () + S_SHM_RETRY_MS;
-        }
-        else {
-            kd_info ("shm: staying on TCP endpoint=%s reason=\"%s\"", endpoint, why);
-            s_shm_drop (self, i, S_SHM_OFF);
         }
     }
 }
@@ -1039,9 +1099,20 @@ s_pull_request (kd_client_t *self, size_t i, void *arg)
     kd_msg_set_uint (msg, KD_F_VERSION, ((s_pull_arg_t *) arg)->version);
     if (self->wire_dtype != KD_DTYPE_F32)
         kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
-    if (self->shards [i].shm_state == S_SHM_ON)
+    //  A reader that keeps losing the race to newer versions asks by TCP.
+    if (self->shards [i].shm_state == S_SHM_ON && self->shards [i].torn < S_SHM_TORN_MAX)
         kd_msg_set_uint (msg, KD_F_SHM, 1);
     return msg;
+}
+
+//  Ask shard i again at once: its answer was older than we need (a pull
+//  sent with ARRIVE, answered at a commit before the one that released
+//  us), or its snapshot slot was written again while we copied it.
+static void
+s_pull_again (kd_client_t *self, size_t i, void *arg)
+{
+    kd_msg_t *req = s_pull_request (self, i, arg);
+    kd_msg_send (&req, kd_shardset_socket (self->book, i));
 }
 
 //  A shard's slice, copied straight from its frame into the caller's buffer.
@@ -1053,10 +1124,15 @@ s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
         //  The values are in the shard's snapshot: copied from there
         //  straight into the caller's buffer.
         uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
-        if (kd_msg_uint (reply, KD_F_VERSION) < pull->version || kd_msg_uint (reply, KD_F_LO) != lo)
+        if (kd_msg_uint (reply, KD_F_LO) != lo)
             return -1;
+        if (kd_msg_uint (reply, KD_F_VERSION) < pull->version) {
+            s_pull_again (self, i, arg);
+            return -1;
+        }
         s_shard_t *s = &self->shards [i];
         int rc = s->shm ? kd_shmlink_read (s->shm, reply, pull->params + lo, (size_t) (hi - lo)) : -2;
+        s->torn = rc == -1 ? s->torn + 1 : 0;
         if (rc) {
             //  Written again since (a newer version came twice), or not a
             //  slot we know: ask again now, by TCP if the slot was bad.
@@ -1065,15 +1141,20 @@ s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
                          kd_shardset_endpoint (self->book, i));
                 s_shm_drop (self, i, S_SHM_OFF);
             }
-            kd_msg_t *req = s_pull_request (self, i, arg);
-            kd_msg_send (&req, kd_shardset_socket (self->book, i));
+            s_pull_again (self, i, arg);
             return -1;
         }
+    }
+    else
+    if (kd_msg_uint (reply, KD_F_VERSION) < pull->version) {
+        s_pull_again (self, i, arg);
+        return -1;
     }
     else
     if (kd_shardset_take_pull (self->book, i, reply, pull->version, pull->params))
         return -1;
     self->shards [i].version = kd_msg_uint (reply, KD_F_VERSION);
+    self->shards [i].torn = 0;
     return 0;
 }
 
@@ -1103,6 +1184,11 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
     self->cache = NULL;
     s_pull_arg_t arg = { params, version };
     uint64_t known = self->min_clock;
+    //  A pull sent with ARRIVE serves only a version at least as new as
+    //  the one it asked for; otherwise it may wait at the shard for a
+    //  commit that is not coming, and the round asks afresh.
+    if (version < self->prefetch_version)
+        self->prefetched = 0;
     s_shm_prepare (self);
     if (s_shard_round (self, s_pull_request, KD_MSG_PULL_OK, s_pull_reply, &arg))
         return -1;
@@ -1428,6 +1514,26 @@ kd_client_set_emulated_ms (kd_client_t *self, double ms)
     self->emulated_ms = ms;
 }
 
+//  BSP, LSP, ALSP: the next iteration's pull goes with ARRIVE.  Each shard
+//  parks it until a version newer than the one we computed on exists,
+//  which is the commit that releases us, and answers at that commit: the
+//  values travel while COMMIT_OK and our RELEASE do, a round trip off
+//  every phase.  Under ASP and SSP there is no barrier to hide it behind.
+static void
+s_pull_ahead (kd_client_t *self)
+{
+    if (self->direct || self->keyed || self->no_pull_ahead || self->prefetched || !self->book)
+        return;
+    s_shm_prepare (self);
+    s_pull_arg_t arg = { NULL, self->version + 1 };
+    for (size_t i = 0; i < self->n_shards; i++) {
+        kd_msg_t *req = s_pull_request (self, i, &arg);
+        kd_msg_send (&req, kd_shardset_socket (self->book, i));
+        self->prefetched |= 1ull << i;
+    }
+    self->prefetch_version = arg.version;
+}
+
 int
 kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
 {
@@ -1466,6 +1572,7 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
         kd_msg_set_float (arrive, KD_F_COMPUTE_MS, self->t_push - self->t_pulled);
         kd_msg_set_float (arrive, KD_F_EMULATED_MS, self->emulated_ms);
         kd_peer_send (self->peer, &arrive);
+        s_pull_ahead (self);
         msg = s_wait_scheduler (self, KD_MSG_RELEASE, self->timeout_ms);
     }
     self->emulated_ms = 0;

@@ -213,6 +213,8 @@ static const kd_setting_t s_table [] = {
       S_WRK | S_MON | S_LOC, "directory with the Fashion-MNIST IDX files" },
 
     //  Workers and heterogeneity
+    { "no-pull-ahead", KD_CT_BOOL, "false", 0, 0, NULL, S_WRK | S_LOC,
+      "BSP, LSP, ALSP: pull after RELEASE instead of sending the pull with ARRIVE" },
     { "no-shm", KD_CT_BOOL, "false", 0, 0, NULL, S_SHD | S_WRK | S_LOC,
       "keep every payload on TCP, even between a worker and a shard on one host" },
     { "wire-dtype", KD_CT_ENUM, "fp32", 0, 0, "fp32|fp16|bf16", S_WRK | S_LOC,

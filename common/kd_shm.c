@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@
 #define S_HEADER_BYTES  4096        //  one page before the usable bytes
 #define S_SLOTS         2           //  snapshot slots
 #define S_SEALS         (F_SEAL_SHRINK | F_SEAL_GROW)
+#define S_TMPFS_MAGIC   0x01021994  //  memfd files live on shmem (tmpfs)
+#define S_HUGETLB_MAGIC 0x958458f6  //  ... or hugetlbfs
 
 //  One snapshot slot's seqlock, on its own cache line.
 typedef struct {
@@ -51,7 +54,13 @@ struct _kd_shm_t {
     size_t bytes;               //  usable bytes
     uint64_t token;             //  the header's token
     size_t slot_bytes;          //  snapshot: bytes between slots
+    size_t floats;              //  snapshot owner: floats per slot
+    uint64_t seqs [S_SLOTS];    //  snapshot owner: each slot's last number,
+                                //  kept here, not read back from the region
     size_t next;                //  snapshot owner: the slot to write next
+    dev_t dev;                  //  the region's file, to tell whether its
+    ino_t ino;                  //  owner still holds it
+    uint64_t remote_fd;         //  attached: the descriptor in the owner
 };
 
 static s_header_t *
@@ -117,8 +126,16 @@ kd_shm_new (const char *name, size_t bytes)
     self->base = (uint8_t *) base;
     self->mapped = mapped;
     self->bytes = bytes;
-    while (getrandom (&self->token, sizeof self->token, 0) != (ssize_t) sizeof self->token)
+    ssize_t got;
+    while ((got = getrandom (&self->token, sizeof self->token, 0)) < 0 && errno == EINTR)
         ;
+    if (got != (ssize_t) sizeof self->token) {
+        kd_error ("shm: no random token: %s", strerror (errno));
+        munmap (base, mapped);
+        close (fd);
+        free (self);
+        return NULL;
+    }
     s_header_t *h = s_header (self);
     h->token = self->token;
     h->bytes = bytes;
@@ -135,6 +152,7 @@ kd_shm_new_snapshot (const char *name, size_t n)
     kd_shm_t *self = kd_shm_new (name, slot * S_SLOTS);
     if (self) {
         self->slot_bytes = slot;
+        self->floats = n;
         s_header (self)->floats = n;
     }
     return self;
@@ -170,17 +188,38 @@ kd_shm_attach (uint64_t pid, uint64_t fd, uint64_t token, uint64_t bytes, bool w
         snprintf (why, why_size, "shm: process %llu: %s", (unsigned long long) pid, strerror (errno));
         return NULL;
     }
+    //  O_PATH first: opening what a peer names could block (a FIFO, a
+    //  tty, a hung mount) and stall the loop.  Only a regular file on
+    //  shmem is opened for real.
     char path [64];
     snprintf (path, sizeof path, "/proc/%llu/fd/%llu", (unsigned long long) pid, (unsigned long long) fd);
-    int rfd = open (path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (rfd < 0) {
+    int probe = open (path, O_PATH | O_CLOEXEC);
+    struct stat st;
+    struct statfs sf;
+    size_t mapped = S_HEADER_BYTES + (size_t) bytes;
+    if (probe < 0) {
         snprintf (why, why_size, "shm: cannot open %s: %s", path, strerror (errno));
         if (pidfd >= 0)
             close (pidfd);
         return NULL;
     }
-    struct stat st;
-    size_t mapped = S_HEADER_BYTES + (size_t) bytes;
+    int rfd = -1;
+    if (fstat (probe, &st) || !S_ISREG (st.st_mode) || (uint64_t) st.st_size != mapped
+    ||  fstatfs (probe, &sf) || (sf.f_type != S_TMPFS_MAGIC && sf.f_type != S_HUGETLB_MAGIC))
+        snprintf (why, why_size, "shm: %s is not a region of %llu bytes", path, (unsigned long long) bytes);
+    else {
+        char again [64];
+        snprintf (again, sizeof again, "/proc/self/fd/%d", probe);
+        rfd = open (again, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (rfd < 0)
+            snprintf (why, why_size, "shm: cannot open %s: %s", path, strerror (errno));
+    }
+    close (probe);
+    if (rfd < 0) {
+        if (pidfd >= 0)
+            close (pidfd);
+        return NULL;
+    }
     int seals = fcntl (rfd, F_GET_SEALS);
     void *base = MAP_FAILED;
     if (fstat (rfd, &st) || !S_ISREG (st.st_mode) || (uint64_t) st.st_size != mapped)
@@ -209,7 +248,12 @@ kd_shm_attach (uint64_t pid, uint64_t fd, uint64_t token, uint64_t bytes, bool w
                 self->mapped = mapped;
                 self->bytes = (size_t) bytes;
                 self->token = token;
-                if (h->floats && h->floats <= bytes / sizeof (float) / S_SLOTS)
+                self->dev = st.st_dev;
+                self->remote_fd = fd;
+                self->ino = st.st_ino;
+                //  Slots that do not fit the region are no snapshot.
+                if (h->floats && h->floats <= bytes / sizeof (float) / S_SLOTS
+                &&  S_SLOTS * s_round ((size_t) h->floats * sizeof (float)) <= bytes)
                     self->slot_bytes = s_round ((size_t) h->floats * sizeof (float));
                 return self;
             }
@@ -280,21 +324,42 @@ kd_shm_owner_gone (kd_shm_t *self)
     return kill (self->owner, 0) != 0 && errno == ESRCH;
 }
 
+bool
+kd_shm_orphaned (kd_shm_t *self)
+{
+    if (!self->attached)
+        return false;
+    if (kd_shm_owner_gone (self))
+        return true;
+    //  The owner lives, but its descriptor no longer names our file: it
+    //  let go of the region (a new link, a closed client).
+    char path [64];
+    struct stat st;
+    snprintf (path, sizeof path, "/proc/%d/fd/%llu", (int) self->owner, (unsigned long long) self->remote_fd);
+    return stat (path, &st) != 0 || st.st_dev != self->dev || st.st_ino != self->ino;
+}
+
 uint64_t
 kd_shm_publish (kd_shm_t *self, const float *values, size_t n, uint64_t *offset)
 {
     s_header_t *h = s_header (self);
-    assert (!self->attached && self->slot_bytes && n == h->floats);
+    //  Our own copies of n and the numbers: whoever else maps the region
+    //  cannot steer this.
+    assert (!self->attached && self->slot_bytes && n == self->floats);
     size_t k = self->next;
     self->next = (k + 1) % S_SLOTS;
     s_slot_t *slot = &h->slots [k];
-    uint64_t seq = __atomic_load_n (&slot->seq, __ATOMIC_RELAXED);
-    //  Odd while we write; the release fence keeps the odd number ahead of
-    //  the values, and the release store the values ahead of the even one.
+    uint64_t seq = self->seqs [k];
+    //  Odd while we write.  A full fence, not only a release one, keeps the
+    //  odd number ahead of the values: memcpy may write large blocks with
+    //  non-temporal stores, which x86 does not order behind earlier plain
+    //  stores.  The release store keeps the values ahead of the even number.
     __atomic_store_n (&slot->seq, seq + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence (__ATOMIC_RELEASE);
+    __atomic_thread_fence (__ATOMIC_SEQ_CST);
     memcpy (kd_shm_data (self) + k * self->slot_bytes, values, n * sizeof (float));
+    __atomic_thread_fence (__ATOMIC_SEQ_CST);
     __atomic_store_n (&slot->seq, seq + 2, __ATOMIC_RELEASE);
+    self->seqs [k] = seq + 2;
     *offset = k * self->slot_bytes;
     return seq + 2;
 }

@@ -77,6 +77,11 @@ uint64_t
 bool
     kd_shm_owner_gone (kd_shm_t *self);
 
+//  True when the region was attached and its owner has exited or no longer
+//  holds the region under the descriptor it sent (it made a new one).
+bool
+    kd_shm_orphaned (kd_shm_t *self);
+
 //  Snapshot: copy n floats into the slot not published last and return its
 //  sequence number (even, never 0); *offset gets where the values start.
 //  The region must have been made by kd_shm_new_snapshot with n floats.

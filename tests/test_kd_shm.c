@@ -2,7 +2,9 @@
 */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -240,4 +242,51 @@ Test (kd_shmlink, offer_names_the_push_region_and_slots_are_apart)
     kd_msg_destroy (&offer);
     kd_shmlink_destroy (&link);
     cr_expect_null (link);
+}
+
+//  A descriptor that is no region is refused at once, never opened in a
+//  way that blocks: a FIFO with no writer would stall the shard's loop.
+Test (kd_shm, a_fifo_or_other_file_is_refused_without_blocking)
+{
+    char dir [] = "/tmp/kd-shm-XXXXXX";
+    cr_assert (mkdtemp (dir));
+    char fifo [64];
+    snprintf (fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq (mkfifo (fifo, 0600), 0);
+    int fd = open (fifo, O_RDONLY | O_NONBLOCK);
+    cr_assert (fd >= 0);
+    char why [160];
+    double t0 = kd_now_msf ();
+    cr_expect_null (kd_shm_attach ((uint64_t) getpid (), (uint64_t) fd, 1, 4096, false, why, sizeof why));
+    cr_expect (kd_now_msf () - t0 < 1000, "the attach blocked");
+    cr_expect (strstr (why, "not a region"), "%s", why);
+    close (fd);
+    //  A regular file of the right size, not on shmem, is refused too.
+    char file [64];
+    snprintf (file, sizeof file, "%s/file", dir);
+    fd = open (file, O_RDWR | O_CREAT, 0600);
+    cr_assert (fd >= 0);
+    cr_assert_eq (ftruncate (fd, 4096 + 4096), 0);
+    cr_expect_null (kd_shm_attach ((uint64_t) getpid (), (uint64_t) fd, 1, 4096, false, why, sizeof why));
+    close (fd);
+    unlink (file);
+    unlink (fifo);
+    rmdir (dir);
+}
+
+Test (kd_shm, a_region_its_owner_let_go_of_is_orphaned)
+{
+    kd_shm_t *owner = kd_shm_new ("test", 4096);
+    cr_assert (owner);
+    char why [160];
+    kd_shm_t *peer = s_attach_self (owner, kd_shm_token (owner), why, sizeof why);
+    cr_assert (peer, "%s", why);
+    cr_expect (!kd_shm_orphaned (peer));
+    cr_expect (!kd_shm_orphaned (owner), "an owner is never orphaned");
+    //  The owner closes its descriptor (a closed client, a new link): the
+    //  mapping still works, but the peer may let it go.
+    kd_shm_destroy (&owner);
+    cr_expect (kd_shm_orphaned (peer));
+    cr_expect_eq (((uint8_t *) kd_shm_data (peer)) [0], 0);
+    kd_shm_destroy (&peer);
 }

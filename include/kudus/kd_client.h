@@ -237,6 +237,12 @@ int
 bool
     kd_client_stopped (kd_client_t *self);
 
+//  Under BSP, LSP and ALSP, send the next pull with ARRIVE (on by default):
+//  each shard holds it until the commit that releases us and answers then,
+//  so the new values arrive with RELEASE instead of a round trip after it.
+void
+    kd_client_set_pull_ahead (kd_client_t *self, bool on);
+
 //  Shared memory with the shards on this host (on by default): a shard that
 //  shares this host's boot id and pid namespace reads our gradient from a
 //  region we map, and we copy its values from a snapshot it maps, instead

@@ -684,6 +684,7 @@ kd_local_main (int argc, char **argv)
         s_pass (&a, c, "inject-nan-every");
         s_pass (&a, c, "wire-dtype");
         s_pass (&a, c, "no-shm");
+        s_pass (&a, c, "no-pull-ahead");
         s_pass (&a, c, "hetero");
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);

@@ -97,6 +97,15 @@ kd_attach_on_shm (kd_attach_t *self, kd_msg_t *msg, size_t n)
         if (self->n_peers == S_MAX_PEERS)
             return s_decline (msg, KD_ERR_LIMIT, "shm: too many workers attached");
     }
+    if (self->snapshot && self->snapshot_n != n) {
+        //  Our range changed (a new WELCOME): a new snapshot, and every
+        //  worker attaches again (their pushes are refused until then).
+        while (self->n_peers)
+            s_peer_drop (self, 0);
+        kd_shm_destroy (&self->snapshot);
+        self->published = false;
+        peer = NULL;
+    }
     if (!self->snapshot) {
         self->snapshot = kd_shm_new_snapshot ("kudus-shard-snapshot", n);
         self->snapshot_n = n;
@@ -173,8 +182,8 @@ kd_attach_reap (kd_attach_t *self)
 {
     size_t dropped = 0;
     for (size_t i = 0; i < self->n_peers; )
-        if (kd_shm_owner_gone (self->peers [i].region)) {
-            kd_info ("shm: worker pid=%llu exited, its mapping is released",
+        if (kd_shm_orphaned (self->peers [i].region)) {
+            kd_info ("shm: worker pid=%llu exited or let go of its region, its mapping is released",
                      (unsigned long long) kd_shm_pid (self->peers [i].region));
             s_peer_drop (self, i);
             dropped++;

@@ -9,8 +9,8 @@
     - a PULL with "shm": 1 is answered by a PULL_OK that names a slot of the
       snapshot and its sequence number, and the worker copies the values
       straight into its buffer (kd_shm_read).
-    A worker's mapping is dropped when the worker's process exits (reap),
-    when it attaches again, or when the shard stops.
+    A worker's mapping is dropped when the worker's process exits or closes
+    the region (reap), when it attaches again, or when the shard stops.
 */
 #ifndef KD_ATTACH_H_INCLUDED
 #define KD_ATTACH_H_INCLUDED
@@ -51,8 +51,9 @@ int
     kd_attach_publish (kd_attach_t *self, const float *params, size_t n, uint64_t generation,
                        uint64_t *offset, uint64_t *seq);
 
-//  Unmap the regions of workers whose process has exited.  Returns how
-//  many were dropped.
+//  Unmap the regions of workers whose process has exited, or that no
+//  longer hold them (a reconnect under a new routing id, a closed client).
+//  Returns how many were dropped.
 size_t
     kd_attach_reap (kd_attach_t *self);
 

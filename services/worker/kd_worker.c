@@ -266,6 +266,7 @@ kd_worker_run (kd_config_t *config)
     kd_client_set_max_msg_bytes (self->client, kd_config_int (config, "max-msg-bytes"));
     kd_client_set_wire_dtype (self->client, kd_config_str (config, "wire-dtype"));
     kd_client_set_shm (self->client, !kd_config_bool (config, "no-shm"));
+    kd_client_set_pull_ahead (self->client, !kd_config_bool (config, "no-pull-ahead"));
     kd_client_set_timeout (self->client, (int) kd_config_int (config, "request-timeout-ms"));
     kd_client_set_liveness (self->client, (int) kd_config_int (config, "liveness"));
     kd_client_set_heartbeat (self->client, (int) kd_config_int (config, "heartbeat-ms"));
