@@ -71,9 +71,16 @@ typedef struct {
 //  this buffer; libzmq's I/O thread drops its references, so refs is
 //  atomic.  The last reference frees the buffer.
 typedef struct {
-    float *data;                //  the buffer
+    void *data;                 //  the buffer
     int refs;                   //  frames in flight, + 1 while it is ours
 } s_lent_t;
+
+//  params in a 16-bit dtype, converted once per generation and lent to
+//  every PULL_OK that asks for that dtype, like params itself.
+typedef struct {
+    s_lent_t *lent;             //  the converted values, or NULL
+    uint64_t generation;        //  ... of params they were made from
+} s_half_t;
 
 typedef struct {
     zframe_t *routing_id;       //  who asked
@@ -111,6 +118,7 @@ typedef struct {
     uint64_t version_ts;        //  wall ms of the commit that made it
     s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
     s_lent_t *lent;             //  params as lent to frames, or NULL
+    s_half_t half [2];          //  params as fp16 [0] and bf16 [1], for pulls
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
     uint64_t pushes, commits, pulls, errors;  //  counters for the log and STATS
     uint64_t refused, clipped, limited;  //  poisoned gradients and per-peer refusals
@@ -528,13 +536,25 @@ s_send_params (self_t *self, zframe_t *routing_id, uint64_t dtype, bool shm)
         return;
     }
     if (dtype != KD_DTYPE_F32) {
-        zframe_t *data = zframe_new (NULL, self->n * 2);
-        if (dtype == KD_DTYPE_F16)
-            kd_half_from_float ((uint16_t *) zframe_data (data), self->params, self->n);
-        else
-            kd_bf16_from_float ((uint16_t *) zframe_data (data), self->params, self->n);
+        //  Converted once per change of params and lent to every puller of
+        //  that dtype: four workers pulling one version pay one conversion.
+        s_half_t *h = &self->half [dtype == KD_DTYPE_F16 ? 0 : 1];
+        if (!h->lent || h->generation != self->generation) {
+            if (h->lent)
+                s_params_release (h->lent->data, h->lent);
+            h->lent = (s_lent_t *) zmalloc (sizeof (s_lent_t));
+            h->lent->data = malloc (self->n * 2 + 2);
+            assert (h->lent->data);
+            h->lent->refs = 1;
+            if (dtype == KD_DTYPE_F16)
+                kd_half_from_float ((uint16_t *) h->lent->data, self->params, self->n);
+            else
+                kd_bf16_from_float ((uint16_t *) h->lent->data, self->params, self->n);
+            h->generation = self->generation;
+        }
+        __atomic_add_fetch (&h->lent->refs, 1, __ATOMIC_ACQ_REL);
         kd_msg_set_uint (reply, KD_F_DTYPE, dtype);
-        kd_msg_set_data (reply, &data);
+        kd_msg_set_data_ref (reply, h->lent->data, self->n * 2, s_params_release, h->lent);
         kd_msg_send (&reply, self->router);
         self->pulls++;
         self->bytes_out += self->n * 2;
@@ -2097,5 +2117,8 @@ cleanup:
     kd_keyed_destroy (&self->keyed);
     free (self->gsum);
     free (self->ckpt_state);
+    for (int k = 0; k < 2; k++)
+        if (self->half [k].lent)
+            s_params_release (self->half [k].lent->data, self->half [k].lent);
     return rc;
 }

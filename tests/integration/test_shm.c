@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "kd_internal.h"
+#include "kd_half.h"
 #include "kd_shmlink.h"
 #include "kd_testutil.h"
 
@@ -194,6 +195,26 @@ s_pull (zsock_t *sock, kd_shmlink_t *link, float *params)
     return version;
 }
 
+//  PULL in a 16-bit dtype into out (when not NULL); the version.
+static uint64_t
+s_pull_half (zsock_t *sock, uint64_t dtype, uint16_t *out)
+{
+    kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (req, KD_F_VERSION, 0);
+    kd_msg_set_uint (req, KD_F_DTYPE, dtype);
+    kd_msg_send (&req, sock);
+    kd_msg_t *reply = s_recv_type (sock, KD_MSG_PULL_OK);
+    cr_assert (reply, "no PULL_OK");
+    cr_assert_eq (kd_msg_uint (reply, KD_F_DTYPE), dtype);
+    zframe_t *data = kd_msg_data (reply);
+    cr_assert (data && zframe_size (data) == S_PARAMS * 2);
+    if (out)
+        memcpy (out, zframe_data (data), S_PARAMS * 2);
+    uint64_t version = kd_msg_uint (reply, KD_F_VERSION);
+    kd_msg_destroy (&reply);
+    return version;
+}
+
 static kd_msg_t *
 s_push_msg (uint64_t clock)
 {
@@ -251,6 +272,8 @@ Test (shm, push_and_pull_through_shared_memory_equal_tcp)
     //  Changing the region after PUSH_OK changes nothing the shard holds.
     g [0] = 1e9f;
     cr_expect_eq (s_pull (tcp, NULL, p1), v0 + 1);
+    //  A 16-bit pull now fills the shard's cache of this version.
+    cr_expect_eq (s_pull_half (tcp, KD_DTYPE_F16, NULL), v0 + 1);
     cr_expect_eq (s_pull (shm, link, q), v0 + 1);
     cr_expect (memcmp (p1, q, S_PARAMS * sizeof (float)) == 0);
     g [0] = -8.0f / 64.0f;
@@ -262,6 +285,19 @@ Test (shm, push_and_pull_through_shared_memory_equal_tcp)
     cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
     kd_msg_destroy (&ok);
     cr_expect_eq (s_pull (shm, link, p2), v0 + 2);
+    //  ... and after the next version it serves that one, not its cache.
+    uint16_t *h = (uint16_t *) malloc (S_PARAMS * sizeof (uint16_t)), *want = (uint16_t *) malloc (S_PARAMS * 2);
+    for (int d = 0; d < 2; d++) {
+        uint64_t dtype = d ? KD_DTYPE_BF16 : KD_DTYPE_F16;
+        cr_expect_eq (s_pull_half (tcp, dtype, h), v0 + 2);
+        if (d)
+            kd_bf16_from_float (want, p2, S_PARAMS);
+        else
+            kd_half_from_float (want, p2, S_PARAMS);
+        cr_expect (memcmp (h, want, S_PARAMS * 2) == 0, "a %s pull is not the current version", kd_dtype_name (dtype));
+    }
+    free (h);
+    free (want);
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < S_PARAMS; i++) {
