@@ -8,7 +8,7 @@
     (split over the shards, PUSH and PUSH_OK), pulls S (PULL and PULL_OK),
     or does both at once, with 1, 4 or 8 requests in flight per shard,
     through the real codec (kd_msg) on its side and the real shard code on
-    theirs.  The shm columns (one shard only; null otherwise) time push+pull
+    theirs.  The shm columns (one shard, 16 KiB to 16 MiB; null otherwise) time push+pull
     as a worker on the shard's host does it (kd_shmlink): the values are copied into a region the shard maps, the
     PUSH names them, and the PULL_OK names a snapshot slot the client
     copies from; only small control messages cross TCP.  Pushes name `inflight` (rank, clock) keys in turn, so each
@@ -42,7 +42,7 @@
 
 #define S_MAX_SHARDS    16              //  shards in one configuration
 #define S_BUDGET_BYTES  (256.0 * 1024 * 1024)  //  memcpy: bytes per timed run
-#define S_MIN_OPS       8               //  ops per timed run at least
+#define S_MIN_OPS       4               //  ops per timed run at least
 #define S_MAX_OPS       4000            //  ops per timed run at most
 #define S_TIMEOUT_MS    30000           //  a reply later than this fails
 #define S_READY_MS      20000           //  shards must register by then
@@ -53,6 +53,8 @@
 typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO, S_SHM, S_MODES } s_mode_t;
 
 #define S_SHM_SLOTS     16      //  push slots per shard (the shard's bound)
+#define S_SHM_MIN_SIZE  16384   //  shm columns: sizes from kd_client's threshold
+#define S_SHM_MAX_SIZE  (16u << 20)     //  ... to the target's largest
 
 //  One configuration's cluster and client sockets.
 typedef struct {
@@ -79,7 +81,9 @@ typedef struct {
 static size_t
 s_min_ops (size_t inflight)
 {
-    return inflight * 2 > S_MIN_OPS ? inflight * 2 : S_MIN_OPS;
+    //  The window filled, and two more: enough for a steady state, and
+    //  the 64 MiB rows stay within the matrix's few minutes.
+    return inflight + 2 > S_MIN_OPS ? inflight + 2 : S_MIN_OPS;
 }
 
 //  Peak resident set of a process in KiB (-1 if unknown).
@@ -520,7 +524,10 @@ kd_bench_pushpull (kd_bench_t *b)
                 //  Shared memory carries fp32 only, and is timed with one
                 //  shard (the co-located pair), which keeps the default
                 //  matrix within minutes.
-                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] && inflight <= S_SHM_SLOTS ? S_MODES : S_SHM;
+                //  Sizes from the client's threshold (16 KiB) to the target's
+                //  16 MiB.
+                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] && inflight <= S_SHM_SLOTS
+                         && size >= S_SHM_MIN_SIZE && size <= S_SHM_MAX_SIZE ? S_MODES : S_SHM;
                 int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.

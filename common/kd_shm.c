@@ -78,18 +78,22 @@ s_round (size_t bytes)
 int
 kd_shm_host (char *buf, size_t size)
 {
-    char boot [64] = "", ns [64] = "";
+    char boot [64] = "", ns [64] = "", net [64] = "";
     FILE *f = fopen ("/proc/sys/kernel/random/boot_id", "r");
     if (!f)
         return -1;
     bool ok = fgets (boot, sizeof boot, f) != NULL;
     fclose (f);
     boot [strcspn (boot, "\n")] = 0;
+    //  The network namespace too: `kudus local --netns` runs each emulated
+    //  host in its own, and its links must carry the payloads.
     ssize_t len = readlink ("/proc/self/ns/pid", ns, sizeof ns - 1);
-    if (!ok || !*boot || len <= 0)
+    ssize_t len_net = readlink ("/proc/self/ns/net", net, sizeof net - 1);
+    if (!ok || !*boot || len <= 0 || len_net <= 0)
         return -1;
     ns [len] = 0;
-    int n = snprintf (buf, size, "%s/%s", boot, ns);
+    net [len_net] = 0;
+    int n = snprintf (buf, size, "%s/%s/%s", boot, ns, net);
     return n > 0 && (size_t) n < size ? 0 : -1;
 }
 

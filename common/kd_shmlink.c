@@ -67,7 +67,7 @@ kd_shmlink_accept (kd_shmlink_t *self, kd_msg_t *reply, char *why, size_t why_si
         return -1;
     }
     if (!streq (kd_msg_str (reply, KD_F_HOST), self->host)) {
-        snprintf (why, why_size, "shm: the shard is on another host or pid namespace");
+        snprintf (why, why_size, "shm: the shard is on another host or namespace");
         return -1;
     }
     kd_shm_t *snapshot = kd_shm_attach (kd_msg_uint (reply, KD_F_PID), kd_msg_uint (reply, KD_F_FD),

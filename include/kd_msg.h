@@ -196,7 +196,7 @@ typedef enum {
                         //         the answer may come so; ERROR: 1 when the
                         //         shared-memory path failed (resend by TCP)
     KD_F_PID,           //  uint   SHM, SHM_OK: the sender's process id
-    KD_F_HOST,          //  str    SHM, SHM_OK: boot id and pid namespace
+    KD_F_HOST,          //  str    SHM, SHM_OK: boot id, pid and net namespace
     KD_F_FD,            //  uint   SHM, SHM_OK: the region's descriptor in the sender
     KD_F_TOKEN,         //  uint   SHM, SHM_OK: the secret in the region's header
     KD_F_BYTES,         //  uint   SHM, SHM_OK: the region's size

@@ -34,8 +34,10 @@
 
 typedef struct _kd_shm_t kd_shm_t;
 
-//  This host's identity for shared memory: the boot id and the pid
-//  namespace, as "BOOTID/pid:[INODE]".  0, or -1 when /proc cannot tell.
+//  This host's identity for shared memory: the boot id, the pid namespace
+//  and the network namespace, as "BOOTID/pid:[INODE]/net:[INODE]".  Peers
+//  in different network namespaces (containers, `kudus local --netns`)
+//  stay on their network.  0, or -1 when /proc cannot tell.
 int
     kd_shm_host (char *buf, size_t size);
 

@@ -24,7 +24,7 @@ Test (kd_shm, host_identity_names_boot_and_pid_namespace)
 {
     char host [KD_SHM_HOST_MAX];
     cr_assert_eq (kd_shm_host (host, sizeof host), 0);
-    cr_expect (strstr (host, "/pid:["), "host is %s", host);
+    cr_expect (strstr (host, "/pid:[") && strstr (host, "/net:["), "host is %s", host);
     char tiny [8];
     cr_expect_eq (kd_shm_host (tiny, sizeof tiny), -1);
 }

@@ -244,7 +244,7 @@ void
     kd_client_set_pull_ahead (kd_client_t *self, bool on);
 
 //  Shared memory with the shards on this host (on by default): a shard that
-//  shares this host's boot id and pid namespace reads our gradient from a
+//  shares this host's boot id, pid and network namespace reads our gradient from a
 //  region we map, and we copy its values from a snapshot it maps, instead
 //  of both crossing TCP.  Off, or under CURVE, or for fp16/bf16 and keyed
 //  models, or slices under 16 KiB, every payload stays on TCP.  The regions

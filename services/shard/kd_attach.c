@@ -83,7 +83,7 @@ kd_attach_on_shm (kd_attach_t *self, kd_msg_t *msg, size_t n)
     if (self->off)
         return s_decline (msg, KD_ERR_STATE, self->off);
     if (!streq (kd_msg_str (msg, KD_F_HOST), self->host))
-        return s_decline (msg, KD_ERR_STATE, "shm: the worker is on another host or pid namespace");
+        return s_decline (msg, KD_ERR_STATE, "shm: the worker is on another host or namespace");
     if (n == 0)
         return s_decline (msg, KD_ERR_STATE, "shm: this shard holds no dense values");
     uint64_t bytes = kd_msg_uint (msg, KD_F_BYTES);
