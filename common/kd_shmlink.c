@@ -7,7 +7,6 @@
 struct _kd_shmlink_t {
     kd_shm_t *push;             //  ours: slots slices the shard reads
     kd_shm_t *snapshot;         //  the shard's values, mapped read-only
-    size_t n;                   //  floats in the range
     size_t slots;               //  push slots
     size_t slot_bytes;          //  bytes between push slots
     char host [KD_SHM_HOST_MAX];
@@ -19,7 +18,6 @@ kd_shmlink_new (size_t n, size_t slots)
     if (n == 0 || slots == 0 || n > KD_SHM_MAX_BYTES / sizeof (float) / slots)
         return NULL;
     kd_shmlink_t *self = (kd_shmlink_t *) zmalloc (sizeof *self);
-    self->n = n;
     self->slots = slots;
     self->slot_bytes = (n * sizeof (float) + KD_SHM_ALIGN - 1) / KD_SHM_ALIGN * KD_SHM_ALIGN;
     if (kd_shm_host (self->host, sizeof self->host)

@@ -248,8 +248,8 @@ Test (kd_shmlink, offer_names_the_push_region_and_slots_are_apart)
 //  way that blocks: a FIFO with no writer would stall the shard's loop.
 Test (kd_shm, a_fifo_or_other_file_is_refused_without_blocking)
 {
-    char dir [] = "/tmp/kd-shm-XXXXXX";
-    cr_assert (mkdtemp (dir));
+    char *dir = kd_temp_dir ("kd-shm");
+    cr_assert (dir);
     char fifo [64];
     snprintf (fifo, sizeof fifo, "%s/fifo", dir);
     cr_assert_eq (mkfifo (fifo, 0600), 0);
@@ -272,6 +272,7 @@ Test (kd_shm, a_fifo_or_other_file_is_refused_without_blocking)
     unlink (file);
     unlink (fifo);
     rmdir (dir);
+    free (dir);
 }
 
 Test (kd_shm, a_region_its_owner_let_go_of_is_orphaned)
