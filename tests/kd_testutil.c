@@ -194,3 +194,30 @@ kd_test_shard_version (const char *endpoint, int timeout_ms)
     zsock_destroy (&sock);
     return version;
 }
+
+pid_t
+kd_test_procs_spawn (kd_test_procs_t *self, const char *const *argv, const char *log_path)
+{
+    if (self->n >= KD_TEST_MAX_PIDS)
+        return -1;
+    pid_t pid = kd_test_spawn (argv, log_path);
+    if (pid > 0)
+        self->pids [self->n++] = pid;
+    return pid > 0 ? pid : -1;
+}
+
+void
+kd_test_procs_kill (kd_test_procs_t *self)
+{
+    for (int i = 0; i < self->n; i++)
+        kd_test_kill (self->pids [i]);
+    self->n = 0;
+}
+
+kd_msg_t *
+kd_test_recv (zsock_t *sock)
+{
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    return kd_msg_recv (sock, &msg, NULL, &err) == 0 ? msg : NULL;
+}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <czmq.h>
+#include "kd_msg.h"
 
 //  Create a fresh temporary directory; the caller frees the path.
 char *
@@ -64,6 +65,28 @@ zsock_t *
 //  -1 when no PULL_OK comes within timeout_ms.
 int64_t
     kd_test_shard_version (const char *endpoint, int timeout_ms);
+
+//  The processes an integration test started, killed together at its
+//  teardown.
+#define KD_TEST_MAX_PIDS 64
+typedef struct {
+    pid_t pids [KD_TEST_MAX_PIDS];
+    int n;
+} kd_test_procs_t;
+
+//  kd_test_spawn, and keep the pid.  Returns it, or -1 when the child
+//  could not start or the set is full.
+pid_t
+    kd_test_procs_spawn (kd_test_procs_t *self, const char *const *argv, const char *log_path);
+
+//  SIGKILL and reap every process of the set still running; empty it.
+void
+    kd_test_procs_kill (kd_test_procs_t *self);
+
+//  The next message on a socket, or NULL when none comes in its receive
+//  timeout or it is malformed.
+kd_msg_t *
+    kd_test_recv (zsock_t *sock);
 
 //  A process's peak and current resident set, in KiB (-1 if unknown).
 void

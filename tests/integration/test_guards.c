@@ -31,12 +31,10 @@
 
 #define S_PARAMS    7850        //  softmax parameters
 #define S_LR        0.5         //  the scheduler's learning rate
-#define S_MAX_PIDS  8
 
 static char *s_dir;
 static int s_port;
-static pid_t s_pids [S_MAX_PIDS];
-static int s_n_pids;
+static kd_test_procs_t s_procs;      //  started here, killed at teardown
 static char s_sched [64], s_shard [64], s_log [256];
 
 static void
@@ -45,7 +43,7 @@ setup (void)
     s_dir = kd_test_tmpdir ();
     cr_assert (s_dir);
     s_port = kd_test_base_port ();
-    s_n_pids = 0;
+    memset (&s_procs, 0, sizeof s_procs);
     snprintf (s_sched, sizeof s_sched, "tcp://127.0.0.1:%d", s_port);
     snprintf (s_shard, sizeof s_shard, "tcp://127.0.0.1:%d", s_port + 100);
     snprintf (s_log, sizeof s_log, "%s/services.log", s_dir);
@@ -54,9 +52,7 @@ setup (void)
 static void
 teardown (void)
 {
-    for (int i = 0; i < s_n_pids; i++)
-        kd_test_kill (s_pids [i]);
-    s_n_pids = 0;
+    kd_test_procs_kill (&s_procs);
     free (s_dir);
 }
 
@@ -65,9 +61,8 @@ TestSuite (guards, .init = setup, .fini = teardown, .timeout = 200);
 static pid_t
 s_spawn (const char *const *argv)
 {
-    pid_t pid = kd_test_spawn (argv, s_log);
-    cr_assert (pid > 0 && s_n_pids < S_MAX_PIDS);
-    s_pids [s_n_pids++] = pid;
+    pid_t pid = kd_test_procs_spawn (&s_procs, argv, s_log);
+    cr_assert (pid > 0);
     return pid;
 }
 
@@ -80,15 +75,6 @@ s_dealer (const char *endpoint)
     return sock;
 }
 
-//  The next message, or NULL after the receive timeout.
-static kd_msg_t *
-s_recv (zsock_t *sock)
-{
-    kd_msg_t *msg = NULL;
-    kd_msg_err_t err;
-    return kd_msg_recv (sock, &msg, NULL, &err) == 0 ? msg : NULL;
-}
-
 //  PULL any version into params; returns the version.
 static uint64_t
 s_pull (zsock_t *sock, float *params)
@@ -96,7 +82,7 @@ s_pull (zsock_t *sock, float *params)
     kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
     kd_msg_set_uint (req, KD_F_VERSION, 0);
     kd_msg_send (&req, sock);
-    kd_msg_t *reply = s_recv (sock);
+    kd_msg_t *reply = kd_test_recv (sock);
     cr_assert (reply && kd_msg_type (reply) == KD_MSG_PULL_OK, "no PULL_OK");
     size_t n = 0;
     const float *data = kd_msg_data_floats (reply, &n);
@@ -131,7 +117,7 @@ s_stats (zsock_t *sock, uint64_t counters [KD_SC_COUNT])
     kd_msg_t *reply = NULL;
     //  Answers to requests sent before may still be queued.
     for (int i = 0; i < 10000 && !reply; i++) {
-        reply = s_recv (sock);
+        reply = kd_test_recv (sock);
         cr_assert (reply, "no STATS_OK");
         if (kd_msg_type (reply) != KD_MSG_STATS_OK)
             kd_msg_destroy (&reply);
@@ -165,7 +151,7 @@ s_start (const char *consistency, const char *const *shard_flags)
         kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
         kd_msg_set_uint (req, KD_F_VERSION, 0);
         kd_msg_send (&req, probe);
-        kd_msg_t *reply = s_recv (probe);
+        kd_msg_t *reply = kd_test_recv (probe);
         ready = reply && kd_msg_type (reply) == KD_MSG_PULL_OK;
         kd_msg_destroy (&reply);
         if (!ready)
@@ -202,7 +188,7 @@ Test (guards, nan_and_inf_gradients_are_refused_and_never_applied)
         g [(size_t) i * 131 % S_PARAMS] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
         g [7] = 0.25f;      //  finite values beside the poison
         s_push (sock, 0, (uint64_t) i, g);
-        kd_msg_t *reply = s_recv (sock);
+        kd_msg_t *reply = kd_test_recv (sock);
         cr_assert (reply);
         if (kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_CODE) == KD_ERR_REFUSED
         &&  kd_msg_uint (reply, KD_F_CLOCK) == (uint64_t) i)
@@ -219,7 +205,7 @@ Test (guards, nan_and_inf_gradients_are_refused_and_never_applied)
     for (size_t k = 0; k < S_PARAMS; k++)
         g [k] = (float) (k % 7) * 0.01f;
     s_push (sock, 0, (uint64_t) sent, g);
-    kd_msg_t *ok = s_recv (sock);
+    kd_msg_t *ok = kd_test_recv (sock);
     cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
     kd_msg_destroy (&ok);
     cr_expect_eq (s_pull (sock, p1), 1);
@@ -246,7 +232,7 @@ Test (guards, max_grad_norm_clips_a_slice_to_the_bound)
     g [0] = 6;
     g [1] = 8;              //  norm 10
     s_push (sock, 0, 0, g);
-    kd_msg_t *ok = s_recv (sock);
+    kd_msg_t *ok = kd_test_recv (sock);
     cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
     kd_msg_destroy (&ok);
     s_pull (sock, p1);
@@ -278,7 +264,7 @@ Test (guards, max_grad_norm_refuses_over_the_bound_and_applies_under_it)
     g [0] = 6;
     g [1] = 8;
     s_push (sock, 0, 0, g);
-    kd_msg_t *reply = s_recv (sock);
+    kd_msg_t *reply = kd_test_recv (sock);
     cr_assert (reply);
     cr_expect_eq (kd_msg_type (reply), KD_MSG_ERROR);
     cr_expect_eq (kd_msg_uint (reply, KD_F_CODE), KD_ERR_REFUSED);
@@ -286,7 +272,7 @@ Test (guards, max_grad_norm_refuses_over_the_bound_and_applies_under_it)
     g [0] = 0.3f;
     g [1] = 0.4f;           //  norm 0.5: applied as it is
     s_push (sock, 0, 1, g);
-    reply = s_recv (sock);
+    reply = kd_test_recv (sock);
     cr_assert (reply && kd_msg_type (reply) == KD_MSG_PUSH_OK);
     kd_msg_destroy (&reply);
     cr_expect_eq (s_pull (sock, p1), 1);
@@ -327,7 +313,7 @@ Test (guards, one_peers_flood_is_held_to_its_limits)
         for (int j = i; j < i + window; j++)
             s_push (attacker, 7, (uint64_t) j, g);
         for (int j = i; j < i + window; j++) {
-            kd_msg_t *reply = s_recv (attacker);
+            kd_msg_t *reply = kd_test_recv (attacker);
             cr_assert (reply, "the shard stopped answering the flood");
             if (kd_msg_type (reply) == KD_MSG_PUSH_OK)
                 staged++;
@@ -348,7 +334,7 @@ Test (guards, one_peers_flood_is_held_to_its_limits)
     //  The honest peer is served meanwhile: its push stages, its pull
     //  answers, and the counters show the attacker's footprint.
     s_push (honest, 1, 0, g);
-    kd_msg_t *ok = s_recv (honest);
+    kd_msg_t *ok = kd_test_recv (honest);
     cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK, "the honest push was not staged");
     kd_msg_destroy (&ok);
     cr_expect_eq (s_pull (honest, params), 0);
@@ -443,7 +429,7 @@ Test (guards, connections_over_the_limit_are_closed)
         kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
         kd_msg_set_uint (req, KD_F_VERSION, 0);
         kd_msg_send (&req, socks [i]);
-        kd_msg_t *reply = s_recv (socks [i]);
+        kd_msg_t *reply = kd_test_recv (socks [i]);
         cr_expect_null (reply, "a connection over max-connections was served");
         kd_msg_destroy (&reply);
     }
@@ -478,7 +464,7 @@ Test (guards, one_key_registers_a_bounded_number_of_names)
         kd_msg_set_str (hello, KD_F_NAME, name);
         kd_msg_set_uint (hello, KD_F_SAMPLES, 60000);
         kd_msg_send (&hello, sock);
-        kd_msg_t *reply = s_recv (sock);
+        kd_msg_t *reply = kd_test_recv (sock);
         cr_assert (reply, "no answer to HELLO %d", i);
         if (kd_msg_type (reply) == KD_MSG_WELCOME)
             welcomed++;
@@ -495,7 +481,7 @@ Test (guards, one_key_registers_a_bounded_number_of_names)
     kd_msg_set_str (hello, KD_F_NAME, "squatter-1");
     kd_msg_set_uint (hello, KD_F_SAMPLES, 60000);
     kd_msg_send (&hello, sock);
-    kd_msg_t *reply = s_recv (sock);
+    kd_msg_t *reply = kd_test_recv (sock);
     cr_expect (reply && kd_msg_type (reply) == KD_MSG_WELCOME, "a rejoin was refused");
     kd_msg_destroy (&reply);
     cr_expect_eq (kd_test_count (s_log, "hello refused name=squatter-"), 2);

@@ -19,12 +19,10 @@
 #include "kd_testutil.h"
 
 #define S_PARAMS    7850        //  softmax parameters, one shard: 31 KB
-#define S_MAX_PIDS  8
 
 static char *s_dir;
 static int s_port;
-static pid_t s_pids [S_MAX_PIDS];
-static int s_n_pids;
+static kd_test_procs_t s_procs;      //  started here, killed at teardown
 static char s_sched [64], s_shard [64], s_monitor [64], s_log [256], s_ckpt [256];
 
 static void
@@ -33,7 +31,7 @@ setup (void)
     s_dir = kd_test_tmpdir ();
     cr_assert (s_dir);
     s_port = kd_test_base_port ();
-    s_n_pids = 0;
+    memset (&s_procs, 0, sizeof s_procs);
     snprintf (s_sched, sizeof s_sched, "tcp://127.0.0.1:%d", s_port);
     snprintf (s_shard, sizeof s_shard, "tcp://127.0.0.1:%d", s_port + 100);
     snprintf (s_monitor, sizeof s_monitor, "tcp://127.0.0.1:%d", s_port + 1);
@@ -44,9 +42,7 @@ setup (void)
 static void
 teardown (void)
 {
-    for (int i = 0; i < s_n_pids; i++)
-        kd_test_kill (s_pids [i]);
-    s_n_pids = 0;
+    kd_test_procs_kill (&s_procs);
     free (s_dir);
 }
 
@@ -55,18 +51,9 @@ TestSuite (shm, .init = setup, .fini = teardown, .timeout = 200);
 static pid_t
 s_spawn (const char *const *argv)
 {
-    pid_t pid = kd_test_spawn (argv, s_log);
-    cr_assert (pid > 0 && s_n_pids < S_MAX_PIDS);
-    s_pids [s_n_pids++] = pid;
+    pid_t pid = kd_test_procs_spawn (&s_procs, argv, s_log);
+    cr_assert (pid > 0);
     return pid;
-}
-
-static kd_msg_t *
-s_recv (zsock_t *sock)
-{
-    kd_msg_t *msg = NULL;
-    kd_msg_err_t err;
-    return kd_msg_recv (sock, &msg, NULL, &err) == 0 ? msg : NULL;
 }
 
 //  The next message of a type, skipping others; NULL after the timeout.
@@ -74,7 +61,7 @@ static kd_msg_t *
 s_recv_type (zsock_t *sock, kd_msg_type_t type)
 {
     for (int i = 0; i < 1000; i++) {
-        kd_msg_t *msg = s_recv (sock);
+        kd_msg_t *msg = kd_test_recv (sock);
         if (!msg || kd_msg_type (msg) == type)
             return msg;
         kd_msg_destroy (&msg);
@@ -236,7 +223,7 @@ s_push_shm (zsock_t *sock, uint64_t clock, uint64_t offset, size_t count)
     kd_msg_set_uint (req, KD_F_SHM, 1);
     kd_msg_set_uint (req, KD_F_OFFSET, offset);
     kd_msg_send (&req, sock);
-    return s_recv (sock);
+    return kd_test_recv (sock);
 }
 
 Test (shm, push_and_pull_through_shared_memory_equal_tcp)
@@ -249,7 +236,7 @@ Test (shm, push_and_pull_through_shared_memory_equal_tcp)
     cr_assert (link);
     kd_msg_t *offer = kd_shmlink_offer (link);
     kd_msg_send (&offer, shm);
-    kd_msg_t *answer = s_recv (shm);
+    kd_msg_t *answer = kd_test_recv (shm);
     char why [192] = "";
     cr_assert (answer && kd_shmlink_accept (link, answer, why, sizeof why) == 0, "attach: %s", why);
     kd_msg_destroy (&answer);
@@ -281,7 +268,7 @@ Test (shm, push_and_pull_through_shared_memory_equal_tcp)
     zframe_t *data = zframe_new (g, S_PARAMS * sizeof (float));
     kd_msg_set_data (req, &data);
     kd_msg_send (&req, tcp);
-    ok = s_recv (tcp);
+    ok = kd_test_recv (tcp);
     cr_assert (ok && kd_msg_type (ok) == KD_MSG_PUSH_OK);
     kd_msg_destroy (&ok);
     cr_expect_eq (s_pull (shm, link, p2), v0 + 2);
@@ -323,14 +310,14 @@ Test (shm, push_and_pull_through_shared_memory_equal_tcp)
     offer = kd_shmlink_offer (link);
     kd_msg_set_uint (offer, KD_F_TOKEN, kd_msg_uint (offer, KD_F_TOKEN) ^ 1);
     kd_msg_send (&offer, tcp);
-    answer = s_recv (tcp);
+    answer = kd_test_recv (tcp);
     cr_expect (answer && kd_msg_type (answer) == KD_MSG_ERROR && kd_msg_uint (answer, KD_F_SHM) == 1);
     cr_expect (answer && strstr (kd_msg_str (answer, KD_F_REASON), "token"));
     kd_msg_destroy (&answer);
     offer = kd_shmlink_offer (link);
     kd_msg_set_str (offer, KD_F_HOST, "another-boot/pid:[1]");
     kd_msg_send (&offer, tcp);
-    answer = s_recv (tcp);
+    answer = kd_test_recv (tcp);
     cr_expect (answer && strstr (kd_msg_str (answer, KD_F_REASON), "another host"));
     kd_msg_destroy (&answer);
     cr_expect_eq (s_pull (tcp, NULL, q), v0 + 2);
