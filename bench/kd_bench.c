@@ -206,6 +206,21 @@ kd_bench_stop (pid_t pid)
     waitpid (pid, NULL, 0);
 }
 
+long
+kd_bench_peak_rss (pid_t pid)
+{
+    char path [64], line [256];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    long kib = -1;
+    FILE *f = fopen (path, "r");
+    while (f && fgets (line, sizeof line, f))
+        if (!strncmp (line, "VmHWM:", 6))
+            kib = atol (line + 6);
+    if (f)
+        fclose (f);
+    return kib;
+}
+
 double
 kd_bench_cpu_ms (pid_t pid)
 {

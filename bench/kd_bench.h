@@ -96,6 +96,11 @@ void
 double
     kd_bench_cpu_ms (pid_t pid);
 
+//  Peak resident set (VmHWM) of a process in KiB, -1 if unknown.  Read it
+//  before the process is reaped.
+long
+    kd_bench_peak_rss (pid_t pid);
+
 //  Print one result line: in the table, or as a JSON object.  The row is
 //  given as alternating keys and preformatted values ending with NULL,
 //  e.g. "size_bytes", "4096", "ratio_vs_zmq", "0.91", NULL.  header is

@@ -57,6 +57,11 @@ typedef struct {
                                 //  ARRIVE must claim
     zmq_msg_t *held;            //  per worker: RELEASE received, to decode
     bool raw;                   //  talking to the raw zmq-barrier server
+    size_t fan_in;              //  workers per aggregator (0: none)
+    pid_t *aggs;                //  kudus aggregate processes
+    size_t n_aggs;              //  how many
+    char summary [96];          //  the scheduler's summary file
+    uint64_t phases;            //  phases run, warm-up included
 } s_fake_t;
 
 //  A DEALER to the scheduler with timeouts.
@@ -246,7 +251,18 @@ s_phase (s_fake_t *f, double *latency_ms)
         if (s_take_release (f, w) || s_decode_release (f, w))
             return -1;
     s_shard_drain (f);
+    f->phases++;
     return 0;
+}
+
+//  Sum of the aggregators' CPU time, ms.
+static double
+s_aggs_cpu_ms (s_fake_t *f)
+{
+    double ms = 0;
+    for (size_t i = 0; i < f->n_aggs; i++)
+        ms += kd_bench_cpu_ms (f->aggs [i]);
+    return ms;
 }
 
 //  Stop the scheduler and close every socket.
@@ -257,6 +273,9 @@ s_fake_stop (s_fake_t *f)
         zsock_destroy (&f->workers [w]);
     zsock_destroy (&f->shard);
     kd_bench_stop (f->scheduler);
+    for (size_t i = 0; i < f->n_aggs; i++)
+        kd_bench_stop (f->aggs [i]);
+    free (f->aggs);
     free (f->workers);
     free (f->version);
     free (f->clock);
@@ -295,15 +314,31 @@ s_fake_start (s_fake_t *f, const char *model)
         return 0;
     }
     //  Heartbeats are slow and liveness long: a fake peer only talks when
-    //  the protocol asks it to.
+    //  the protocol asks it to.  Every fake worker comes from 127.0.0.1,
+    //  and its probes are "unknown" commands: neither may count against it.
+    snprintf (f->summary, sizeof f->summary, "/tmp/kd-bench-barrier-%d.json", (int) getpid ());
     const char *argv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1",
                             "--min-workers", n, "--consistency", model,
                             "--quota-ratio", "0.75", "--epochs", "1000",
                             "--heartbeat-ms", "60000", "--liveness", "100",
-                            "--log-level", "error", NULL };
+                            "--summary", f->summary, "--max-registrations-per-key", "4096",
+                            "--max-malformed", "0", "--log-level", "error", NULL };
     f->scheduler = kd_bench_spawn (b, argv);
     if (f->scheduler < 0)
         return -1;
+    //  The tree: worker w talks to aggregator w / fan-in, at base-port + 1 + i.
+    f->n_aggs = f->fan_in ? (f->n + f->fan_in - 1) / f->fan_in : 0;
+    f->aggs = (pid_t *) calloc (f->n_aggs + 1, sizeof (pid_t));
+    assert (f->aggs);
+    for (size_t i = 0; i < f->n_aggs; i++) {
+        char agg_bind [64];
+        snprintf (agg_bind, sizeof agg_bind, "tcp://127.0.0.1:%d", b->base_port + 1 + (int) i);
+        const char *agg_argv [] = { b->self_exe, "aggregate", "--bind", agg_bind, "--scheduler", bind,
+                                    "--log-level", "error", NULL };
+        f->aggs [i] = kd_bench_spawn (b, agg_argv);
+        if (f->aggs [i] < 0)
+            return -1;
+    }
     f->shard = s_dealer (b->base_port);
     if (!f->shard)
         return -1;
@@ -313,7 +348,7 @@ s_fake_start (s_fake_t *f, const char *model)
     kd_msg_set_str (hello, KD_F_ENDPOINT, "tcp://127.0.0.1:1");
     kd_msg_send (&hello, f->shard);
     for (size_t w = 0; w < f->n; w++) {
-        f->workers [w] = s_dealer (b->base_port);
+        f->workers [w] = s_dealer (b->base_port + (f->fan_in ? 1 + (int) (w / f->fan_in) : 0));
         if (!f->workers [w])
             return -1;
         char name [48];
@@ -463,6 +498,105 @@ s_bench_async (kd_bench_t *b, const char *model, const uint64_t *ns, int n_ns, b
     return 0;
 }
 
+//  The fan-in list: like kd_bench_list, but 0 (no aggregators) is allowed.
+static int
+s_fan_list (const char *text, uint64_t *out, int max)
+{
+    int n = 0;
+    for (const char *p = text; *p; ) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull (p, &end, 10);
+        if (end == p || errno || (*end && *end != ',') || n == max)
+            return -1;
+        out [n++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+//  What one configuration measured (medians over the repeats).
+typedef struct {
+    double rate;                //  phases per second, in bursts
+    double p50, p99;            //  release latency, ms
+    double cpu;                 //  scheduler CPU ms per phase
+    double agg_cpu;             //  all aggregators' CPU ms per phase
+    double relays;              //  RELAYs in and out of the scheduler per
+                                //  phase (-1 when unknown)
+    long sched_rss;             //  peak RSS, KiB: the scheduler,
+    long agg_rss;               //  the largest aggregator,
+    long client_rss;            //  this process (the fake workers)
+} s_row_t;
+
+//  RELAYs the scheduler handled, from its summary (written at SIGTERM).
+static double
+s_relays (s_fake_t *f)
+{
+    char *text = kd_read_file (f->summary);
+    unlink (f->summary);
+    const char *at = text ? strstr (text, "\"relays\":") : NULL;
+    unsigned long long in = 0, out = 0;
+    size_t aggs = 0;
+    int got = at ? sscanf (at, "\"relays\": {\"aggregators\": %zu, \"in\": %llu, \"items_in\": %*u, "
+                           "\"out\": %llu", &aggs, &in, &out) : 0;
+    free (text);
+    return got == 3 && f->phases ? (double) (in + out) / (double) f->phases : -1;
+}
+
+//  One Kudus configuration: bursts for throughput and CPU, then probed
+//  phases for latency, repeat times.  Returns 0 or 1.
+static int
+s_measure (kd_bench_t *b, const char *model, size_t n, size_t quota, size_t fan_in, int phases,
+           int repeat, double *lat, s_row_t *row)
+{
+    s_fake_t f = { .bench = b, .n = n, .quota = quota, .fan_in = fan_in };
+    double rate [KD_BENCH_MAX_LIST * 4], p50 [KD_BENCH_MAX_LIST * 4], p99 [KD_BENCH_MAX_LIST * 4],
+           cpu [KD_BENCH_MAX_LIST * 4], agg [KD_BENCH_MAX_LIST * 4];
+    int rc = 0;
+    if (s_fake_start (&f, model)) {
+        kd_error ("cannot start the barrier cluster workers=%zu fan_in=%zu", f.n, fan_in);
+        rc = 1;
+    }
+    for (int i = 0; i < S_WARMUP && rc == 0; i++)
+        if (s_phase (&f, NULL) || s_phase (&f, &lat [0]))
+            rc = 1;
+    for (int r = 0; r < repeat && rc == 0; r++) {
+        double cpu0 = kd_bench_cpu_ms (f.scheduler), agg0 = s_aggs_cpu_ms (&f);
+        double t0 = kd_now_msf ();
+        for (int p = 0; p < phases && rc == 0; p++)
+            if (s_phase (&f, NULL))
+                rc = 1;
+        double secs = (kd_now_msf () - t0) / 1000.0;
+        double cpu1 = kd_bench_cpu_ms (f.scheduler), agg1 = s_aggs_cpu_ms (&f);
+        for (int p = 0; p < phases && rc == 0; p++)
+            if (s_phase (&f, &lat [p]))
+                rc = 1;
+        if (rc)
+            break;
+        rate [r] = phases / secs;
+        cpu [r] = (cpu1 - cpu0) / phases;
+        agg [r] = (agg1 - agg0) / phases;
+        p99 [r] = kd_bench_quantile (lat, phases, 0.99);
+        p50 [r] = kd_bench_quantile (lat, phases, 0.5);
+    }
+    long sched_rss = kd_bench_peak_rss (f.scheduler), agg_rss = -1;
+    for (size_t i = 0; i < f.n_aggs; i++) {
+        long k = kd_bench_peak_rss (f.aggs [i]);
+        agg_rss = k > agg_rss ? k : agg_rss;
+    }
+    s_fake_stop (&f);
+    double relays = s_relays (&f);
+    if (rc)
+        return 1;
+    *row = (s_row_t) {
+        .rate = kd_bench_median (rate, repeat), .p50 = kd_bench_median (p50, repeat),
+        .p99 = kd_bench_median (p99, repeat), .cpu = kd_bench_median (cpu, repeat),
+        .agg_cpu = kd_bench_median (agg, repeat), .relays = fan_in ? relays : -1,
+        .sched_rss = sched_rss, .agg_rss = agg_rss, .client_rss = kd_bench_peak_rss (getpid ())
+    };
+    return 0;
+}
+
 int
 kd_bench_barrier (kd_bench_t *b)
 {
@@ -477,6 +611,16 @@ kd_bench_barrier (kd_bench_t *b)
             fprintf (stderr, "kudus bench barrier: workers must be in [2, %d]\n", S_MAX_N);
             return 2;
         }
+    uint64_t fans [KD_BENCH_MAX_LIST];
+    int n_fan = s_fan_list (kd_config_str (b->config, "fan-in"), fans, KD_BENCH_MAX_LIST);
+    for (int i = 0; i < n_fan; i++)
+        if (fans [i] == 1 || fans [i] > S_MAX_N)
+            n_fan = -1;
+    if (n_fan < 1) {
+        fprintf (stderr, "kudus bench barrier: --fan-in is a comma-separated list of 0 (no "
+                 "aggregators) or workers per aggregator in [2, %d]\n", S_MAX_N);
+        return 2;
+    }
     char models [64];
     snprintf (models, sizeof models, "%s", kd_config_str (b->config, "consistency"));
     int phases = (int) kd_config_int (b->config, "phases");
@@ -499,42 +643,13 @@ kd_bench_barrier (kd_bench_t *b)
             break;
         }
         for (int ni = 0; ni < n_ns && rc == 0; ni++) {
-            s_fake_t f = { .bench = b, .n = ns [ni] };
-            f.quota = strcmp (model, "lsp") ? f.n
-                    : (size_t) ceil (0.75 * (double) f.n - 1e-9);
-            if (s_fake_start (&f, model)) {
-                kd_error ("cannot start the barrier cluster workers=%zu", f.n);
-                rc = 1;
-            }
-            double rate [KD_BENCH_MAX_LIST * 4], p50 [KD_BENCH_MAX_LIST * 4],
-                   p99 [KD_BENCH_MAX_LIST * 4], cpu [KD_BENCH_MAX_LIST * 4],
-                   raw50 [KD_BENCH_MAX_LIST * 4], raw99 [KD_BENCH_MAX_LIST * 4];
+            size_t n = ns [ni];
+            size_t quota = strcmp (model, "lsp") ? n : (size_t) ceil (0.75 * (double) n - 1e-9);
+            double raw50 [KD_BENCH_MAX_LIST * 4], raw99 [KD_BENCH_MAX_LIST * 4];
             int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
-            for (int i = 0; i < S_WARMUP && rc == 0; i++)
-                if (s_phase (&f, NULL) || s_phase (&f, &lat [0]))
-                    rc = 1;
-            for (int r = 0; r < repeat && rc == 0; r++) {
-                double cpu0 = kd_bench_cpu_ms (f.scheduler);
-                double t0 = kd_now_msf ();
-                for (int p = 0; p < phases && rc == 0; p++)
-                    if (s_phase (&f, NULL))
-                        rc = 1;
-                double secs = (kd_now_msf () - t0) / 1000.0;
-                double cpu1 = kd_bench_cpu_ms (f.scheduler);
-                for (int p = 0; p < phases && rc == 0; p++)
-                    if (s_phase (&f, &lat [p]))
-                        rc = 1;
-                if (rc)
-                    break;
-                rate [r] = phases / secs;
-                cpu [r] = (cpu1 - cpu0) / phases;
-                p99 [r] = kd_bench_quantile (lat, phases, 0.99);
-                p50 [r] = kd_bench_quantile (lat, phases, 0.5);
-            }
-            s_fake_stop (&f);
             //  The ceiling: the same phases against the raw fan-out.
-            s_fake_t raw = { .bench = b, .n = f.n, .quota = f.quota, .raw = true };
-            if (rc == 0 && s_fake_start (&raw, model)) {
+            s_fake_t raw = { .bench = b, .n = n, .quota = quota, .raw = true };
+            if (s_fake_start (&raw, model)) {
                 kd_error ("cannot start the raw barrier workers=%zu", raw.n);
                 rc = 1;
             }
@@ -549,32 +664,46 @@ kd_bench_barrier (kd_bench_t *b)
                 raw50 [r] = kd_bench_quantile (lat, phases, 0.5);
             }
             s_fake_stop (&raw);
-            if (rc == 0) {
-                char v [16][32];
-                double cpu_phase = kd_bench_median (cpu, repeat);
-                double m50 = kd_bench_median (p50, repeat), r50 = kd_bench_median (raw50, repeat);
+            for (int fi = 0; fi < n_fan && rc == 0; fi++) {
+                s_row_t row;
+                rc = s_measure (b, model, n, quota, (size_t) fans [fi], phases, repeat, lat, &row);
+                if (rc) {
+                    kd_error ("barrier failed consistency=%s workers=%zu fan_in=%llu", model, n,
+                              (unsigned long long) fans [fi]);
+                    break;
+                }
+                char v [20][32];
+                double r50 = kd_bench_median (raw50, repeat);
                 snprintf (v [0], 32, "\"%s\"", model);
-                snprintf (v [1], 32, "%zu", f.n);
-                snprintf (v [2], 32, "%zu", f.quota);
-                snprintf (v [3], 32, "%.1f", kd_bench_median (rate, repeat));
-                snprintf (v [4], 32, "%.3f", m50);
-                snprintf (v [5], 32, "%.3f", kd_bench_median (p99, repeat));
-                snprintf (v [6], 32, "%.3f", r50);
-                snprintf (v [7], 32, "%.3f", kd_bench_median (raw99, repeat));
-                snprintf (v [8], 32, "%.3f", m50 / r50);
-                snprintf (v [9], 32, "%.3f", cpu_phase);
-                snprintf (v [10], 32, "%.3f", cpu_phase * 1000.0 / (double) f.n);
-                snprintf (v [11], 32, "%d", phases);
-                snprintf (v [12], 32, "%d", repeat);
-                snprintf (v [13], 32, "%.1f", s_controller_us (model, f.n, phases * 5));
+                snprintf (v [1], 32, "%zu", n);
+                snprintf (v [2], 32, "%zu", quota);
+                snprintf (v [3], 32, "%llu", (unsigned long long) fans [fi]);
+                snprintf (v [4], 32, "%.1f", row.rate);
+                snprintf (v [5], 32, "%.3f", row.p50);
+                snprintf (v [6], 32, "%.3f", row.p99);
+                snprintf (v [7], 32, "%.3f", r50);
+                snprintf (v [8], 32, "%.3f", kd_bench_median (raw99, repeat));
+                snprintf (v [9], 32, "%.3f", row.p50 / r50);
+                snprintf (v [10], 32, "%.3f", row.cpu);
+                snprintf (v [11], 32, "%.3f", row.cpu * 1000.0 / (double) n);
+                snprintf (v [12], 32, "%.3f", row.agg_cpu);
+                snprintf (v [13], 32, row.relays >= 0 ? "%.1f" : "null", row.relays);
+                snprintf (v [14], 32, "%d", phases);
+                snprintf (v [15], 32, "%d", repeat);
+                snprintf (v [16], 32, "%.1f", s_controller_us (model, n, phases * 5));
+                snprintf (v [17], 32, "%ld", row.sched_rss);
+                snprintf (v [18], 32, row.agg_rss >= 0 ? "%ld" : "null", row.agg_rss);
+                snprintf (v [19], 32, "%ld", row.client_rss);
                 const char *kv [] = {
-                    "consistency", v [0], "workers", v [1], "quota", v [2],
-                    "phases_per_s", v [3], "release_p50_ms", v [4], "release_p99_ms", v [5],
-                    "zmq_release_p50_ms", v [6], "zmq_release_p99_ms", v [7],
-                    "ratio_vs_zmq", v [8],
-                    "sched_cpu_ms_per_phase", v [9], "sched_cpu_us_per_worker", v [10],
-                    "controller_us_per_phase", v [13],
-                    "phases", v [11], "repeat", v [12], NULL };
+                    "consistency", v [0], "workers", v [1], "quota", v [2], "fan_in", v [3],
+                    "phases_per_s", v [4], "release_p50_ms", v [5], "release_p99_ms", v [6],
+                    "zmq_release_p50_ms", v [7], "zmq_release_p99_ms", v [8],
+                    "ratio_vs_zmq", v [9],
+                    "sched_cpu_ms_per_phase", v [10], "sched_cpu_us_per_worker", v [11],
+                    "aggregators_cpu_ms_per_phase", v [12], "sched_relays_per_phase", v [13],
+                    "controller_us_per_phase", v [16],
+                    "sched_rss_kib", v [17], "aggregator_rss_kib", v [18], "client_rss_kib", v [19],
+                    "phases", v [14], "repeat", v [15], NULL };
                 kd_bench_row (b, "barrier", &header, kv);
             }
         }

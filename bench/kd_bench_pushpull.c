@@ -86,22 +86,6 @@ s_min_ops (size_t inflight)
     return inflight + 2 > S_MIN_OPS ? inflight + 2 : S_MIN_OPS;
 }
 
-//  Peak resident set of a process in KiB (-1 if unknown).
-static long
-s_peak_rss (pid_t pid)
-{
-    char path [64], line [256];
-    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
-    long kib = -1;
-    FILE *f = fopen (path, "r");
-    while (f && fgets (line, sizeof line, f))
-        if (!strncmp (line, "VmHWM:", 6))
-            kib = atol (line + 6);
-    if (f)
-        fclose (f);
-    return kib;
-}
-
 //  --------------------------------------------------------------------------
 //  Requests and replies
 
@@ -592,7 +576,7 @@ kd_bench_pushpull (kd_bench_t *b)
                 //  Peak resident sets, read while the processes live.
                 long shard_rss = -1, echo_rss = -1;
                 for (size_t s = 0; s < shards; s++) {
-                    long k = s_peak_rss (c.shard_pid [s]), e = s_peak_rss (c.echo_pid [s]);
+                    long k = kd_bench_peak_rss (c.shard_pid [s]), e = kd_bench_peak_rss (c.echo_pid [s]);
                     shard_rss = k > shard_rss ? k : shard_rss;
                     echo_rss = e > echo_rss ? e : echo_rss;
                 }

@@ -29,6 +29,7 @@
 #define S_SVC   KD_SVC_SERVICES
 #define S_DASH  KD_SVC_DASHBOARD
 #define S_LINK  KD_SVC_LINKD
+#define S_AGG   KD_SVC_AGGREGATOR
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
 static const kd_setting_t s_table [] = {
@@ -37,6 +38,10 @@ static const kd_setting_t s_table [] = {
       "endpoint the scheduler's ROUTER binds" },
     { "bind", KD_CT_STRING, "tcp://*:7100", 0, 256, NULL, S_SHD,
       "endpoint the shard's ROUTER binds (port 0 or * picks a free one)" },
+    { "bind", KD_CT_STRING, "tcp://*:7010", 0, 256, NULL, S_AGG,
+      "endpoint the barrier aggregator's workers connect to (their --scheduler)" },
+    { "max-batch", KD_CT_INT, "1024", 1, 4096, NULL, S_AGG,
+      "messages the aggregator bundles into one RELAY to the scheduler at most" },
     { "bind", KD_CT_STRING, "tcp://*:7001", 0, 256, NULL, S_MON,
       "endpoint the monitor's telemetry ROUTER binds" },
     { "metrics-bind", KD_CT_STRING, "*:7003", 0, 256, NULL, S_MON,
@@ -46,7 +51,7 @@ static const kd_setting_t s_table [] = {
     { "advertise", KD_CT_STRING, "", 0, 256, NULL, S_SHD | S_SCH | S_MON,
       "endpoint other peers use to reach this service (default: derived from bind)" },
     { "scheduler", KD_CT_STRING, "tcp://127.0.0.1:7000", 0, 256, NULL,
-      S_SHD | S_MON | S_WRK, "scheduler endpoint to connect to" },
+      S_SHD | S_MON | S_WRK | S_AGG, "scheduler endpoint to connect to" },
     { "monitor", KD_CT_STRING, "tcp://127.0.0.1:7001", 0, 256, NULL,
       S_WRK, "monitor telemetry endpoint to connect to" },
     { "monitor-pub", KD_CT_STRING, "tcp://127.0.0.1:7002", 0, 256, NULL,
@@ -59,7 +64,7 @@ static const kd_setting_t s_table [] = {
       "heartbeat interval in ms" },
     { "liveness", KD_CT_INT, "3", 1, 100, NULL, S_SVC | S_LOC,
       "missed heartbeats before a peer is declared dead" },
-    { "max-msg-bytes", KD_CT_INT, "268435456", 4096, 2147483647, NULL, S_SVC,
+    { "max-msg-bytes", KD_CT_INT, "268435456", 4096, 2147483647, NULL, S_SVC | S_AGG,
       "largest message a network socket accepts (ZMQ_MAXMSGSIZE)" },
     { "request-timeout-ms", KD_CT_INT, "15000", 100, 600000, NULL, S_WRK | S_MON,
       "how long a request to a shard or the scheduler may take before it is an error" },
@@ -163,9 +168,9 @@ static const kd_setting_t s_table [] = {
       "checkpoints kept on disk; older ones are deleted" },
 
     //  Per-peer limits and poisoned input (kd_guard, the shard's PUSH)
-    { "max-connections", KD_CT_INT, "4096", 0, 1000000, NULL, S_SVC & ~KD_SVC_WORKER,
+    { "max-connections", KD_CT_INT, "4096", 0, 1000000, NULL, (S_SVC & ~KD_SVC_WORKER) | S_AGG,
       "connections a service's ROUTER keeps open at most; more are closed at once (0 = no limit)" },
-    { "max-malformed", KD_CT_INT, "100", 0, 1000000, NULL, S_SVC & ~KD_SVC_WORKER,
+    { "max-malformed", KD_CT_INT, "100", 0, 1000000, NULL, (S_SVC & ~KD_SVC_WORKER) | S_AGG,
       "malformed or unknown messages after which a peer is disconnected (0 = never)" },
     { "max-registrations-per-key", KD_CT_INT, "1024", 1, 1000000, NULL, S_SCH,
       "names one client key (CURVE) or one address (without CURVE) may register" },
@@ -239,6 +244,9 @@ static const kd_setting_t s_table [] = {
       "seconds between speed changes with --hetero dynamic" },
 
     //  kudus local
+    { "fan-in", KD_CT_INT, "0", 0, 1024, NULL, S_LOC,
+      "workers per barrier aggregator (kudus aggregate, at base-port + 50 + i); 0 = none, "
+      "every worker talks to the scheduler" },
     { "base-port", KD_CT_INT, "7000", 1024, 64000, NULL, S_LOC,
       "first port of the local cluster; all ports shift by base-port - 7000" },
     { "bin-dir", KD_CT_STRING, "", 0, 1024, NULL, S_LOC,
@@ -267,6 +275,8 @@ static const kd_setting_t s_table [] = {
       "bench pushpull: wire dtypes to time (fp32, fp16, bf16), each as a ratio to fp32 when both run" },
     { "workers", KD_CT_STRING, "8,64,256,1024", 0, 128, NULL, S_PRF,
       "bench barrier: fake workers, each its own DEALER" },
+    { "fan-in", KD_CT_STRING, "0,32", 0, 64, NULL, S_PRF,
+      "barrier: workers per barrier aggregator, a list (0 = none: every worker talks to the scheduler)" },
     { "consistency", KD_CT_STRING, "bsp,lsp", 0, 64, NULL, S_PRF,
       "bench barrier: consistency models to run" },
     { "phases", KD_CT_INT, "40", 2, 100000, NULL, S_PRF,

@@ -126,6 +126,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (BYTES,         "bytes",        UINT),
     S_FIELD (OFFSET,        "offset",       UINT),
     S_FIELD (SEQ,           "seq",          UINT),
+    S_FIELD (ITEMS,         "items",        UINT),
 };
 
 typedef enum {
@@ -222,6 +223,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
     S_TYPE (SHM_OK,
             S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
+    S_TYPE (RELAY,          S_BIT (ITEMS), 0, REQUIRED),
 };
 
 //  Array fields of one type that must have the same length, because entry i

@@ -25,6 +25,9 @@ static const s_rule_t s_rules [] = {
     { KD_SVC_SCHEDULER, KD_MSG_COMMIT_OK, S_S },
     { KD_SVC_SCHEDULER, KD_MSG_SYNC_OK, S_S },
     { KD_SVC_SCHEDULER, KD_MSG_EVAL_OK, S_M },
+    //  A barrier aggregator runs with the scheduler's key and vouches for
+    //  the roles of the workers behind it.
+    { KD_SVC_SCHEDULER, KD_MSG_RELAY, S_C },
     //  A replica forwards writes down its range's chain (kd_chain).
     { KD_SVC_SHARD, KD_MSG_PUSH, S_W | S_S },
     { KD_SVC_SHARD, KD_MSG_INIT, S_W | S_S },

@@ -30,7 +30,8 @@ kd_service_main (int argc, char **argv, unsigned service, const char *program,
     char err [512];
     int roles = service == KD_SVC_WORKER ? KD_CURVE_CLIENT : KD_CURVE_SERVER | KD_CURVE_CLIENT;
     //  The client key is the service's own: its role is what peers see.
-    kd_curve_set_identity (service == KD_SVC_SCHEDULER ? "scheduler"
+    //  A barrier aggregator is part of the scheduler: it has its key.
+    kd_curve_set_identity (service == KD_SVC_SCHEDULER || service == KD_SVC_AGGREGATOR ? "scheduler"
                          : service == KD_SVC_SHARD ? "shard"
                          : service == KD_SVC_MONITOR ? "monitor" : "worker");
     kd_curve_t *curve = kd_curve_new (config, roles, err, sizeof err);

@@ -31,8 +31,9 @@ extern "C" {
 #define KD_SVC_DASHBOARD  0x100     //  kudus dashboard
 #define KD_SVC_LINKD      0x200     //  kudus linkd (kudus local --netns)
 #define KD_SVC_GENCTR     0x400     //  kudus gen-ctr
+#define KD_SVC_AGGREGATOR 0x800     //  kudus aggregate (the barrier tree)
 #define KD_SVC_SERVICES   0x0f
-#define KD_SVC_ALL        0x7ff
+#define KD_SVC_ALL        0xfff
 
 typedef enum {
     KD_CT_INT,          //  int64 within [min, max]

@@ -48,7 +48,10 @@
     ERROR       any -> any              code reason [shm]                    -
     SHM         worker -> shard         pid host fd token bytes              -
     SHM_OK      shard -> worker         pid host fd token bytes              -
+    RELAY       aggregator <->          items                                yes
+                scheduler                                                    (kd_bundle)
 
+    A RELAY's data frame is not floats but bundled messages (kd_bundle.h).
     A PUSH or PULL_OK with "shm": 1 has no data frame: its values are at
     "offset" in a region the two peers share (kd_shm; docs/protocol.md).
 
@@ -108,6 +111,7 @@ typedef enum {
     KD_MSG_ROUTE,           //  scheduler -> worker, monitor: a range's new primary
     KD_MSG_SHM,             //  worker -> shard: attach my push region (same host)
     KD_MSG_SHM_OK,          //  shard -> worker: attached; here is my snapshot region
+    KD_MSG_RELAY,           //  aggregator <-> scheduler: workers' messages, bundled
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -202,6 +206,7 @@ typedef enum {
     KD_F_BYTES,         //  uint   SHM, SHM_OK: the region's size
     KD_F_OFFSET,        //  uint   PUSH, PULL_OK: where the values start in the region
     KD_F_SEQ,           //  uint   PULL_OK: the snapshot slot's sequence number
+    KD_F_ITEMS,         //  uint   RELAY: messages bundled in the data frame
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

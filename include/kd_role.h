@@ -8,7 +8,10 @@
 
         scheduler   HELLO (as its own role), HEARTBEAT, ERROR: worker, shard,
                     monitor; ARRIVE, LEAVE: worker; COMMIT_OK: shard;
-                    EVAL_OK: monitor
+                    EVAL_OK: monitor; RELAY: scheduler (a barrier
+                    aggregator, which runs with the scheduler's key; each
+                    relayed message is checked against the role the
+                    aggregator saw)
         shard       PUSH, INIT: worker; PULL: worker, monitor;
                     STATS: monitor; HEARTBEAT, ERROR: worker, monitor
         monitor     TELEMETRY, HEARTBEAT, ERROR: worker

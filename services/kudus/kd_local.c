@@ -35,7 +35,8 @@
 
 typedef enum {
     S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER,
-    S_KIND_DASHBOARD, S_KIND_LINKD      //  helpers: they live as long as the cluster
+    S_KIND_DASHBOARD, S_KIND_LINKD,     //  helpers: they live as long as the cluster
+    S_KIND_AGGREGATOR
 } s_kind_t;
 
 static kd_netns_t *s_net = NULL;       //  --netns: the emulated network
@@ -466,9 +467,18 @@ kd_local_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
-    //  Every child counts: the services, the dashboard, and with --netns a
-    //  kudus linkd per listening service.
-    int helpers = 1 + (kd_config_bool (c, "netns") ? 2 + shards : 0);
+    //  Barrier aggregators: workers i*fan-in .. go through aggregator i.
+    int fan_in = (int) kd_config_int (c, "fan-in");
+    int aggregators = fan_in > 0 ? (workers + fan_in - 1) / fan_in : 0;
+    if (aggregators > 50 || (aggregators > 0 && kd_config_bool (c, "netns"))) {
+        fprintf (stderr, "kudus local: setting 'fan-in': %s\n", aggregators > 50
+                 ? "at most 50 aggregators (raise fan-in)" : "not with --netns (the aggregators have no node)");
+        kd_config_destroy (&c);
+        return 2;
+    }
+    //  Every child counts: the services, the dashboard, the aggregators, and
+    //  with --netns a kudus linkd per listening service.
+    int helpers = 1 + aggregators + (kd_config_bool (c, "netns") ? 2 + shards : 0);
     if (2 + shards + workers + helpers > S_MAX_CHILDREN) {
         fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d processes in all "
                  "(%d asked for, helpers included)\n", S_MAX_CHILDREN, 2 + shards + workers + helpers);
@@ -636,6 +646,16 @@ kd_local_main (int argc, char **argv)
     if (rc == 0 && s_spawn (&children [n_children], "scheduler", S_KIND_SCHEDULER, &a, s_net ? 0 : -1) == 0) n_children++; else rc = 1;
     s_args_free (&a);
 
+    for (int i = 0; i < aggregators && rc == 0; i++) {
+        snprintf (name, sizeof name, "aggregator-%d", i);
+        s_arg (&a, "%s/kudus", bindir);
+        s_arg (&a, "aggregate");
+        s_arg (&a, "--bind"); s_arg (&a, "tcp://127.0.0.1:%d", port + 50 + i);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+        if (s_spawn (&children [n_children], name, S_KIND_AGGREGATOR, &a, -1) == 0) n_children++; else rc = 1;
+        s_args_free (&a);
+    }
     for (int i = 0; i < shards && rc == 0; i++) {
         snprintf (name, sizeof name, "shard-%d", i);
         s_arg (&a, "%s/kudus-shard", bindir);
@@ -662,7 +682,12 @@ kd_local_main (int argc, char **argv)
     for (int r = 0; r < workers && rc == 0; r++) {
         snprintf (name, sizeof name, "worker-%d", r);
         s_arg (&a, "%s/kudus-worker", bindir);
-        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        if (aggregators > 0) {
+            s_arg (&a, "--scheduler"); s_arg (&a, "tcp://127.0.0.1:%d", port + 50 + r / fan_in);
+        }
+        else {
+            s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        }
         s_arg (&a, "--monitor"); s_arg (&a, "%s", intake_ep);
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
         s_arg (&a, "--slowdown"); s_arg (&a, "%g", s_straggler_factor (straggler, r, err, sizeof err));
@@ -756,7 +781,7 @@ kd_local_main (int argc, char **argv)
             //  would stall the run; stop instead of hanging.
             if (ch->pid == 0 && sched_status < 0
             &&  (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR || ch->kind == S_KIND_DASHBOARD
-                 || ch->kind == S_KIND_LINKD)
+                 || ch->kind == S_KIND_LINKD || ch->kind == S_KIND_AGGREGATOR)
             &&  !(WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0) && !failure) {
                 failure = ch->name;
                 fprintf (stderr, "kudus local: %s exited unexpectedly (status %d)\n", ch->name, ch->status);
@@ -787,7 +812,7 @@ kd_local_main (int argc, char **argv)
             size_t left = 0;
             for (size_t i = 0; i < n_children; i++)
                 left += children [i].pid > 0 && children [i].kind != S_KIND_DASHBOARD
-                     && children [i].kind != S_KIND_LINKD;
+                     && children [i].kind != S_KIND_LINKD && children [i].kind != S_KIND_AGGREGATOR;
             if (left == 0 || kd_now_ms () - sched_exit_at > S_GRACE_MS)
                 break;
         }

@@ -1,6 +1,7 @@
 /*  kudus: the command-line tool.  Dispatches to a subcommand.
 */
 #include "kd_cli.h"
+#include "kd_aggregator.h"
 
 //  kudus bench: bench/kd_bench.c.
 int
@@ -19,6 +20,7 @@ s_usage (FILE *out)
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
         "  gen-ctr OUT     write a synthetic click log (LIBSVM) with a planted model\n"
         "  linkd           link delay in user space (started by local --netns)\n"
+        "  aggregate       a barrier-tree node: workers connect here, not to the scheduler\n"
         "  bench pushpull|barrier|compute|sparse\n"
         "                  benchmarks that print ratios (docs/performance.md)\n"
         "  version         print the version\n\n"
@@ -43,6 +45,8 @@ main (int argc, char **argv)
         return kd_dashboard_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "linkd"))
         return kd_relay_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "aggregate"))
+        return kd_aggregator_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "bench"))
         return kd_bench_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "keygen"))

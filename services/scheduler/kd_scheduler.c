@@ -17,6 +17,7 @@
     else.
 */
 #include "kd_scheduler.h"
+#include "kd_aggregators.h"
 #include "kd_guard.h"
 #include "kd_role.h"
 #include <math.h>
@@ -46,8 +47,11 @@ typedef struct {
     char *name;                 //  stable instance name (table key)
     s_role_t role;              //  what it is
     uint64_t rank;              //  rank within its role
-    zframe_t *routing_id;       //  current ROUTER identity
-    char id_hex [64];           //  routing id as hex (table key)
+    zframe_t *routing_id;       //  current ROUTER identity (behind an
+                                //  aggregator: its identity there)
+    zframe_t *via;              //  workers: the aggregator it is behind, or NULL
+    char id_hex [128];          //  routing id as hex (table key; behind an
+                                //  aggregator, the aggregator's first)
     char key [64];              //  who registered it: CURVE key, else address
     uint64_t refused;           //  its gradients a shard refused
     uint64_t last_seen;         //  ms of its last message
@@ -101,6 +105,8 @@ typedef struct {
     zhashx_t *by_key;           //  registering key -> names it registered (count)
     kd_guard_t *guard;          //  connection and malformed-input limits
     kd_msg_source_t src;        //  where the message being handled came from
+    zframe_t *via;              //  the aggregator that relayed it, or NULL
+    kd_aggregators_t *aggs;     //  bundles for workers behind aggregators
     s_member_t *workers [S_MAX_WORKERS];  //  by rank (borrowed)
     s_member_t *shards [S_MAX_SHARDS];    //  by rank (borrowed)
     s_member_t *monitor;        //  the monitor, if registered
@@ -175,6 +181,7 @@ s_member_destroy (void **item)
     if (!m)
         return;
     zframe_destroy (&m->routing_id);
+    zframe_destroy (&m->via);
     free (m->name);
     free (m->endpoint);
     free (m);
@@ -214,6 +221,34 @@ s_role_name (s_role_t role)
     return role == S_ROLE_WORKER ? "worker" : role == S_ROLE_SHARD ? "shard" : "monitor";
 }
 
+//  The member-table key of the peer that sent the message being handled:
+//  its routing id, after its aggregator's when it came in a RELAY.
+static void
+s_peer_key (self_t *self, zframe_t *id, char *out, size_t size)
+{
+    char inner [64], via [64];
+    s_id_hex (id, inner, sizeof inner);
+    if (!self->via) {
+        snprintf (out, size, "%s", inner);
+        return;
+    }
+    s_id_hex (self->via, via, sizeof via);
+    snprintf (out, size, "%s/%s", via, inner);
+}
+
+//  Send to a routing id, directly or through the aggregator it is behind
+//  (consumes the message).
+static void
+s_send_routed (self_t *self, zframe_t *via, zframe_t *id, kd_msg_t **msg_p)
+{
+    if (via) {
+        kd_aggregators_send (self->aggs, via, id, msg_p);
+        return;
+    }
+    kd_msg_set_routing_id (*msg_p, id);
+    kd_msg_send (msg_p, self->router);
+}
+
 //  Send a message to a member (consumes the message).
 static void
 s_send_to (self_t *self, s_member_t *m, kd_msg_t **msg_p)
@@ -222,22 +257,31 @@ s_send_to (self_t *self, s_member_t *m, kd_msg_t **msg_p)
         kd_msg_destroy (msg_p);
         return;
     }
-    kd_msg_set_routing_id (*msg_p, m->routing_id);
-    kd_msg_send (msg_p, self->router);
+    s_send_routed (self, m->via, m->routing_id, msg_p);
 }
 
-//  Answer a peer with ERROR.
+//  Answer the peer whose message is being handled with ERROR.
 static void
 s_error (self_t *self, zframe_t *id, int code, const char *reason)
 {
-    char hex [64] = "?";
+    char hex [128] = "?";
     if (id)
-        s_id_hex (id, hex, sizeof hex);
+        s_peer_key (self, id, hex, sizeof hex);
     kd_warn ("error peer=%s code=%d reason=\"%s\"", hex, code, reason);
     if (!id)
         return;
     kd_msg_t *msg = kd_msg_new_error (id, code, reason);
-    kd_msg_send (&msg, self->router);
+    s_send_routed (self, self->via, id, &msg);
+}
+
+//  Count a malformed or forbidden message against its peer.  A relayed
+//  worker is the aggregator's to disconnect, not ours: its aggregator's
+//  connection carries every other worker behind it.
+static void
+s_strike (self_t *self, zframe_t *id, const char *reason)
+{
+    if (!self->via)
+        kd_guard_strike (self->guard, id, reason);
 }
 
 //  Tell the monitor about a membership or recovery event; it publishes it
@@ -1047,6 +1091,13 @@ s_write_summary (self_t *self)
     //  A refused gradient is named in drops too (so shards forget its
     //  slices) but is counted apart.
     uint64_t refused = kd_controller_refused (self->ctl);
+    //  The barrier tree: RELAYs from and to aggregators, and the messages
+    //  they bundled (all 0 without aggregators).
+    kd_aggregators_stats_t *relays = kd_aggregators_stats (self->aggs);
+    fprintf (f, "  \"relays\": {\"aggregators\": %zu, \"in\": %llu, \"items_in\": %llu, "
+             "\"out\": %llu, \"items_out\": %llu},\n", kd_aggregators_size (self->aggs),
+             (unsigned long long) relays->relays_in, (unsigned long long) relays->items_in,
+             (unsigned long long) relays->relays_out, (unsigned long long) relays->items_out);
     fprintf (f, "  \"dropped_gradients\": %llu,\n  \"refused_gradients\": %llu,\n"
              "  \"regroups\": %llu,\n  \"regroup_times\": [",
              (unsigned long long) s_true_drops (self, self->dropped, refused),
@@ -1201,6 +1252,12 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         s_error (self, id, KD_ERR_MALFORMED, "name must not be empty");
         return;
     }
+    //  Commits and evaluations are not relayed: only workers sit behind an
+    //  aggregator.
+    if (self->via && role != S_ROLE_WORKER) {
+        s_error (self, id, KD_ERR_STATE, "only workers may register through an aggregator");
+        return;
+    }
     //  Under CURVE a key registers only as the role it was issued for.
     if (*self->src.role && strcmp (self->src.role, role_name)) {
         char reason [128];
@@ -1328,8 +1385,8 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     //  A new routing id replaces the old one (a restarted process).  A
     //  worker that restarted lost its place in the barrier: it leaves and
     //  joins again, so it gets a fresh RELEASE.
-    char new_hex [64];
-    s_id_hex (id, new_hex, sizeof new_hex);
+    char new_hex [128];
+    s_peer_key (self, id, new_hex, sizeof new_hex);
     bool restarted = m->routing_id && strcmp (m->id_hex, new_hex) != 0;
     if (restarted && role == S_ROLE_WORKER && m->alive
     &&  kd_controller_is_active (self->ctl, (uint32_t) m->rank)) {
@@ -1341,7 +1398,9 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         zhashx_delete (self->by_id, m->id_hex);
     zframe_destroy (&m->routing_id);
     m->routing_id = zframe_dup (id);
-    s_id_hex (id, m->id_hex, sizeof m->id_hex);
+    zframe_destroy (&m->via);
+    m->via = self->via ? zframe_dup (self->via) : NULL;
+    snprintf (m->id_hex, sizeof m->id_hex, "%s", new_hex);
     zhashx_insert (self->by_id, m->id_hex, m);
     bool was_alive = m->alive;
     m->alive = true;
@@ -1581,6 +1640,9 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
         self->state = S_DONE;
 }
 
+static void s_on_peer_message (self_t *self, kd_msg_t *msg);
+static void s_on_relay (self_t *self, kd_msg_t *relay);
+
 //  One message on the ROUTER.
 static void
 s_on_message (self_t *self)
@@ -1597,23 +1659,34 @@ s_on_message (self_t *self)
     if (rc != 0)
         return;
     zframe_t *rid = kd_msg_routing_id (msg);
-    kd_msg_type_t type = kd_msg_type (msg);
     if (!kd_role_check (KD_SVC_SCHEDULER, &self->src, msg, self->router)) {
         kd_guard_strike (self->guard, rid, "forbidden for its role");
         kd_msg_destroy (&msg);
         return;
     }
+    if (kd_msg_type (msg) == KD_MSG_RELAY)
+        s_on_relay (self, msg);
+    else
+        s_on_peer_message (self, msg);
+    kd_msg_destroy (&msg);
+}
+
+//  One message from a peer, received directly or unpacked from a RELAY
+//  (then self->via is its aggregator).  Does not take the message.
+static void
+s_on_peer_message (self_t *self, kd_msg_t *msg)
+{
+    zframe_t *rid = kd_msg_routing_id (msg);
+    kd_msg_type_t type = kd_msg_type (msg);
     if (type == KD_MSG_HELLO) {
         s_on_hello (self, msg, rid);
-        kd_msg_destroy (&msg);
         return;
     }
-    char hex [64];
-    s_id_hex (rid, hex, sizeof hex);
+    char hex [128];
+    s_peer_key (self, rid, hex, sizeof hex);
     s_member_t *m = (s_member_t *) zhashx_lookup (self->by_id, hex);
     if (!m || !m->alive) {
         s_error (self, rid, KD_ERR_STATE, "not registered: send HELLO first");
-        kd_msg_destroy (&msg);
         return;
     }
     m->last_seen = kd_now_ms ();
@@ -1654,10 +1727,57 @@ s_on_message (self_t *self)
             char reason [96];
             snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
             s_error (self, rid, KD_ERR_UNKNOWN_TYPE, reason);
-            kd_guard_strike (self->guard, rid, reason);
+            s_strike (self, rid, reason);
         }
     }
-    kd_msg_destroy (&msg);
+}
+
+//  A RELAY from a barrier aggregator: its workers' messages, each handled
+//  as if it had come directly, with the role, key and address the
+//  aggregator saw.  An item that is malformed or forbidden is answered with
+//  ERROR through the aggregator, and the rest are still handled.
+static void
+s_on_relay (self_t *self, kd_msg_t *relay)
+{
+    zframe_t *via = kd_msg_routing_id (relay);
+    kd_msg_source_t outer = self->src;
+    size_t offset = 0, index = 0;
+    kd_bundle_item_t item;
+    char reason [160];
+    int rc;
+    self->via = via;
+    while ((rc = kd_bundle_next (relay, &offset, &index, &item, reason, sizeof reason)) == 0) {
+        zframe_t *id = zframe_new (item.id, item.id_size);
+        kd_msg_t *msg = NULL;
+        kd_msg_err_t err;
+        //  The aggregator vouches for its workers' roles: under CURVE only a
+        //  scheduler key may send RELAY (kd_role).
+        self->src = item.src;
+        self->src.fd = -1;
+        if (kd_bundle_decode (&item, &msg, &err) != 0)
+            s_error (self, id, err.code, err.reason);
+        else
+        if (!kd_role_allows (KD_SVC_SCHEDULER, self->src.role, kd_msg_type (msg))) {
+            snprintf (reason, sizeof reason, "forbidden: role %s may not send %s here",
+                      self->src.role, kd_msg_type_name (kd_msg_type (msg)));
+            s_error (self, id, KD_ERR_FORBIDDEN, reason);
+        }
+        else
+        if (kd_msg_type (msg) == KD_MSG_RELAY)
+            s_error (self, id, KD_ERR_MALFORMED, "a RELAY cannot hold a RELAY");
+        else
+            s_on_peer_message (self, msg);
+        kd_msg_destroy (&msg);
+        zframe_destroy (&id);
+    }
+    self->via = NULL;
+    self->src = outer;
+    kd_aggregators_received (self->aggs, via, index);
+    if (rc == -2) {
+        //  What came before the bad item was handled; tell the aggregator.
+        s_error (self, via, KD_ERR_MALFORMED, reason);
+        kd_guard_strike (self->guard, via, reason);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -1874,6 +1994,7 @@ kd_scheduler_run (kd_config_t *config)
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, kd_config_int (config, "max-msg-bytes"));
     kd_curve_server (kd_curve_process (), self->router);
+    self->aggs = kd_aggregators_new (self->router);
     self->guard = kd_guard_new (self->router, "scheduler", (int) kd_config_int (config, "max-connections"),
                                 (int) kd_config_int (config, "max-malformed"));
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
@@ -1919,6 +2040,9 @@ kd_scheduler_run (kd_config_t *config)
             self->next_status = now + (uint64_t) status_ms;
         }
         s_on_tick (self);
+        //  Workers behind aggregators get this turn's messages in one RELAY
+        //  per aggregator.
+        kd_aggregators_flush (self->aggs);
     }
     zpoller_destroy (&poller);
     if (self->state != S_DONE)
@@ -1932,11 +2056,13 @@ kd_scheduler_run (kd_config_t *config)
         s_send_to (self, m, &stop);
         m = (s_member_t *) zhashx_next (self->by_name);
     }
+    kd_aggregators_flush (self->aggs);
     s_on_status (self);
     zsock_set_linger (self->router, 1000);
     rc = 0;
 cleanup:
     kd_guard_destroy (&self->guard);
+    kd_aggregators_destroy (&self->aggs);
     zsock_destroy (&self->router);
     zhashx_destroy (&self->by_key);
     zhashx_destroy (&self->by_id);

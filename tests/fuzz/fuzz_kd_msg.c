@@ -7,12 +7,13 @@
     part of the CMake build; build and run it by hand:
 
         clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-            -Iinclude common/kd_msg.c tests/fuzz/fuzz_kd_msg.c \
+            -Iinclude common/kd_msg.c common/kd_half.c common/kd_bundle.c tests/fuzz/fuzz_kd_msg.c \
             $(pkg-config --cflags --libs libczmq libzmq msgpack) -o /tmp/fuzz_kd_msg
         /tmp/fuzz_kd_msg -max_len=4096 tests/fuzz/corpus/kd_msg
 */
 #define _GNU_SOURCE         //  memmem
 #include "kd_msg.h"
+#include "kd_bundle.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,18 @@ s_decode (zmsg_t *zmsg, bool routed)
         for (size_t i = 0; values && i < count; i++)
             sink += values [i];
         (void) sink;
+        //  A RELAY's items, as the scheduler and an aggregator read them.
+        size_t offset = 0, index = 0;
+        kd_bundle_item_t item;
+        char reason [160];
+        while (kd_msg_type (msg) == KD_MSG_RELAY
+        &&     kd_bundle_next (msg, &offset, &index, &item, reason, sizeof reason) == 0) {
+            kd_msg_t *inner = NULL;
+            int irc = kd_bundle_decode (&item, &inner, NULL);
+            if ((irc != 0 && irc != -2) || (irc == 0) != (inner != NULL))
+                abort ();
+            kd_msg_destroy (&inner);
+        }
     }
     else
     if (strnlen (err.reason, sizeof err.reason) == sizeof err.reason)

@@ -11,7 +11,7 @@ mkdir -p "$out"
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/include/kudus")
 declare -A sources=(
-    [kd_msg]="$src/common/kd_msg.c $src/common/kd_half.c"
+    [kd_msg]="$src/common/kd_msg.c $src/common/kd_half.c $src/common/kd_bundle.c"
     [kd_dataset]="$src/common/kd_dataset.c"
     [kd_checkpoint]="$src/common/kd_checkpoint.c $src/common/kd_log.c"
     [kd_stream]="$src/common/kd_stream.c $src/common/kd_msg.c $src/common/kd_half.c"

@@ -224,7 +224,7 @@ Test (bench, barrier_json_smoke)
     snprintf (err, sizeof err, "%s/barrier.err", s_dir);
     snprintf (port, sizeof port, "%d", s_port);
     const char *args [] = { "barrier", "--json", "--workers", "4,16", "--consistency", "bsp,lsp",
-                            "--phases", "3", "--repeat", "1", "--base-port", port, NULL };
+                            "--fan-in", "0,3", "--phases", "3", "--repeat", "1", "--base-port", port, NULL };
     int rc = s_run (args, out, err);
     if (rc != 0)
         s_dump (err);
@@ -232,12 +232,26 @@ Test (bench, barrier_json_smoke)
     const char *keys [] = { "workers", "quota", "phases_per_s", "release_p50_ms",
                             "release_p99_ms", "zmq_release_p50_ms", "zmq_release_p99_ms",
                             "ratio_vs_zmq", "sched_cpu_ms_per_phase", "sched_cpu_us_per_worker",
-                            "controller_us_per_phase", "phases", "repeat", NULL };
-    //  CPU time comes in clock ticks, so a few short phases may read 0.
-    const char *zero_ok [] = { "sched_cpu_ms_per_phase", "sched_cpu_us_per_worker", NULL };
-    cr_expect_eq (s_check_lines (out, "barrier", keys, zero_ok), 4, "2 models x 2 worker counts");
+                            "controller_us_per_phase", "phases", "repeat", "fan_in",
+                            "aggregators_cpu_ms_per_phase", "sched_rss_kib", "client_rss_kib", NULL };
+    //  CPU time comes in clock ticks, so a few short phases may read 0; a
+    //  flat configuration has no aggregators.
+    const char *zero_ok [] = { "sched_cpu_ms_per_phase", "sched_cpu_us_per_worker", "fan_in",
+                               "aggregators_cpu_ms_per_phase", NULL };
+    cr_expect_eq (s_check_lines (out, "barrier", keys, zero_ok), 8, "2 models x 2 worker counts x 2 fan-ins");
     char *text = kd_test_slurp (out);
     cr_expect (text && strstr (text, "\"consistency\":\"bsp\"") && strstr (text, "\"consistency\":\"lsp\""));
+    //  The tree's rows: 16 workers behind 6 aggregators, whose RELAYs the
+    //  scheduler counted, and whose memory is reported.
+    cr_expect (text && strstr (text, "\"fan_in\":3,") && strstr (text, "\"fan_in\":0,"));
+    int tree_rows = 0;
+    for (const char *p = text; p && (p = strstr (p, "\"fan_in\":3,")); p++) {
+        const char *line = p;
+        cr_expect_gt (kd_test_json_number (line, "sched_relays_per_phase"), 0);
+        cr_expect_gt (kd_test_json_number (line, "aggregator_rss_kib"), 0);
+        tree_rows++;
+    }
+    cr_expect_eq (tree_rows, 4);
     free (text);
 }
 

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "kd_internal.h"
+#include "kd_bundle.h"
 #include "kd_testutil.h"
 
 #define S_ROUNDS        3       //  request + garbage pairs per DEALER attacker
@@ -648,6 +649,22 @@ s_forward (kd_msg_t *msg)
     return msg;
 }
 
+//  A RELAY bundling one HEARTBEAT, as a barrier aggregator would send it.
+static kd_msg_t *
+s_relay (void)
+{
+    kd_bundle_t *bundle = kd_bundle_new ();
+    kd_msg_t *beat = kd_msg_new (KD_MSG_HEARTBEAT);
+    zframe_t *id = zframe_new ("W1", 2);
+    kd_msg_source_t src = { .fd = -1, .role = "worker" };
+    kd_bundle_add_msg (bundle, id, &src, beat);
+    kd_msg_t *relay = kd_bundle_take (bundle);
+    kd_msg_destroy (&beat);
+    zframe_destroy (&id);
+    kd_bundle_destroy (&bundle);
+    return relay;
+}
+
 static kd_msg_t *
 s_with (kd_msg_type_t type)
 {
@@ -729,6 +746,8 @@ Test (curve, each_key_acts_only_in_its_role)
         { "worker key asks a shard for STATS", s_try (worker, shard, s_with (KD_MSG_STATS)) },
         { "worker key sends EVAL_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_EVAL_OK)) },
         { "worker key sends COMMIT_OK to the scheduler", s_try (worker, sched, s_with (KD_MSG_COMMIT_OK)) },
+        { "worker key relays for other workers (RELAY)", s_try (worker, sched, s_relay ()) },
+        { "shard key relays for workers (RELAY)", s_try (shard_key, sched, s_relay ()) },
         { "shard key pushes a gradient", s_try (shard_key, shard, s_with (KD_MSG_PUSH)) },
         { "worker key forwards a write as a replica", s_try (worker, shard, s_forward (s_with (KD_MSG_PUSH))) },
         { "worker key sends a replica's state", s_try (worker, shard, s_forward (s_with (KD_MSG_SYNC))) },
