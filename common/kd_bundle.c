@@ -98,33 +98,26 @@ kd_bundle_add_msg (kd_bundle_t *self, zframe_t *id, const kd_msg_source_t *src, 
     assert (msg);
     if (!id || kd_msg_data (msg))
         return -1;
-    //  Encode without the message's own routing id (the item carries one;
-    //  id may be that very frame, so it is copied first).
-    zframe_t *item_id = zframe_dup (id);
-    zframe_t *own = kd_msg_routing_id (msg);
-    zframe_t *saved = own ? zframe_dup (own) : NULL;
-    kd_msg_set_routing_id (msg, NULL);
+    //  The item carries the routing id: the header is the frame after the
+    //  message's own routing id, if it has one.
     zmsg_t *z = NULL;
     int rc = kd_msg_encode (msg, &z);
-    if (saved) {
-        kd_msg_set_routing_id (msg, saved);
-        zframe_destroy (&saved);
-    }
-    if (rc != 0 || zmsg_size (z) != 1) {
+    size_t skip = kd_msg_routing_id (msg) ? 1 : 0;
+    if (rc != 0 || zmsg_size (z) != 1 + skip) {
         zmsg_destroy (&z);
-        zframe_destroy (&item_id);
         return -1;
     }
     zframe_t *header = zmsg_first (z);
+    if (skip)
+        header = zmsg_next (z);
     kd_bundle_item_t item = {
-        .id = zframe_data (item_id), .id_size = zframe_size (item_id),
+        .id = zframe_data (id), .id_size = zframe_size (id),
         .msg = zframe_data (header), .msg_size = zframe_size (header)
     };
     if (src)
         item.src = *src;
     rc = kd_bundle_add (self, &item);
     zmsg_destroy (&z);
-    zframe_destroy (&item_id);
     return rc;
 }
 

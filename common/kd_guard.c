@@ -1,6 +1,7 @@
 /*  kd_guard: per-peer limits at a service's ROUTER (see kd_guard.h).
 */
 #include "kd_guard.h"
+#include "kd_util.h"
 #include "kd_log.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,15 +31,10 @@ struct _kd_guard_t {
 static void
 s_key (zframe_t *routing_id, char *out, size_t size)
 {
-    static const char digits [] = "0123456789ABCDEF";
-    size_t n = routing_id ? zframe_size (routing_id) : 0;
-    const uint8_t *data = routing_id ? zframe_data (routing_id) : NULL;
-    size_t at = 0;
-    for (size_t i = 0; i < n && at + 2 < size; i++) {
-        out [at++] = digits [data [i] >> 4];
-        out [at++] = digits [data [i] & 15];
-    }
-    out [at] = 0;
+    if (routing_id)
+        kd_hex (zframe_data (routing_id), zframe_size (routing_id), out, size);
+    else
+        out [0] = 0;
 }
 
 kd_guard_t *

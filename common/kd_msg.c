@@ -402,8 +402,10 @@ kd_msg_destroy (kd_msg_t **self_p)
     kd_msg_t *self = *self_p;
     if (!self)
         return;
+    //  Only present fields own memory; the rest are zero already.
     for (int f = 0; f < KD_F_FIELD_COUNT; f++)
-        s_clear (self, (kd_field_t) f);
+        if (self->present & S_ONE (f))
+            s_clear (self, (kd_field_t) f);
     zframe_destroy (&self->routing_id);
     zframe_destroy (&self->data);
     zframe_destroy (&self->keys);

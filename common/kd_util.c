@@ -327,3 +327,19 @@ kd_temp_dir (const char *prefix)
     }
     return path;
 }
+
+size_t
+kd_hex (const void *data, size_t n, char *out, size_t size)
+{
+    static const char digits [] = "0123456789ABCDEF";
+    const uint8_t *bytes = (const uint8_t *) data;
+    size_t at = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < n && at + 2 < size; i++) {
+        out [at++] = digits [bytes [i] >> 4];
+        out [at++] = digits [bytes [i] & 15];
+    }
+    out [at] = 0;
+    return at;
+}

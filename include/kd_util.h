@@ -105,6 +105,11 @@ struct sockaddr_in;
 int
     kd_parse_listen (const char *text, struct sockaddr_in *addr, char *err, size_t err_size);
 
+//  Bytes as upper-case hex into out (size bytes, NUL-terminated, cut to
+//  fit).  Returns the characters written.  For routing ids, on every message.
+size_t
+    kd_hex (const void *data, size_t n, char *out, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,3 +86,17 @@ Test (kd_util, lower_bound_splits_sorted_keys_at_range_edges)
     cr_expect_eq (kd_lower_bound (keys, 5, 70002), 5);
     cr_expect_eq (kd_lower_bound (keys, 0, 7), 0);
 }
+
+Test (kd_util, hex_writes_upper_case_and_cuts_to_fit)
+{
+    const uint8_t id [5] = { 0x00, 0x6b, 0x8b, 0x45, 0xff };
+    char out [16];
+    cr_expect_eq (kd_hex (id, 5, out, sizeof out), 10);
+    cr_expect_str_eq (out, "006B8B45FF");
+    //  Cut to whole bytes that fit with the terminator.
+    cr_expect_eq (kd_hex (id, 5, out, 6), 4);
+    cr_expect_str_eq (out, "006B");
+    cr_expect_eq (kd_hex (id, 0, out, sizeof out), 0);
+    cr_expect_str_eq (out, "");
+    cr_expect_eq (kd_hex (id, 5, out, 0), 0);
+}

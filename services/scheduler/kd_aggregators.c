@@ -2,6 +2,7 @@
 */
 #include "kd_aggregators.h"
 #include "kd_log.h"
+#include "kd_util.h"
 
 #define S_MAX_AGGREGATORS   4096        //  forget idle ones past this
 
@@ -52,7 +53,8 @@ kd_aggregators_destroy (kd_aggregators_t **self_p)
 static s_agg_t *
 s_lookup (kd_aggregators_t *self, zframe_t *via)
 {
-    char *hex = zframe_strhex (via);
+    char hex [520];
+    kd_hex (zframe_data (via), zframe_size (via), hex, sizeof hex);
     s_agg_t *a = (s_agg_t *) zhashx_lookup (self->by_id, hex);
     if (!a) {
         //  Aggregators that went away leave idle entries; bundles are empty
@@ -65,7 +67,6 @@ s_lookup (kd_aggregators_t *self, zframe_t *via)
         a->bundle = kd_bundle_new ();
         zhashx_insert (self->by_id, hex, a);
     }
-    free (hex);
     return a;
 }
 

@@ -206,13 +206,11 @@ s_true_drops (self_t *self, uint64_t drops, uint64_t refused)
     return drops > r ? drops - r : 0;
 }
 
-//  Routing id as a printable key.
-static void
+//  Routing id as a printable key, cut to fit; returns its length.
+static size_t
 s_id_hex (zframe_t *id, char *out, size_t size)
 {
-    char *hex = zframe_strhex (id);
-    snprintf (out, size, "%s", hex);
-    free (hex);
+    return kd_hex (zframe_data (id), zframe_size (id), out, size);
 }
 
 static const char *
@@ -226,14 +224,12 @@ s_role_name (s_role_t role)
 static void
 s_peer_key (self_t *self, zframe_t *id, char *out, size_t size)
 {
-    char inner [64], via [64];
-    s_id_hex (id, inner, sizeof inner);
-    if (!self->via) {
-        snprintf (out, size, "%s", inner);
-        return;
+    size_t at = 0;
+    if (self->via && size > 2) {
+        at = s_id_hex (self->via, out, size / 2);
+        out [at++] = '/';
     }
-    s_id_hex (self->via, via, sizeof via);
-    snprintf (out, size, "%s/%s", via, inner);
+    s_id_hex (id, out + at, size - at);
 }
 
 //  Send to a routing id, directly or through the aggregator it is behind

@@ -332,7 +332,7 @@ Test (tree, decides_exactly_as_the_flat_scheduler)
 //  --------------------------------------------------------------------------
 //  Bad input
 
-//  Expect an ERROR whose reason holds needle.
+//  Expect an ERROR whose reason holds needle.  Takes the message.
 static void
 s_expect_error (kd_msg_t *msg, const char *needle, const char *what)
 {
@@ -340,6 +340,7 @@ s_expect_error (kd_msg_t *msg, const char *needle, const char *what)
     cr_expect_eq (kd_msg_type (msg), KD_MSG_ERROR, "%s: got %s", what, kd_msg_type_name (kd_msg_type (msg)));
     cr_expect (strstr (kd_msg_str (msg, KD_F_REASON), needle), "%s: reason \"%s\" lacks \"%s\"", what,
                kd_msg_str (msg, KD_F_REASON), needle);
+    kd_msg_destroy (&msg);
 }
 
 //  Send the scheduler a RELAY of one message from routing id "W1", and
@@ -402,6 +403,7 @@ Test (tree, bad_input_gets_errors_and_both_keep_serving)
     kd_bundle_item_t item = { .id = (const byte *) "X", .id_size = 1, .msg = (const byte *) "x", .msg_size = 1 };
     kd_bundle_add (bundle, &item);
     kd_msg_t *relay = kd_bundle_take (bundle);
+    kd_bundle_destroy (&bundle);
     kd_msg_send (&relay, worker);
     s_expect_error (kd_test_recv (worker), "no data frame", "a RELAY from a worker");
 
@@ -421,19 +423,16 @@ Test (tree, bad_input_gets_errors_and_both_keep_serving)
     kd_msg_set_uint (arrive, KD_F_SAMPLES, 32);
     kd_msg_t *back = s_relay_one (fake_agg, &arrive, "");
     s_expect_error (back, "not registered", "an ARRIVE before HELLO");
-    kd_msg_destroy (&back);
     kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
     kd_msg_set_str (hello, KD_F_ROLE, "shard");
     kd_msg_set_str (hello, KD_F_NAME, "relayed-shard");
     kd_msg_set_str (hello, KD_F_ENDPOINT, "tcp://127.0.0.1:1");
     back = s_relay_one (fake_agg, &hello, "");
     s_expect_error (back, "only workers", "a shard through an aggregator");
-    kd_msg_destroy (&back);
     kd_msg_t *commit_ok = kd_msg_new (KD_MSG_COMMIT_OK);
     kd_msg_set_uint (commit_ok, KD_F_VERSION, 1);
     back = s_relay_one (fake_agg, &commit_ok, "worker");
     s_expect_error (back, "forbidden", "a worker's COMMIT_OK under its role");
-    kd_msg_destroy (&back);
     //  An item that is not a message at all.
     bundle = kd_bundle_new ();
     kd_bundle_item_t bad = { .id = (const byte *) "W2", .id_size = 2, .msg = (const byte *) "\x81\xa1v\x07", .msg_size = 4 };
@@ -448,7 +447,6 @@ Test (tree, bad_input_gets_errors_and_both_keep_serving)
     kd_msg_t *inner = NULL;
     cr_assert_eq (kd_bundle_decode (&item, &inner, NULL), 0);
     s_expect_error (inner, "", "an item that is not a message");
-    kd_msg_destroy (&inner);
     kd_msg_destroy (&back);
     kd_bundle_destroy (&bundle);
 
