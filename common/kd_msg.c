@@ -127,6 +127,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (OFFSET,        "offset",       UINT),
     S_FIELD (SEQ,           "seq",          UINT),
     S_FIELD (ITEMS,         "items",        UINT),
+    S_FIELD (RELAYS,        "relays",       UINTS),
 };
 
 typedef enum {
@@ -199,7 +200,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (VERSION),
             S_BIT (PHASES) | S_BIT (EPOCH) | S_BIT (WORKERS) | S_BIT (DROPPED)
           | S_BIT (REGROUPS) | S_BIT (CONSISTENCY) | S_BIT (RANKS)
-          | S_BIT (GROUPS), NONE),
+          | S_BIT (GROUPS) | S_BIT (RELAYS), NONE),
     S_TYPE (EVAL, S_BIT (VERSION), 0, NONE),
     S_TYPE (EVAL_OK,
             S_BIT (VERSION) | S_BIT (ACCURACY),

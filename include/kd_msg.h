@@ -42,7 +42,7 @@
                                         staleness dropped group version]
     STATUS      scheduler -> monitor    version [phases epoch workers        -
                                         dropped regroups consistency
-                                        ranks groups]
+                                        ranks groups relays]
     EVAL        scheduler -> monitor    version                              -
     EVAL_OK     monitor -> scheduler    version accuracy [loss ts_ms]        -
     ERROR       any -> any              code reason [shm]                    -
@@ -207,6 +207,8 @@ typedef enum {
     KD_F_OFFSET,        //  uint   PUSH, PULL_OK: where the values start in the region
     KD_F_SEQ,           //  uint   PULL_OK: the snapshot slot's sequence number
     KD_F_ITEMS,         //  uint   RELAY: messages bundled in the data frame
+    KD_F_RELAYS,        //  uints  STATUS: the barrier tree: aggregators, RELAYs in,
+                        //         messages in them, RELAYs out, messages in them
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

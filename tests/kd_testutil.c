@@ -2,6 +2,10 @@
 */
 #define _GNU_SOURCE
 #include "kd_testutil.h"
+#include <sys/time.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include "kd_util.h"
 #include "kd_msg.h"
 #include <errno.h>
@@ -220,4 +224,44 @@ kd_test_recv (zsock_t *sock)
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
     return kd_msg_recv (sock, &msg, NULL, &err) == 0 ? msg : NULL;
+}
+
+char *
+kd_test_http_get (int port, const char *path)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = { .tv_sec = 2 };
+    setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    char request [512];
+    int len = snprintf (request, sizeof request, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (connect (fd, (struct sockaddr *) &addr, sizeof addr) != 0
+    ||  send (fd, request, (size_t) len, MSG_NOSIGNAL) != len) {
+        close (fd);
+        return NULL;
+    }
+    size_t size = 0, cap = 65536;
+    char *text = (char *) malloc (cap + 1);
+    ssize_t n;
+    while (text && (n = recv (fd, text + size, cap - size, 0)) > 0) {
+        size += (size_t) n;
+        if (size == cap) {
+            char *bigger = (char *) realloc (text, cap * 2 + 1);
+            if (!bigger) {
+                free (text);
+                text = NULL;
+                break;
+            }
+            text = bigger;
+            cap *= 2;
+        }
+    }
+    close (fd);
+    if (text)
+        text [size] = 0;
+    return text;
 }

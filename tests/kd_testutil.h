@@ -83,6 +83,11 @@ pid_t
 void
     kd_test_procs_kill (kd_test_procs_t *self);
 
+//  GET path from 127.0.0.1:port over HTTP/1.0 with a 2 s timeout; the
+//  whole response (headers and body) in a new string, or NULL.
+char *
+    kd_test_http_get (int port, const char *path);
+
 //  The next message on a socket, or NULL when none comes in its receive
 //  timeout or it is malformed.
 kd_msg_t *

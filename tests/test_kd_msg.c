@@ -72,7 +72,7 @@ static const s_schema_t s_schema [] = {
         END }, false },
     { KD_MSG_STATUS, { KD_F_VERSION, END },
       { KD_F_PHASES, KD_F_EPOCH, KD_F_WORKERS, KD_F_DROPPED, KD_F_REGROUPS,
-        KD_F_CONSISTENCY, KD_F_RANKS, KD_F_GROUPS, END }, false },
+        KD_F_CONSISTENCY, KD_F_RANKS, KD_F_GROUPS, KD_F_RELAYS, END }, false },
     { KD_MSG_EVAL, { KD_F_VERSION, END }, { END }, false },
     { KD_MSG_EVAL_OK, { KD_F_VERSION, KD_F_ACCURACY, END },
       { KD_F_LOSS, KD_F_TS_MS, END }, false },
@@ -529,6 +529,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_FD, "fd", KD_FT_UINT }, { KD_F_TOKEN, "token", KD_FT_UINT },
         { KD_F_BYTES, "bytes", KD_FT_UINT }, { KD_F_OFFSET, "offset", KD_FT_UINT },
         { KD_F_SEQ, "seq", KD_FT_UINT }, { KD_F_ITEMS, "items", KD_FT_UINT },
+        { KD_F_RELAYS, "relays", KD_FT_UINTS },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

@@ -98,6 +98,8 @@ typedef struct {
     s_worker_t workers [S_MAX_WORKERS];  //  per-rank figures
     uint64_t version;           //  latest version from STATUS
     uint64_t phases, dropped, regroups, active, sched_samples;  //  from STATUS
+    uint64_t relays [5];        //  from STATUS: aggregators, RELAYs in and
+                                //  their messages, RELAYs out and theirs
     double epoch;               //  from STATUS
     uint64_t *groups;           //  last group per rank (UINT64_MAX none)
     uint64_t total_samples;     //  telemetry samples
@@ -249,6 +251,18 @@ s_render_metrics (self_t *self, double window_s)
     fprintf (f, "kudus_dropped_gradients_total %llu\n", (unsigned long long) self->dropped);
     s_family (f, "kudus_regroups_total", "counter", "ALSP regroupings.");
     fprintf (f, "kudus_regroups_total %llu\n", (unsigned long long) self->regroups);
+    s_family (f, "kudus_aggregators", "gauge", "Barrier aggregators the scheduler has heard from or sent to.");
+    fprintf (f, "kudus_aggregators %llu\n", (unsigned long long) self->relays [0]);
+    s_family (f, "kudus_scheduler_relays_total", "counter",
+              "RELAYs between the scheduler and barrier aggregators, by direction.");
+    fprintf (f, "kudus_scheduler_relays_total{direction=\"in\"} %llu\n"
+             "kudus_scheduler_relays_total{direction=\"out\"} %llu\n",
+             (unsigned long long) self->relays [1], (unsigned long long) self->relays [3]);
+    s_family (f, "kudus_scheduler_relayed_messages_total", "counter",
+              "Workers' messages carried in those RELAYs, by direction.");
+    fprintf (f, "kudus_scheduler_relayed_messages_total{direction=\"in\"} %llu\n"
+             "kudus_scheduler_relayed_messages_total{direction=\"out\"} %llu\n",
+             (unsigned long long) self->relays [2], (unsigned long long) self->relays [4]);
     static const char *phase [4] = { "compute", "push", "wait", "pull" };
     for (int p = 0; p < 4; p++) {
         char name [64], help [128];
@@ -832,6 +846,10 @@ s_on_status (self_t *self, kd_msg_t *msg)
     self->dropped = kd_msg_uint (msg, KD_F_DROPPED);
     uint64_t regroups = kd_msg_uint (msg, KD_F_REGROUPS);
     self->sched_samples = kd_msg_uint (msg, KD_F_SAMPLES);
+    size_t n_relays = 0;
+    const uint64_t *relays = kd_msg_uints (msg, KD_F_RELAYS, &n_relays);
+    for (size_t i = 0; i < n_relays && i < 5; i++)
+        self->relays [i] = relays [i];
     snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
     size_t nr = 0, ng = 0;
     const uint64_t *ranks = kd_msg_uints (msg, KD_F_RANKS, &nr);

@@ -1835,6 +1835,11 @@ s_on_status (self_t *self)
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->samples);
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (self->config, "consistency"));
     kd_msg_set_str (msg, KD_F_MODEL, s_model_name (self));
+    //  The barrier tree's traffic, for the monitor's metrics.
+    kd_aggregators_stats_t *r = kd_aggregators_stats (self->aggs);
+    uint64_t relays [5] = { kd_aggregators_size (self->aggs), r->relays_in, r->items_in,
+                            r->relays_out, r->items_out };
+    kd_msg_set_uints (msg, KD_F_RELAYS, relays, 5);
     if (self->groups) {
         uint64_t ranks [S_MAX_WORKERS], groups [S_MAX_WORKERS];
         size_t n = 0;

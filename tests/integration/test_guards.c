@@ -86,7 +86,11 @@ s_pull (zsock_t *sock, float *params)
     cr_assert (reply && kd_msg_type (reply) == KD_MSG_PULL_OK, "no PULL_OK");
     size_t n = 0;
     const float *data = kd_msg_data_floats (reply, &n);
-    cr_assert_eq (n, S_PARAMS);
+    cr_assert_eq (n, S_PARAMS, "PULL_OK holds %zu values (count %llu, dtype %llu, shm %llu, version %llu)",
+                  n, (unsigned long long) kd_msg_uint (reply, KD_F_COUNT),
+                  (unsigned long long) kd_msg_uint (reply, KD_F_DTYPE),
+                  (unsigned long long) kd_msg_uint (reply, KD_F_SHM),
+                  (unsigned long long) kd_msg_uint (reply, KD_F_VERSION));
     memcpy (params, data, n * sizeof (float));
     uint64_t version = kd_msg_uint (reply, KD_F_VERSION);
     kd_msg_destroy (&reply);
@@ -414,13 +418,22 @@ Test (guards, connections_over_the_limit_are_closed)
     const char *flags [] = { "--max-connections", "3", NULL };
     s_start ("bsp", flags);
     //  The scheduler's connection to the shard is not one: the shard dials
-    //  the scheduler.  The start-up probe has closed; give the shard time
-    //  to see that.
-    zclock_sleep (300);
+    //  the scheduler.  The start-up probe has closed: wait until the shard
+    //  has seen that, and counts only our first connection (a fixed sleep
+    //  was too short on a loaded machine).
     zsock_t *socks [5];
     float *params = (float *) malloc (S_PARAMS * sizeof (float));
+    socks [0] = s_dealer (s_shard);
+    uint64_t c [KD_SC_COUNT] = { 0 };
+    for (int i = 0; i < 100; i++, zclock_sleep (30)) {
+        s_stats (socks [0], c);
+        if (c [KD_SC_CONNECTIONS] == 1)
+            break;
+    }
+    cr_assert_eq (c [KD_SC_CONNECTIONS], 1, "the start-up probe's connection is still counted");
     for (int i = 0; i < 3; i++) {
-        socks [i] = s_dealer (s_shard);
+        if (i > 0)
+            socks [i] = s_dealer (s_shard);
         cr_assert_eq (s_pull (socks [i], params), 0);
     }
     for (int i = 3; i < 5; i++) {
@@ -433,7 +446,6 @@ Test (guards, connections_over_the_limit_are_closed)
         cr_expect_null (reply, "a connection over max-connections was served");
         kd_msg_destroy (&reply);
     }
-    uint64_t c [KD_SC_COUNT];
     s_stats (socks [0], c);
     cr_expect_leq (c [KD_SC_CONNECTIONS], 3);
     cr_expect_geq (c [KD_SC_DISCONNECTS], 2);
