@@ -95,7 +95,8 @@ kd_aggregators_send (kd_aggregators_t *self, zframe_t *via, zframe_t *id, kd_msg
         //  Full: send what is queued and start a new bundle.
         s_send (self, a);
         if (kd_bundle_add_msg (a->bundle, id, NULL, *msg_p) != 0)
-            kd_warn ("cannot relay %s: it does not fit a RELAY", kd_msg_type_name (kd_msg_type (*msg_p)));
+            kd_warn ("cannot relay %s: it has a data frame, or is too large for a RELAY",
+                     kd_msg_type_name (kd_msg_type (*msg_p)));
     }
     kd_msg_destroy (msg_p);
 }

@@ -205,7 +205,7 @@ static size_t
 s_peer_staged (s_stage_t *stage, uint64_t peer)
 {
     char key [17];
-    snprintf (key, sizeof key, "%016llx", (unsigned long long) peer);
+    kd_hex (&peer, sizeof peer, key, sizeof key);
     return stage->by_peer ? (size_t) (uintptr_t) zhashx_lookup (stage->by_peer, key) : 0;
 }
 
@@ -213,7 +213,7 @@ static void
 s_peer_add (s_stage_t *stage, uint64_t peer, int delta)
 {
     char key [17];
-    snprintf (key, sizeof key, "%016llx", (unsigned long long) peer);
+    kd_hex (&peer, sizeof peer, key, sizeof key);
     if (!stage->by_peer)
         stage->by_peer = zhashx_new ();
     uintptr_t n = (uintptr_t) zhashx_lookup (stage->by_peer, key);
