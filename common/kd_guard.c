@@ -199,13 +199,20 @@ kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
                kd_msg_err_t *err, kd_msg_source_t *src)
 {
     assert (self);
+    //  Connection events first: a connection over the limit must be seen
+    //  and closed before any request it already sent is read.
+    if (self->monitor && (zsock_events (self->monitor) & ZMQ_POLLIN))
+        kd_guard_on_event (self);
     zframe_t *id = NULL;
     int rc = kd_msg_recv_from (zsock_resolve (self->router), out, &id, err, &self->last);
     //  A decoded message holds its routing id; a malformed one hands it back.
     s_key (rc == 0 ? kd_msg_routing_id (*out) : id, self->last_id, sizeof self->last_id);
     if (src)
         *src = self->last;
-    if (rc != -1 && zhashx_lookup (self->banned, self->last_id)) {
+    //  What a connection refused at accept had sent is dropped unread.
+    int fd = self->last.fd;
+    bool refused = rc != -1 && fd >= 0 && fd < S_MAX_FD && (self->refused [fd / 8] & (1u << (fd % 8)));
+    if (refused || (rc != -1 && zhashx_lookup (self->banned, self->last_id))) {
         //  What a disconnected peer had queued is dropped unread.
         kd_msg_destroy (out);
         zframe_destroy (&id);
