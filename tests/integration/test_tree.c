@@ -468,34 +468,65 @@ Test (tree, bad_input_gets_errors_and_both_keep_serving)
 //  --------------------------------------------------------------------------
 //  Real workers
 
-Test (tree, real_workers_train_through_aggregators)
+//  Run `kudus local` with these settings (NULL-terminated) on our ports,
+//  calling watch (if any) every 100 ms while it runs, and return its
+//  summary (the caller frees it).
+static char *
+s_local (const char *const *settings, void (*watch) (void *), void *arg)
 {
     char port [16], summary [300];
     snprintf (port, sizeof port, "%d", s_port);
     snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
-    const char *argv [] = { "kudus", "local", "--workers", "4", "--fan-in", "2", "--shards", "2",
-                            "--epochs", "0.6", "--base-port", port, "--summary", summary, "--quiet", NULL };
+    const char *argv [40] = { "kudus", "local" };
+    int n = 2;
+    for (int i = 0; settings [i] && n < 32; i++)
+        argv [n++] = settings [i];
+    const char *tail [] = { "--base-port", port, "--summary", summary, "--quiet", NULL };
+    for (int i = 0; i < 6; i++)
+        argv [n++] = tail [i];
     pid_t pid = s_spawn (argv);
-    //  While it trains, the monitor's metrics show the tree's traffic.
-    double metric_in = 0, metric_aggs = 0;
     int status = -1;
     bool done = false;
     for (int i = 0; i < 1800 && !done; i++) {
-        char *metrics = kd_test_http_get (s_port + 3, "/metrics");
-        const char *at = metrics ? strstr (metrics, "\nkudus_scheduler_relayed_messages_total{direction=\"in\"} ") : NULL;
-        if (at && atof (strchr (at, '}') + 1) > metric_in)
-            metric_in = atof (strchr (at, '}') + 1);
-        at = metrics ? strstr (metrics, "\nkudus_aggregators ") : NULL;
-        if (at && atof (at + strlen ("\nkudus_aggregators ")) > metric_aggs)
-            metric_aggs = atof (at + strlen ("\nkudus_aggregators "));
-        free (metrics);
+        if (watch)
+            watch (arg);
         done = kd_test_wait (pid, 100, &status);
     }
     if (!done || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
         kd_test_dump (s_log);
     cr_assert (done && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
     char *json = kd_test_slurp (summary);
-    cr_assert (json);
+    cr_assert (json, "no summary");
+    return json;
+}
+
+//  The largest value of the tree's metrics seen while a cluster trains.
+typedef struct {
+    double relayed_in;          //  kudus_scheduler_relayed_messages_total{in}
+    double aggregators;         //  kudus_aggregators
+} s_metrics_t;
+
+static void
+s_watch_metrics (void *arg)
+{
+    s_metrics_t *m = (s_metrics_t *) arg;
+    char *metrics = kd_test_http_get (s_port + 3, "/metrics");
+    const char *at = metrics ? strstr (metrics, "\nkudus_scheduler_relayed_messages_total{direction=\"in\"} ") : NULL;
+    if (at && atof (strchr (at, '}') + 1) > m->relayed_in)
+        m->relayed_in = atof (strchr (at, '}') + 1);
+    at = metrics ? strstr (metrics, "\nkudus_aggregators ") : NULL;
+    if (at && atof (at + strlen ("\nkudus_aggregators ")) > m->aggregators)
+        m->aggregators = atof (at + strlen ("\nkudus_aggregators "));
+    free (metrics);
+}
+
+Test (tree, real_workers_train_through_aggregators)
+{
+    //  While it trains, the monitor's metrics show the tree's traffic.
+    const char *settings [] = { "--workers", "4", "--fan-in", "2", "--shards", "2", "--epochs", "0.6", NULL };
+    s_metrics_t seen = { 0 };
+    char *json = s_local (settings, s_watch_metrics, &seen);
+    double metric_in = seen.relayed_in, metric_aggs = seen.aggregators;
     const char *relays = strstr (json, "\"relays\":");
     cr_assert (relays);
     double aggregators = kd_test_json_number (relays, "aggregators");
@@ -521,20 +552,9 @@ Test (tree, real_workers_train_through_aggregators)
 //  regroup at all).
 Test (tree, alsp_regroups_a_straggler_behind_an_aggregator)
 {
-    char port [16], summary [300];
-    snprintf (port, sizeof port, "%d", s_port);
-    snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
-    const char *argv [] = { "kudus", "local", "--workers", "4", "--fan-in", "2", "--shards", "1",
-                            "--consistency", "alsp", "--straggler", "3:4", "--delay-ms", "5",
-                            "--epochs", "0.3", "--base-port", port, "--summary", summary, "--quiet", NULL };
-    pid_t pid = s_spawn (argv);
-    int status = -1;
-    bool done = kd_test_wait (pid, 180000, &status);
-    if (!done || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
-        kd_test_dump (s_log);
-    cr_assert (done && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
-    char *json = kd_test_slurp (summary);
-    cr_assert (json);
+    const char *settings [] = { "--workers", "4", "--fan-in", "2", "--shards", "1", "--consistency", "alsp",
+                                "--straggler", "3:4", "--delay-ms", "5", "--epochs", "0.3", NULL };
+    char *json = s_local (settings, NULL, NULL);
     cr_expect_geq (kd_test_json_number (json, "regroups"), 1, "no regroup");
     cr_expect_eq (kd_test_json_number (json, "dropped_gradients"), 0);
     const char *relays = strstr (json, "\"relays\":");
@@ -545,21 +565,10 @@ Test (tree, alsp_regroups_a_straggler_behind_an_aggregator)
 
 Test (tree, workers_train_through_aggregators_under_curve)
 {
-    char port [16], summary [300];
-    snprintf (port, sizeof port, "%d", s_port);
-    snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
     //  Throwaway keys: the aggregators run with the scheduler's pair.
-    const char *argv [] = { "kudus", "local", "--curve", "--workers", "3", "--fan-in", "2",
-                            "--shards", "1", "--epochs", "0.1", "--base-port", port, "--summary", summary,
-                            "--quiet", NULL };
-    pid_t pid = s_spawn (argv);
-    int status = -1;
-    bool done = kd_test_wait (pid, 180000, &status);
-    if (!done || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
-        kd_test_dump (s_log);
-    cr_assert (done && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local --curve failed");
-    char *json = kd_test_slurp (summary);
-    cr_assert (json);
+    const char *settings [] = { "--curve", "--workers", "3", "--fan-in", "2", "--shards", "1",
+                                "--epochs", "0.1", NULL };
+    char *json = s_local (settings, NULL, NULL);
     const char *relays = strstr (json, "\"relays\":");
     cr_assert (relays);
     cr_expect_eq (kd_test_json_number (relays, "aggregators"), 2);
