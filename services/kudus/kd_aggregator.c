@@ -17,6 +17,8 @@ typedef struct {
     uint64_t relays_up, items_up;       //  counters for the exit line
     uint64_t relays_down, items_down;
     uint64_t refused;           //  messages answered with ERROR here
+    uint64_t dropped;           //  RELAYs the scheduler's queue had no room for
+    bool dropping;              //  the last RELAY up was dropped
 } self_t;
 
 static void
@@ -26,12 +28,24 @@ s_send_up (self_t *self)
     kd_msg_t *relay = kd_bundle_take (self->bundle);
     if (!relay)
         return;
+    //  The send never blocks: with the scheduler gone and the queue full, the
+    //  RELAY is dropped (workers resend what matters: HELLO, ARRIVE) and the
+    //  loop keeps serving.  One line per outage, not per RELAY.
     if (kd_msg_send (&relay, self->upstream) == 0) {
         self->relays_up++;
         self->items_up += items;
+        if (self->dropping)
+            kd_info ("scheduler reachable again after %llu dropped RELAYs",
+                     (unsigned long long) self->dropped);
+        self->dropping = false;
     }
-    else
-        kd_warn ("cannot send a RELAY of %zu messages to the scheduler", items);
+    else {
+        if (!self->dropping)
+            kd_warn ("cannot send to the scheduler (%s): dropping RELAYs until it answers",
+                     zmq_strerror (zmq_errno ()));
+        self->dropping = true;
+        self->dropped++;
+    }
 }
 
 static void
@@ -129,6 +143,7 @@ kd_aggregator_run (kd_config_t *config)
     self->guard = kd_guard_new (self->router, "aggregator", (int) kd_config_int (config, "max-connections"),
                                 (int) kd_config_int (config, "max-malformed"));
     zsock_set_linger (self->upstream, 1000);
+    zsock_set_sndtimeo (self->upstream, 0);
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
         kd_error ("cannot bind endpoint=%s: %s", kd_config_str (config, "bind"), zmq_strerror (zmq_errno ()));
         goto cleanup;
@@ -171,10 +186,10 @@ kd_aggregator_run (kd_config_t *config)
             break;
     }
     zpoller_destroy (&poller);
-    kd_info ("aggregator done relays_up=%llu items_up=%llu relays_down=%llu items_down=%llu refused=%llu",
-             (unsigned long long) self->relays_up, (unsigned long long) self->items_up,
+    kd_info ("aggregator done relays_up=%llu items_up=%llu relays_down=%llu items_down=%llu refused=%llu "
+             "dropped=%llu", (unsigned long long) self->relays_up, (unsigned long long) self->items_up,
              (unsigned long long) self->relays_down, (unsigned long long) self->items_down,
-             (unsigned long long) self->refused);
+             (unsigned long long) self->refused, (unsigned long long) self->dropped);
     rc = 0;
 cleanup:
     kd_guard_destroy (&self->guard);

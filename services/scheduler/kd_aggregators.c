@@ -57,10 +57,13 @@ s_lookup (kd_aggregators_t *self, zframe_t *via)
     kd_hex (zframe_data (via), zframe_size (via), hex, sizeof hex);
     s_agg_t *a = (s_agg_t *) zhashx_lookup (self->by_id, hex);
     if (!a) {
-        //  Aggregators that went away leave idle entries; bundles are empty
-        //  between loop turns, so dropping them all loses nothing.
-        if (zhashx_size (self->by_id) >= S_MAX_AGGREGATORS)
+        //  Aggregators that went away leave idle entries.  What this turn
+        //  queued goes out first, so dropping them all loses nothing.
+        if (zhashx_size (self->by_id) >= S_MAX_AGGREGATORS) {
+            self->pending = 1;
+            kd_aggregators_flush (self);
             zhashx_purge (self->by_id);
+        }
         a = (s_agg_t *) zmalloc (sizeof (s_agg_t));
         assert (a);
         a->id = zframe_dup (via);

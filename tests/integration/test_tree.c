@@ -556,7 +556,9 @@ Test (tree, alsp_regroups_a_straggler_behind_an_aggregator)
                                 "--straggler", "3:4", "--delay-ms", "5", "--epochs", "0.3", NULL };
     char *json = s_local (settings, NULL, NULL);
     cr_expect_geq (kd_test_json_number (json, "regroups"), 1, "no regroup");
-    cr_expect_eq (kd_test_json_number (json, "dropped_gradients"), 0);
+    //  ALSP may drop a gradient too stale for another group (its rows go
+    //  back): what it may not do is lose rows, so the run ends on epochs.
+    cr_expect (strstr (json, "\"stop_reason\": \"epochs\""), "the epochs did not complete");
     const char *relays = strstr (json, "\"relays\":");
     cr_expect (relays && kd_test_json_number (relays, "aggregators") == 2);
     printf ("FIGURE tree_alsp regroups=%.0f\n", kd_test_json_number (json, "regroups"));
