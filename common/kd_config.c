@@ -120,6 +120,8 @@ static const kd_setting_t s_table [] = {
       "learning-rate schedule over optimizer steps: constant, step:EVERY:GAMMA, cosine:STEPS" },
     { "warmup-steps", KD_CT_INT, "0", 0, 100000000, NULL, S_SCH | S_LOC,
       "linear learning-rate warm-up over this many optimizer steps" },
+    { "schedule-unit", KD_CT_ENUM, "steps", 0, 0, "steps|samples", S_SCH | S_LOC,
+      "what lr-schedule and warmup-steps count: optimizer steps, or training samples applied" },
     { "batch", KD_CT_INT, "32", 1, 8192, NULL, S_SCH | S_LOC,
       "minibatch size per worker per iteration" },
     { "seed", KD_CT_INT, "42", 0, 9007199254740991.0, NULL, S_SCH | S_LOC,

@@ -17,6 +17,7 @@ struct _kd_optimizer_t {
     kd_optimizer_opts_t opts;           //  configuration
     size_t n;                           //  keys
     uint64_t t;                         //  steps taken
+    uint64_t samples;                   //  samples applied before the next step
     size_t n_state;                     //  state buffers in use
     float *block;                       //  n_state * n floats of state
     float *state [KD_OPTIMIZER_MAX_STATE];  //  each buffer, in block
@@ -233,6 +234,10 @@ kd_optimizer_format (const kd_optimizer_opts_t *o, char *out, size_t out_size)
                       s_exact (o->beta2, b [3], sizeof b [3]), s_exact (o->eps, b [4], sizeof b [4]),
                       s_exact (o->weight_decay, b [5], sizeof b [5]), sched,
                       (unsigned long long) o->warmup);
+    //  Named only when not the default, so that step-counted specs read
+    //  as they always did.
+    if (n >= 0 && (size_t) n < out_size && o->per_sample)
+        n += snprintf (out + n, out_size - (size_t) n, " unit=samples");
     if (n >= 0 && (size_t) n < out_size && o->kind == KD_OPT_FTRL)
         n += snprintf (out + n, out_size - (size_t) n, " l1=%s l2=%s beta=%s",
                        s_exact (o->l1, b [0], sizeof b [0]), s_exact (o->l2, b [1], sizeof b [1]),
@@ -277,6 +282,11 @@ kd_optimizer_parse (const char *spec, kd_optimizer_opts_t *opts, char *err, size
         else
         if (!strcmp (word, "warmup"))
             rc = s_uint (eq, &o.warmup);
+        else
+        if (!strcmp (word, "unit")) {
+            rc = !strcmp (eq, "samples") ? (o.per_sample = true, 0)
+               : !strcmp (eq, "steps")   ? (o.per_sample = false, 0) : -1;
+        }
         else
         if (!strcmp (word, "schedule"))
             rc = kd_optimizer_schedule_parse (eq, &o, err, err_size);
@@ -460,7 +470,7 @@ s_ftrl (kd_optimizer_t *self, float *x, const float *g, double alpha)
 static void
 s_dispatch (kd_optimizer_t *self, float *params, const float *g)
 {
-    double lr = kd_optimizer_lr_at (&self->opts, self->t);
+    double lr = kd_optimizer_lr_at (&self->opts, self->opts.per_sample ? self->samples + 1 : self->t);
     switch (self->opts.kind) {
         case KD_OPT_SGD:
         case KD_OPT_NESTEROV: s_sgd (self, params, g, (float) lr); break;
@@ -480,16 +490,23 @@ kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g)
 }
 
 void
-kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, float *params,
+kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, uint64_t samples, float *params,
                     float *const *state, const float *g, size_t n)
 {
     assert (opts && params && g);
     //  A view of the caller's keys: nothing is allocated.
-    kd_optimizer_t view = { .opts = *opts, .n = n, .t = t ? t : 1,
+    kd_optimizer_t view = { .opts = *opts, .n = n, .t = t ? t : 1, .samples = samples,
                             .n_state = kd_optimizer_state_count_of (opts) };
     for (size_t i = 0; i < view.n_state; i++)
         view.state [i] = state [i];
     s_dispatch (&view, params, g);
+}
+
+void
+kd_optimizer_set_samples (kd_optimizer_t *self, uint64_t samples)
+{
+    assert (self);
+    self->samples = samples;
 }
 
 uint64_t

@@ -23,6 +23,7 @@ struct _kd_sparse_t {
     double init_scale;                  //  initial values' range (0: zeros)
     uint64_t seed;                      //  of the initial values
     uint64_t t;                         //  steps taken
+    uint64_t samples;                   //  samples applied before the next step
     s_slot_t *slots;                    //  the table
     size_t n_slots;                     //  a power of two
     float *arena;                       //  rows, stride floats each
@@ -188,7 +189,7 @@ kd_sparse_step (kd_sparse_t *self, const uint64_t *keys, size_t n, const float *
         float *state [KD_OPTIMIZER_MAX_STATE];
         for (size_t s = 0; s < self->n_state; s++)
             state [s] = values + (1 + s) * self->dim;
-        kd_optimizer_apply (&self->opts, self->t, values, state, g + i * self->dim, self->dim);
+        kd_optimizer_apply (&self->opts, self->t, self->samples, values, state, g + i * self->dim, self->dim);
     }
     return 0;
 }
@@ -198,6 +199,13 @@ kd_sparse_rows (kd_sparse_t *self)
 {
     assert (self);
     return self->n_rows;
+}
+
+void
+kd_sparse_set_samples (kd_sparse_t *self, uint64_t samples)
+{
+    assert (self);
+    self->samples = samples;
 }
 
 uint64_t

@@ -24,7 +24,10 @@
     The learning rate follows a schedule of the optimizer's step t (1, 2,
     ...): constant, step (times gamma every N steps) or cosine (from lr
     down to 0 over T steps), each after an optional linear warm-up from
-    lr/W to lr over W steps.
+    lr/W to lr over W steps.  With "unit=samples" the schedule's clock is
+    the training samples applied before the step, plus one, instead of t:
+    EVERY, STEPS and W then count samples, so that systems whose steps
+    differ in size (LSP against BSP) decay after the same data.
 
     A spec string names a configuration, e.g.
         "adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-08 wd=0 schedule=constant warmup=0"
@@ -75,6 +78,7 @@ typedef struct {
     double gamma;                       //  step: decay factor
     uint64_t cosine_steps;              //  cosine: steps to reach 0
     uint64_t warmup;                    //  linear warm-up steps (0 = none)
+    bool per_sample;                    //  schedule and warm-up count samples, not steps
 } kd_optimizer_opts_t;
 
 //  Defaults of a rule: torch.optim's (lr 0.001, except sgd's 0.01).
@@ -124,6 +128,11 @@ void
 void
     kd_optimizer_step (kd_optimizer_t *self, float *params, const float *g);
 
+//  Training samples applied before the next step: the schedule's clock
+//  under "unit=samples" (ignored otherwise).
+void
+    kd_optimizer_set_samples (kd_optimizer_t *self, uint64_t samples);
+
 //  State buffers a rule keeps per key (0 to KD_OPTIMIZER_MAX_STATE).
 size_t
     kd_optimizer_state_count_of (const kd_optimizer_opts_t *opts);
@@ -131,12 +140,14 @@ size_t
 //  One step t (1-based) of the rule on n keys whose state the caller
 //  holds, state [i] being n floats for each of the rule's buffers: what
 //  kd_optimizer_step does, for keys that do not sit in one array (a sparse
-//  tensor's rows).
+//  tensor's rows).  samples is the schedule's clock under "unit=samples",
+//  as kd_optimizer_set_samples.
 void
-    kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, float *params,
+    kd_optimizer_apply (const kd_optimizer_opts_t *opts, uint64_t t, uint64_t samples, float *params,
                         float *const *state, const float *g, size_t n);
 
-//  Learning rate of step t (1-based) under the schedule.
+//  Learning rate at position t (1-based) of the schedule's clock: the step,
+//  or under "unit=samples" the samples applied before it plus one.
 double
     kd_optimizer_lr_at (const kd_optimizer_opts_t *opts, uint64_t t);
 

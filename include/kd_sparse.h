@@ -45,6 +45,11 @@ void
 int
     kd_sparse_step (kd_sparse_t *self, const uint64_t *keys, size_t n, const float *g);
 
+//  Training samples applied before the next step: the schedule's clock
+//  under "unit=samples" (kd_optimizer_set_samples).
+void
+    kd_sparse_set_samples (kd_sparse_t *self, uint64_t samples);
+
 //  Rows held, steps taken, and the bytes of rows and table.
 size_t
     kd_sparse_rows (kd_sparse_t *self);

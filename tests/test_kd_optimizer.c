@@ -50,7 +50,8 @@ Test (kd_optimizer, malformed_specs_are_refused)
         "", "rmsprop", "adam lr", "adam lr=", "adam lr=abc", "adam lr=-1", "adam lr=nan",
         "sgd momentum=1", "nesterov momentum=0", "adam beta1=1", "adam eps=0", "adam wd=2",
         "adam schedule=cosine:0", "adam schedule=step:0:0.5", "adam schedule=step:10:1.5",
-        "adam schedule=linear", "adam warmup=-3", "adam warmup=1e9", "adam bogus=1"
+        "adam schedule=linear", "adam warmup=-3", "adam warmup=1e9", "adam bogus=1",
+        "sgd unit=epochs", "sgd unit="
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
         kd_optimizer_opts_t o;
@@ -86,6 +87,48 @@ Test (kd_optimizer, schedules_and_warmup)
     o.warmup = 4;
     cr_expect_float_eq (kd_optimizer_lr_at (&o, 1), 0.25, 1e-12);
     cr_expect_float_eq (kd_optimizer_lr_at (&o, 4), cos (M_PI * 3 / 100) / 2 + 0.5, 1e-12);
+}
+
+//  unit=samples: the schedule's clock is the samples applied before a
+//  step, whatever the steps count; the spec names it and reads it back.
+Test (kd_optimizer, schedule_counted_in_samples)
+{
+    char err [256], spec [KD_OPTIMIZER_SPEC_MAX];
+    kd_optimizer_opts_t o, back;
+    cr_assert_eq (kd_optimizer_parse ("sgd lr=1 momentum=0 schedule=step:100:0.5 unit=samples",
+                                      &o, err, sizeof err), 0, "%s", err);
+    cr_expect (o.per_sample);
+    cr_assert_eq (kd_optimizer_format (&o, spec, sizeof spec), 0);
+    cr_expect (strstr (spec, " unit=samples"), "%s", spec);
+    cr_assert_eq (kd_optimizer_parse (spec, &back, err, sizeof err), 0, "%s", err);
+    cr_expect (back.per_sample && back.step_every == 100);
+    //  Counted in steps, the spec reads as it always did.
+    o.per_sample = false;
+    cr_assert_eq (kd_optimizer_format (&o, spec, sizeof spec), 0);
+    cr_expect_null (strstr (spec, "unit"), "%s", spec);
+    cr_assert_eq (kd_optimizer_parse ("sgd lr=1 momentum=0 unit=steps", &back, err, sizeof err), 0);
+    cr_expect_not (back.per_sample);
+
+    //  Steps of 64 samples: the rate halves at the step that starts past
+    //  100 samples (the third), not at the 101st step.
+    kd_optimizer_t *opt = s_new ("sgd lr=1 momentum=0 schedule=step:100:0.5 unit=samples", 1);
+    float x = 0, g = 1;
+    float want [] = { -1, -2, -2.5, -3, -3.25 };
+    for (int k = 0; k < 5; k++) {
+        kd_optimizer_set_samples (opt, (uint64_t) k * 64);
+        kd_optimizer_step (opt, &x, &g);
+        cr_expect_float_eq (x, want [k], 1e-6, "step %d: x=%g", k + 1, x);
+    }
+    cr_expect_eq (kd_optimizer_steps (opt), 5);
+    kd_optimizer_destroy (&opt);
+
+    //  kd_optimizer_apply, as a sparse table calls it, takes the same clock.
+    kd_optimizer_opts_t a;
+    cr_assert_eq (kd_optimizer_parse ("sgd lr=1 momentum=0 schedule=step:100:0.5 unit=samples",
+                                      &a, err, sizeof err), 0);
+    float y = 0;
+    kd_optimizer_apply (&a, 1, 150, &y, NULL, &g, 1);
+    cr_expect_float_eq (y, -0.5, 1e-6);
 }
 
 Test (kd_optimizer, sgd_momentum_and_nesterov_by_hand)

@@ -626,7 +626,7 @@ kd_local_main (int argc, char **argv)
     static const char *sched_settings [] = {
         "shards", "replicas", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
-        "lr-schedule", "warmup-steps",
+        "lr-schedule", "warmup-steps", "schedule-unit",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "group-ratio", "min-group", "max-groups", "group-staleness",
         "staleness-weight",

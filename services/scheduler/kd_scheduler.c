@@ -1920,6 +1920,7 @@ kd_scheduler_optimizer (kd_config_t *config, char *spec, size_t spec_size,
     o.l2 = kd_config_double (config, "l2");
     o.ftrl_beta = kd_config_double (config, "ftrl-beta");
     o.warmup = (uint64_t) kd_config_int (config, "warmup-steps");
+    o.per_sample = !strcmp (kd_config_str (config, "schedule-unit"), "samples");
     char why [200];
     if (kd_optimizer_schedule_parse (kd_config_str (config, "lr-schedule"), &o, why, sizeof why)) {
         snprintf (err, err_size, "setting 'lr-schedule': %s", why);

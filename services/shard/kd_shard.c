@@ -970,6 +970,12 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
 {
     if (n == 0)
         return;
+    //  The schedule's clock under unit=samples: what was trained before
+    //  this step (the last commit's count, or ASP and SSP's own).
+    if (self->keyed)
+        kd_sparse_set_samples (kd_keyed_table (self->keyed), self->samples);
+    else
+        kd_optimizer_set_samples (self->opt, self->samples);
     if (self->keyed) {
         //  Keyed: each entry is a staged frame (kd_keyed_stage).
         if (kd_keyed_commit (self->keyed, (const void *const *) grads, weights, n))

@@ -45,6 +45,34 @@ s_dump (const char *path)
     }
 }
 
+//  Run `kudus local ARGS --base-port P --quiet true --summary F` to its end
+//  and return the summary it wrote (caller frees); tag names its files.
+//  The test fails, with the run's log, if it does not exit 0.
+static char *
+s_local_summary (const char *tag, const char *const *args)
+{
+    char summary [256], log [256], port [16];
+    snprintf (summary, sizeof summary, "%s/summary-%s.json", s_dir, tag);
+    snprintf (log, sizeof log, "%s/local-%s.log", s_dir, tag);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *argv [40] = { "kudus", "local" };
+    size_t n = 2;
+    while (*args && n < 32)
+        argv [n++] = *args++;
+    const char *tail [] = { "--base-port", port, "--quiet", "true", "--summary", summary, NULL };
+    for (size_t i = 0; i < sizeof tail / sizeof tail [0]; i++)
+        argv [n++] = tail [i];
+    pid_t pid = kd_test_spawn (argv, log);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 150000, &status);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        s_dump (log);
+    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: kudus local failed", tag);
+    char *json = kd_test_slurp (summary);
+    cr_assert (json, "%s: no summary", tag);
+    return json;
+}
+
 Test (services, local_cluster_trains_better_than_chance)
 {
     char summary [256], log [256], port [16];
@@ -113,26 +141,36 @@ Test (services, local_cluster_trains_better_than_chance)
 //  softmax model from the command line, and the summary names it.
 Test (services, ftrl_trains_from_the_command_line)
 {
-    char summary [256], log [256], port [16];
-    snprintf (summary, sizeof summary, "%s/summary.json", s_dir);
-    snprintf (log, sizeof log, "%s/local.log", s_dir);
-    snprintf (port, sizeof port, "%d", s_port);
-    const char *argv [] = { "kudus", "local", "--workers", "2", "--epochs", "1", "--optimizer", "ftrl",
-                            "--lr", "0.3", "--l1", "0.0001", "--l2", "0.001", "--base-port", port,
-                            "--quiet", "true", "--summary", summary, NULL };
-    pid_t pid = kd_test_spawn (argv, log);
-    int status = -1;
-    bool exited = kd_test_wait (pid, 150000, &status);
-    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
-        s_dump (log);
-    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus local failed");
-    char *json = kd_test_slurp (summary);
-    cr_assert (json);
+    const char *args [] = { "--workers", "2", "--epochs", "1", "--optimizer", "ftrl",
+                            "--lr", "0.3", "--l1", "0.0001", "--l2", "0.001", NULL };
+    char *json = s_local_summary ("ftrl", args);
     double accuracy = kd_test_json_number (json, "test_accuracy");
     cr_expect (accuracy > 0.78, "ftrl reached %f", accuracy);
     cr_expect (strstr (json, "ftrl lr=0.3") && strstr (json, "l1=0.0001 l2=0.001 beta=1"),
                "the summary does not name the rule: %s", json);
     free (json);
+}
+
+//  A schedule counted in samples reaches the shards: cut 10,000-fold after
+//  640 samples (10 steps of 2 x 32), the run stops learning early; the same
+//  schedule counted in steps never cuts within half an epoch (470 steps).
+Test (services, schedule_counted_in_samples_decays_at_the_shards, .timeout = 300)
+{
+    const char *units [] = { "steps", "samples" };
+    double accuracy [2];
+    for (int u = 0; u < 2; u++) {
+        const char *args [] = { "--workers", "2", "--epochs", "0.5", "--seed", "3",
+                                "--lr-schedule", "step:640:0.0001", "--schedule-unit", units [u], NULL };
+        char *json = s_local_summary (units [u], args);
+        accuracy [u] = kd_test_json_number (json, "test_accuracy");
+        cr_expect ((strstr (json, "unit=samples") != NULL) == (u == 1), "summary: %s", json);
+        free (json);
+    }
+    printf ("FIGURE services: softmax, half an epoch, lr cut 1e4-fold at 640: accuracy counted in "
+            "steps %.4f, in samples %.4f\n", accuracy [0], accuracy [1]);
+    cr_expect (accuracy [0] > 0.7, "counted in steps: %f", accuracy [0]);
+    cr_expect (accuracy [1] < accuracy [0] - 0.05, "counted in samples: %f, in steps: %f",
+               accuracy [1], accuracy [0]);
 }
 
 //  Pushes and pulls in fp16 and bf16 train as float32 does: the shards keep
@@ -142,22 +180,9 @@ Test (services, wire_dtypes_train_as_fp32_does, .timeout = 400)
     const char *dtypes [] = { "fp32", "fp16", "bf16" };
     double accuracy [3];
     for (int d = 0; d < 3; d++) {
-        char summary [256], log [256], port [16];
-        snprintf (summary, sizeof summary, "%s/summary-%s.json", s_dir, dtypes [d]);
-        snprintf (log, sizeof log, "%s/local-%s.log", s_dir, dtypes [d]);
-        snprintf (port, sizeof port, "%d", s_port);
-        const char *argv [] = { "kudus", "local", "--workers", "2", "--epochs", "1", "--seed", "3",
-                                "--wire-dtype", dtypes [d], "--base-port", port, "--quiet", "true",
-                                "--summary", summary, NULL };
-        pid_t pid = kd_test_spawn (argv, log);
-        int status = -1;
-        bool exited = kd_test_wait (pid, 150000, &status);
-        if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
-            s_dump (log);
-        cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: kudus local failed",
-                   dtypes [d]);
-        char *json = kd_test_slurp (summary);
-        cr_assert (json);
+        const char *args [] = { "--workers", "2", "--epochs", "1", "--seed", "3",
+                                "--wire-dtype", dtypes [d], NULL };
+        char *json = s_local_summary (dtypes [d], args);
         accuracy [d] = kd_test_json_number (json, "test_accuracy");
         free (json);
     }
