@@ -22,6 +22,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=180)
     ap.add_argument("--slowdown", type=float, default=1.0)
+    ap.add_argument("--lr-schedule", default="constant", help="constant or step:EVERY:GAMMA")
+    ap.add_argument("--schedule-unit", default="steps", choices=["steps", "samples"],
+                    help="what EVERY counts: optimizer steps, or samples of all ranks")
     ap.add_argument("--snapshots", required=True)
     ap.add_argument("--stats", required=True)
     a = ap.parse_args()
@@ -34,6 +37,17 @@ def main():
     sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=a.world, rank=a.rank, seed=1)
     loader = torch.utils.data.DataLoader(data, batch_size=a.batch, sampler=sampler, drop_last=True)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, foreach=False)
+    sched = None
+    if a.lr_schedule != "constant":
+        # The same rule as kd_optimizer's step:EVERY:GAMMA: step t (from 1)
+        # uses lr * GAMMA ** ((t - 1) // EVERY), or with unit=samples
+        # lr * GAMMA ** (samples before step t // EVERY), where every step
+        # takes batch samples from each of the world's ranks.
+        kind, every, gamma = a.lr_schedule.split(":")
+        assert kind == "step", a.lr_schedule
+        every, gamma = int(every), float(gamma)
+        per_step = a.batch * a.world if a.schedule_unit == "samples" else 1
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: gamma ** ((k * per_step) // every))
     # Each rank's own compute per step, without the all-reduce: the median
     # of a few local steps (no_sync), so that waiting can be told apart from
     # computing afterwards.  The gradients of these steps are thrown away.
@@ -58,6 +72,8 @@ def main():
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()          # the all-reduce overlaps the backward pass
             opt.step()
+            if sched:
+                sched.step()
             real = time.monotonic() - t_step
             if a.slowdown > 1:
                 time.sleep(real * (a.slowdown - 1))

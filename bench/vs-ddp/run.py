@@ -9,7 +9,7 @@ fraction; the median of the repeats goes to docs/performance.md.
     /usr/bin/python3 bench/vs-ddp/run.py [--repeats 3] [--seconds 180]
 
 Each finished run is one JSON line in docs/results/vs-ddp.jsonl, keyed by
-(system, speeds, repeat); a rerun skips what is recorded, so an interrupted
+(system, speeds, repeat, lr schedule and its unit); a rerun skips what is recorded, so an interrupted
 sweep resumes.  Needs a built tree (make build) and Debian's python3-torch.
 """
 import argparse
@@ -62,7 +62,7 @@ def run_ddp(a, speeds, tmp):
         procs.append(subprocess.Popen(
             [sys.executable, os.path.join(HERE, "ddp_worker.py"), "--rank", str(rank), "--world", "4",
              "--port", str(port), "--lr", str(a.lr), "--batch", str(a.batch), "--seconds", str(a.seconds),
-             "--slowdown", str(f), "--snapshots", snaps, "--stats", os.path.join(tmp, f"stats-{rank}.json")],
+             "--slowdown", str(f), "--lr-schedule", a.lr_schedule, "--schedule-unit", a.schedule_unit, "--snapshots", snaps, "--stats", os.path.join(tmp, f"stats-{rank}.json")],
             stdout=open(os.path.join(tmp, f"ddp-{rank}.log"), "w"), stderr=subprocess.STDOUT))
     for p in procs:
         if p.wait(timeout=a.seconds + 300) != 0:
@@ -73,7 +73,8 @@ def run_ddp(a, speeds, tmp):
     # Waiting: a rank's wall time not spent on its own compute (measured
     # before training without the all-reduce), averaged over ranks.
     wait = statistics.mean(max(0.0, 1 - s["compute_s"] / s["wall"]) for s in stats)
-    return snaps, {"wall": wall, "samples_per_s": samples / wall, "wait_fraction": wait}
+    return snaps, {"wall": wall, "samples_per_s": samples / wall, "wait_fraction": wait,
+                   "steps_per_s": stats[0]["steps"] / wall}
 
 
 def run_kudus(a, consistency, speeds, tmp):
@@ -84,6 +85,7 @@ def run_kudus(a, consistency, speeds, tmp):
     local = subprocess.Popen(
         [kudus, "local", "--model", "external", "--workers", "0", "--external-workers", "4",
          "--consistency", consistency, "--shards", str(a.shards), "--lr", str(a.lr), "--momentum", "0.9", "--batch", str(a.batch),
+         "--lr-schedule", a.lr_schedule, "--schedule-unit", a.schedule_unit, "--seed", str(a.kudus_seed),
          "--epochs", "1000", "--max-seconds", str(a.seconds), "--base-port", str(base),
          "--quiet", "true", "--summary", summary],
         stdout=open(os.path.join(tmp, "local.log"), "w"), stderr=subprocess.STDOUT)
@@ -103,7 +105,7 @@ def run_kudus(a, consistency, speeds, tmp):
         w.wait(timeout=120)
     s = json.load(open(summary))
     return snaps, {"wall": s["wall_seconds"], "samples_per_s": s["samples"] / s["wall_seconds"],
-                   "wait_fraction": s["wait_fraction"]}
+                   "wait_fraction": s["wait_fraction"], "steps_per_s": s["phases"] / s["wall_seconds"]}
 
 
 def main():
@@ -112,6 +114,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=180)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr-schedule", default="constant",
+                    help="constant or step:EVERY:GAMMA, over optimizer steps in both systems "
+                         "(kd_optimizer's schedule; torch's StepLR stepped every iteration)")
+    ap.add_argument("--kudus-seed", type=int, default=42,
+                    help="Kudus's seed (its scheduler's per-epoch data permutation)")
+    ap.add_argument("--schedule-unit", default="steps", choices=["steps", "samples"],
+                    help="what the schedule counts, in both systems: optimizer steps, or training samples")
     ap.add_argument("--target", type=float, default=0.88)
     ap.add_argument("--shards", type=int, default=2, help="Kudus shard processes")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -123,10 +132,17 @@ def main():
     if os.path.exists(a.results):
         for line in open(a.results):
             r = json.loads(line)
-            done.add((r["system"], r["speeds"], r["repeat"]))
+            if ((r.get("lr_schedule", "constant"), r.get("schedule_unit", "steps"), r.get("kudus_seed", 42))
+                    == (a.lr_schedule, a.schedule_unit, a.kudus_seed)):
+                done.add((r["system"], r["speeds"], r["repeat"]))
     for repeat in range(1, a.repeats + 1):
+        # The systems take turns at going first: a run's speed drifts with
+        # what ran before it on the same two cores.
+        systems = a.systems.split(",")
+        k = (repeat - 1) % len(systems)
+        systems = systems[k:] + systems[:k]
         for speeds in a.speeds.split(","):
-            for system in a.systems.split(","):
+            for system in systems:
                 if (system, speeds, repeat) in done:
                     print(f"vs-ddp: {system} {speeds} #{repeat}: recorded, skipped")
                     continue
@@ -138,6 +154,7 @@ def main():
                     snaps, rec = run_kudus(a, system.split("-")[1], SPEEDS[speeds], tmp)
                 hit, final, curve = common.evaluate(snaps, a.target)
                 rec.update(system=system, speeds=speeds, repeat=repeat, lr=a.lr, batch=a.batch,
+                           lr_schedule=a.lr_schedule, schedule_unit=a.schedule_unit, kudus_seed=a.kudus_seed,
                            target=a.target, time_to_target=hit, final_accuracy=final,
                            seconds=a.seconds, curve=curve)
                 os.makedirs(os.path.dirname(a.results), exist_ok=True)

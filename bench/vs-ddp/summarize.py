@@ -35,6 +35,16 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def median_time(times):
+    """Median time to a level; a run that never reached it counts as the
+    slowest, so the median is None ("not reached") when most runs did not."""
+    times = [t if t is not None else float("inf") for t in times]
+    if not times:
+        return None
+    m = statistics.median(times)
+    return None if m == float("inf") else m
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=os.path.join(HERE, "..", "..", "docs", "results", "vs-ddp.jsonl"))
@@ -45,27 +55,35 @@ def main():
     for r in runs:
         key = (r["speeds"], r["system"])
         rows.setdefault(key, []).append(r)
+    schedules = sorted({r.get("lr_schedule", "constant") + (" (samples)" if r.get("schedule_unit") == "samples" else "")
+                        for r in runs})
+    if len(schedules) > 1:
+        raise SystemExit(f"summarize: {a.results} mixes learning-rate schedules {schedules}; one file per schedule")
+    print(f"learning-rate schedule: {schedules[0]}\n")
     print("| speeds | system | runs | " + " | ".join(f"time to {lv:.2f} s (x DDP)" for lv in levels)
-          + " | mean accuracy 10-30 s | samples/s | wait fraction | final accuracy |")
-    print("|---" * (7 + len(levels)) + "|")
+          + " | mean accuracy 10-30 s | samples/s | steps/s | wait fraction | final accuracy |")
+    print("|---" * (8 + len(levels)) + "|")
     for speeds in ("equal", "straggler"):
-        ddp = {lv: median(first_at(r["curve"], lv) for r in rows.get((speeds, "ddp"), [])) for lv in levels}
+        ddp = {lv: median_time(first_at(r["curve"], lv) for r in rows.get((speeds, "ddp"), [])) for lv in levels}
         for system in ("ddp", "kudus-bsp", "kudus-lsp"):
             rs = rows.get((speeds, system))
             if not rs:
                 continue
             cells = []
             for lv in levels:
-                m = median(first_at(r["curve"], lv) for r in rs)
+                m = median_time(first_at(r["curve"], lv) for r in rs)
                 if m is None:
                     cells.append("not reached")
                 elif system == "ddp" or not ddp[lv]:
                     cells.append(f"{m:.1f}")
                 else:
                     cells.append(f"{m:.1f} ({m / ddp[lv]:.2f})")
+            window = median(window_mean(r["curve"], 10, 30) for r in rs)
+            steps = median(r.get("steps_per_s") for r in rs)
             print(f"| {speeds} | {system} | {len(rs)} | " + " | ".join(cells)
-                  + f" | {median(window_mean(r['curve'], 10, 30) for r in rs):.4f}"
+                  + (f" | {window:.4f}" if window is not None else " | -")
                   + f" | {median(r['samples_per_s'] for r in rs):.0f}"
+                  + (f" | {steps:.1f}" if steps is not None else " | -")
                   + f" | {median(r['wait_fraction'] for r in rs):.2f}"
                   + f" | {median(r['final_accuracy'] for r in rs):.4f} |")
 
