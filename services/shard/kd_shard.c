@@ -1223,6 +1223,24 @@ s_copy_sumsq (float *dst, const float *src, size_t n)
     return sumsq;
 }
 
+//  Decode n 16-bit values (fp16 or bf16) into float32 and return their sum
+//  of squares, in one pass over memory like s_copy_sumsq: the check that
+//  follows then needs no second read of the decoded gradient.
+static double
+s_decode_sumsq (float *dst, const uint16_t *src, uint64_t dtype, size_t n)
+{
+    double sumsq = 0;
+    for (size_t at = 0; at < n; at += S_COPY_CHUNK) {
+        size_t m = n - at < S_COPY_CHUNK ? n - at : S_COPY_CHUNK;
+        if (dtype == KD_DTYPE_F16)
+            kd_half_to_float (dst + at, src + at, m);
+        else
+            kd_bf16_to_float (dst + at, src + at, m);
+        sumsq += kd_sumsq (dst + at, m);
+    }
+    return sumsq;
+}
+
 //  Check a gradient slice before it is staged or applied.  Returns false
 //  when it was refused (NaN or Inf, or a norm over max-grad-norm under
 //  grad-norm-action refuse); a norm over the bound is otherwise scaled
@@ -1500,8 +1518,14 @@ s_on_push (self_t *self, kd_msg_t *msg)
     if (dtype == KD_DTYPE_F32)
         data = kd_msg_take_data (msg);
     else {
+        //  The codec checked that the frame holds count 16-bit values.
         data = zframe_new (NULL, count * sizeof (float));
-        kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
+        zframe_t *wire = kd_msg_data (msg);
+        if (wire)
+            sumsq = s_decode_sumsq ((float *) zframe_data (data),
+                                    (const uint16_t *) zframe_data (wire), dtype, count);
+        else
+            kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
     }
     if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count, sumsq)) {
         zframe_destroy (&data);
