@@ -115,8 +115,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr-schedule", default="constant",
-                    help="constant or step:EVERY:GAMMA, over optimizer steps in both systems "
-                         "(kd_optimizer's schedule; torch's StepLR stepped every iteration)")
+                    help="constant or step:EVERY:GAMMA, the same in both systems (kd_optimizer's "
+                         "schedule; a LambdaLR stepped every iteration in each DDP rank)")
     ap.add_argument("--kudus-seed", type=int, default=42,
                     help="Kudus's seed (its scheduler's per-epoch data permutation)")
     ap.add_argument("--schedule-unit", default="steps", choices=["steps", "samples"],
@@ -128,6 +128,17 @@ def main():
     ap.add_argument("--results", default=os.path.join(SRC, "docs", "results", "vs-ddp.jsonl"))
     ap.add_argument("--bin-dir", default=os.path.join(SRC, "build"))
     a = ap.parse_args()
+    # Checked here, before any run: a DDP rank cannot refuse a schedule
+    # without failing the whole sweep.
+    if a.lr_schedule != "constant":
+        parts = a.lr_schedule.split(":")
+        try:
+            ok = len(parts) == 3 and parts[0] == "step" and int(parts[1]) > 0 and 0 < float(parts[2]) <= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            ap.error(f"--lr-schedule {a.lr_schedule!r}: expected constant or step:EVERY:GAMMA "
+                     "(EVERY >= 1, 0 < GAMMA <= 1)")
     done = set()
     if os.path.exists(a.results):
         for line in open(a.results):

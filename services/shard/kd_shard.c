@@ -970,13 +970,10 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
 {
     if (n == 0)
         return;
-    //  The schedule's clock under unit=samples: what was trained before
-    //  this step (the last commit's count, or ASP and SSP's own).
-    if (self->keyed)
-        kd_sparse_set_samples (kd_keyed_table (self->keyed), self->samples);
-    else
-        kd_optimizer_set_samples (self->opt, self->samples);
+    //  The schedule's clock under unit=samples is what was trained before
+    //  this step: the last commit's count, or under ASP and SSP our own.
     if (self->keyed) {
+        kd_sparse_set_samples (kd_keyed_table (self->keyed), self->samples);
         //  Keyed: each entry is a staged frame (kd_keyed_stage).
         if (kd_keyed_commit (self->keyed, (const void *const *) grads, weights, n))
             kd_error ("keyed commit failed: out of memory; version %llu's step is lost",
@@ -995,6 +992,7 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
             cblas_saxpy ((int) self->n, (float) weights [i], grads [i], 1, self->gsum, 1);
         g = self->gsum;
     }
+    kd_optimizer_set_samples (self->opt, self->samples);
     kd_optimizer_step (self->opt, self->params, g);
 }
 
@@ -1209,33 +1207,23 @@ s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char 
     kd_msg_send (&reply, self->router);
 }
 
-//  Copy n floats and return their sum of squares, in one pass over memory:
-//  each chunk is summed while it is still in the cache the copy filled.
+//  n values of dtype as float32 into dst (copied, or decoded from fp16 or
+//  bf16), and their sum of squares, in one pass over memory: each chunk is
+//  summed while it is still in the cache the copy filled, so the check that
+//  follows needs no second read of the gradient.
 static double
-s_copy_sumsq (float *dst, const float *src, size_t n)
-{
-    double sumsq = 0;
-    for (size_t at = 0; at < n; at += S_COPY_CHUNK) {
-        size_t m = n - at < S_COPY_CHUNK ? n - at : S_COPY_CHUNK;
-        memcpy (dst + at, src + at, m * sizeof (float));
-        sumsq += kd_sumsq (dst + at, m);
-    }
-    return sumsq;
-}
-
-//  Decode n 16-bit values (fp16 or bf16) into float32 and return their sum
-//  of squares, in one pass over memory like s_copy_sumsq: the check that
-//  follows then needs no second read of the decoded gradient.
-static double
-s_decode_sumsq (float *dst, const uint16_t *src, uint64_t dtype, size_t n)
+s_floats_sumsq (float *dst, const void *src, uint64_t dtype, size_t n)
 {
     double sumsq = 0;
     for (size_t at = 0; at < n; at += S_COPY_CHUNK) {
         size_t m = n - at < S_COPY_CHUNK ? n - at : S_COPY_CHUNK;
         if (dtype == KD_DTYPE_F16)
-            kd_half_to_float (dst + at, src + at, m);
+            kd_half_to_float (dst + at, (const uint16_t *) src + at, m);
         else
-            kd_bf16_to_float (dst + at, src + at, m);
+        if (dtype == KD_DTYPE_BF16)
+            kd_bf16_to_float (dst + at, (const uint16_t *) src + at, m);
+        else
+            memcpy (dst + at, (const float *) src + at, m * sizeof (float));
         sumsq += kd_sumsq (dst + at, m);
     }
     return sumsq;
@@ -1511,7 +1499,7 @@ s_on_push (self_t *self, kd_msg_t *msg)
             return;
         }
         data = zframe_new (NULL, count * sizeof (float));
-        sumsq = s_copy_sumsq ((float *) zframe_data (data), values, count);
+        sumsq = s_floats_sumsq ((float *) zframe_data (data), values, KD_DTYPE_F32, count);
         self->shm_bytes_in += count * sizeof (float);
     }
     else
@@ -1520,12 +1508,7 @@ s_on_push (self_t *self, kd_msg_t *msg)
     else {
         //  The codec checked that the frame holds count 16-bit values.
         data = zframe_new (NULL, count * sizeof (float));
-        zframe_t *wire = kd_msg_data (msg);
-        if (wire)
-            sumsq = s_decode_sumsq ((float *) zframe_data (data),
-                                    (const uint16_t *) zframe_data (wire), dtype, count);
-        else
-            kd_msg_data_to_floats (msg, (float *) zframe_data (data), count);
+        sumsq = s_floats_sumsq ((float *) zframe_data (data), zframe_data (kd_msg_data (msg)), dtype, count);
     }
     if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count, sumsq)) {
         zframe_destroy (&data);
