@@ -34,6 +34,7 @@
 */
 #include "kd_bench.h"
 #include "kd_ctrgen.h"
+#include "kd_ctrref.h"
 #include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -223,34 +224,22 @@ done:
     return s_stop ? -2 : rc;
 }
 
-//  What the generator's planted model scores on the held-out rows.
-typedef struct {
-    double auc;                 //  with every weight
-    double seen_auc;            //  with the weights of features the training rows hold
-    double unseen_share;        //  held-out feature draws no training row holds
-} s_planted_t;
-
 //  Write rows of a click log (kd_ctrgen) as LIBSVM text.  Returns 0 or -1.
 //  rows training rows to path, then test_rows held-out rows from the same
-//  generator (the same planted model) to test_path; what the planted
-//  model scores on the held-out rows into *planted (NAN without them).
+//  generator (the same planted model) to test_path; the references on the
+//  held-out rows (kd_ctrref) into *ref (NAN without them).
 static int
 s_write_log (const char *path, const char *test_path, uint64_t features, size_t rows,
-             size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, s_planted_t *planted,
+             size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, kd_ctrref_result_t *ref,
              char *why, size_t size)
 {
-    planted->auc = planted->seen_auc = planted->unseen_share = NAN;
+    *ref = (kd_ctrref_result_t) { NAN, NAN, NAN, NAN };
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
     if (!gen)
         return -1;
     uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
-    double *scores = (double *) malloc ((test_rows + 1) * sizeof (double));
-    double *seen_scores = (double *) malloc ((test_rows + 1) * sizeof (double));
-    uint8_t *labels = (uint8_t *) malloc (test_rows + 1);
-    //  One bit a feature: which ones the training rows hold.
-    uint64_t *seen = test_rows ? (uint64_t *) calloc (features / 64 + 1, sizeof (uint64_t)) : NULL;
-    size_t test_draws = 0, unseen_draws = 0;
-    bool no_memory = !index || !scores || !seen_scores || !labels || (test_rows && !seen);
+    kd_ctrref_t *refs = test_rows ? kd_ctrref_new (gen, features, test_rows) : NULL;
+    bool no_memory = !index || (test_rows && !refs);
     int rc = no_memory ? -1 : 0;
     for (int part = 0; part < 2 && rc == 0; part++) {
         const char *out = part == 0 ? path : test_path;
@@ -263,22 +252,10 @@ s_write_log (const char *path, const char *test_path, uint64_t features, size_t 
         for (size_t r = 0; r < n && !s_stop; r++) {
             double score;
             int label = kd_ctrgen_row (gen, index, &score);
-            if (part == 0 && seen)
-                for (uint32_t i = 0; i < per_row; i++)
-                    seen [index [i] / 64] |= 1ull << (index [i] % 64);
-            if (part == 1) {
-                scores [r] = score;
-                labels [r] = (uint8_t) label;
-                //  The planted model knowing only what training showed: the
-                //  weights of features no training row holds count as 0.
-                seen_scores [r] = 0;
-                for (uint32_t i = 0; i < per_row; i++)
-                    if (seen [index [i] / 64] & (1ull << (index [i] % 64)))
-                        seen_scores [r] += kd_ctrgen_weight (gen, index [i]);
-                    else
-                        unseen_draws++;
-                test_draws += per_row;
-            }
+            if (refs && part == 0)
+                kd_ctrref_train (refs, index, per_row, score, label);
+            if (refs && part == 1)
+                kd_ctrref_test (refs, index, per_row, score, label);
             fputc (label ? '1' : '0', f);
             for (uint32_t i = 0; i < per_row; i++)
                 fprintf (f, " %llu:1", (unsigned long long) index [i]);
@@ -295,16 +272,10 @@ s_write_log (const char *path, const char *test_path, uint64_t features, size_t 
     if (rc)
         snprintf (why, size, "cannot write %s or %s", path, test_path);
     else
-    if (test_rows > 0) {
-        planted->auc = kd_auc (scores, labels, test_rows);
-        planted->seen_auc = kd_auc (seen_scores, labels, test_rows);
-        planted->unseen_share = (double) unseen_draws / (double) test_draws;
-    }
+    if (refs)
+        *ref = kd_ctrref_result (refs);
     free (index);
-    free (scores);
-    free (seen_scores);
-    free (labels);
-    free (seen);
+    kd_ctrref_destroy (&refs);
     kd_ctrgen_destroy (&gen);
     return s_stop ? -1 : rc;
 }
@@ -412,7 +383,7 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     snprintf (test, sizeof test, "%s/ctr-%llu.test.svm", dir, (unsigned long long) features);
     snprintf (summary, sizeof summary, "%s/summary-%llu.json", dir, (unsigned long long) features);
     double t_gen = kd_now_msf ();
-    s_planted_t planted;
+    kd_ctrref_result_t planted;
     if (s_write_log (path, test, features, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
                      &planted, why, sizeof why)) {
         if (!s_stop)
@@ -529,7 +500,7 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         strcat (each, "\"");
         char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32],
              f_auc [32], f_planted [32], f_gap [32], f_wall [32], f_done [32], f_seen [32],
-             f_unseen [32], f_zipf [32];
+             f_unseen [32], f_zipf [32], f_est [32];
         snprintf (f_rows, sizeof f_rows, "%zu", rows);
         snprintf (f_iter, sizeof f_iter, "%.0f", iterations);
         snprintf (f_ips, sizeof f_ips, "%.1f", iterations / ((t_to - t_from) / 1000));
@@ -541,10 +512,11 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         snprintf (f_done, sizeof f_done, "%.2f", done_epochs);
         //  JSON has no NaN: a missing figure is null.
         snprintf (f_auc, sizeof f_auc, isfinite (auc) ? "%.4f" : "null", auc);
-        snprintf (f_planted, sizeof f_planted, isfinite (planted.auc) ? "%.4f" : "null", planted.auc);
-        snprintf (f_gap, sizeof f_gap, isfinite (auc - planted.auc) ? "%.4f" : "null", planted.auc - auc);
+        snprintf (f_planted, sizeof f_planted, isfinite (planted.planted) ? "%.4f" : "null", planted.planted);
+        snprintf (f_gap, sizeof f_gap, isfinite (auc - planted.planted) ? "%.4f" : "null", planted.planted - auc);
         snprintf (f_zipf, sizeof f_zipf, "%g", kd_config_double (c, "zipf"));
-        snprintf (f_seen, sizeof f_seen, isfinite (planted.seen_auc) ? "%.4f" : "null", planted.seen_auc);
+        snprintf (f_seen, sizeof f_seen, isfinite (planted.seen) ? "%.4f" : "null", planted.seen);
+        snprintf (f_est, sizeof f_est, isfinite (planted.estimated) ? "%.4f" : "null", planted.estimated);
         snprintf (f_unseen, sizeof f_unseen, isfinite (planted.unseen_share) ? "%.4f" : "null",
                   planted.unseen_share);
         const char *kv [] = { "features", f_features, "rows", f_rows, "test_rows", f_test_rows,
@@ -555,7 +527,8 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
                               "dense_bytes_per_iteration", f_dense, "ratio_vs_dense", f_ratio,
                               "shard_peak_rss_kib", f_rss, "shard_peak_rss_kib_each", each,
                               "test_auc", f_auc, "planted_test_auc", f_planted, "auc_gap", f_gap,
-                              "planted_seen_test_auc", f_seen, "test_unseen_share", f_unseen, NULL };
+                              "planted_seen_test_auc", f_seen, "test_unseen_share", f_unseen,
+                              "estimated_test_auc", f_est, NULL };
         kd_bench_row (b, "sparse-bytes", header, kv);
         rc = 0;
     }

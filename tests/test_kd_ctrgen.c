@@ -3,12 +3,17 @@
     Rows are deterministic in the seed, hold distinct increasing indices in
     range, feature frequencies follow the power law asked for, labels follow
     the planted model, and the file `kudus gen-ctr` writes reads back through
-    kd_libsvm row for row.
+    kd_libsvm row for row.  The references a trained model is held against
+    (kd_ctrref) order as they must: the planted model, then what it scores
+    knowing only the features training holds, then with those weights
+    estimated from their training rows, which nears the planted model only
+    when every feature has many rows.
 */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sys/wait.h>
 #include "kd_ctrgen.h"
+#include "kd_ctrref.h"
 #include "kd_util.h"
 #include "kudus/kd_libsvm.h"
 #include "kd_testutil.h"
@@ -180,4 +185,62 @@ Test (kd_ctrgen, the_written_file_reads_back_through_kd_libsvm)
     kd_libsvm_destroy (&r);
     kd_ctrgen_destroy (&gen);
     free (dir);
+}
+
+//  Feed rows training rows and test_rows held-out ones of gen to refs.
+static kd_ctrref_result_t
+s_references (uint64_t features, uint32_t per_row, size_t rows, size_t test_rows)
+{
+    kd_ctrgen_t *gen = s_new (features, 1.1, per_row, 3);
+    kd_ctrref_t *refs = kd_ctrref_new (gen, features, test_rows);
+    cr_assert (refs);
+    uint64_t index [64];
+    double score;
+    for (size_t r = 0; r < rows; r++) {
+        int label = kd_ctrgen_row (gen, index, &score);
+        kd_ctrref_train (refs, index, per_row, score, label);
+    }
+    //  Rows past test_rows are not kept.
+    for (size_t r = 0; r < test_rows + 10; r++) {
+        int label = kd_ctrgen_row (gen, index, &score);
+        kd_ctrref_test (refs, index, per_row, score, label);
+    }
+    kd_ctrref_result_t result = kd_ctrref_result (refs);
+    kd_ctrref_destroy (&refs);
+    cr_expect_null (refs);
+    kd_ctrgen_destroy (&gen);
+    return result;
+}
+
+Test (kd_ctrgen, references_near_the_planted_model_when_every_feature_has_many_rows)
+{
+    //  50 features, 10 a row, 100,000 rows: the rarest has thousands.
+    kd_ctrref_result_t r = s_references (50, 10, 100000, 20000);
+    cr_expect (r.planted > 0.75 && r.planted < 1, "planted %.4f", r.planted);
+    cr_expect_eq (r.seen, r.planted);
+    cr_expect_eq (r.unseen_share, 0);
+    cr_expect (fabs (r.estimated - r.planted) < 0.005, "estimated %.4f against planted %.4f",
+               r.estimated, r.planted);
+}
+
+Test (kd_ctrgen, references_fall_below_the_planted_model_when_rows_are_few)
+{
+    //  A million features and 2,000 rows: a quarter of the held-out draws
+    //  were never seen, and most seen features were seen once.
+    kd_ctrref_result_t r = s_references (1000000, 40, 2000, 20000);
+    cr_expect (r.unseen_share > 0.1 && r.unseen_share < 1, "unseen %.4f", r.unseen_share);
+    cr_expect (r.seen < r.planted - 0.02, "seen %.4f, planted %.4f", r.seen, r.planted);
+    cr_expect (r.estimated < r.seen - 0.02, "estimated %.4f, seen %.4f", r.estimated, r.seen);
+    cr_expect (r.estimated > 0.5, "estimated %.4f still ranks", r.estimated);
+}
+
+Test (kd_ctrgen, references_without_held_out_rows_are_not_numbers)
+{
+    kd_ctrgen_t *gen = s_new (100, 1.1, 5, 1);
+    kd_ctrref_t *refs = kd_ctrref_new (gen, 100, 0);
+    cr_assert (refs);
+    kd_ctrref_result_t r = kd_ctrref_result (refs);
+    cr_expect (isnan (r.planted) && isnan (r.seen) && isnan (r.estimated) && isnan (r.unseen_share));
+    kd_ctrref_destroy (&refs);
+    kd_ctrgen_destroy (&gen);
 }

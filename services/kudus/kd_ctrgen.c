@@ -159,6 +159,12 @@ kd_ctrgen_bias (kd_ctrgen_t *self)
     return S_BIAS;
 }
 
+double
+kd_ctrgen_sigma (kd_ctrgen_t *self)
+{
+    return self->sigma;
+}
+
 static int
 s_compare_u64 (const void *a, const void *b)
 {

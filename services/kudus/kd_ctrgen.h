@@ -41,6 +41,10 @@ double
 double
     kd_ctrgen_bias (kd_ctrgen_t *self);
 
+//  The planted weights' standard deviation: the prior a learner would use.
+double
+    kd_ctrgen_sigma (kd_ctrgen_t *self);
+
 //  The feature index of the k-th commonest feature (k from 1).
 uint64_t
     kd_ctrgen_feature_of_rank (kd_ctrgen_t *self, uint64_t rank);

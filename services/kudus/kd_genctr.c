@@ -9,6 +9,7 @@
 */
 #include "kd_cli.h"
 #include "kd_ctrgen.h"
+#include "kd_ctrref.h"
 #include <zlib.h>
 
 #define S_AUC_ROWS  (16u << 20)     //  rows the planted AUC is computed on at most
@@ -37,9 +38,12 @@ typedef struct {
 } s_tally_t;
 
 //  Write rows rows of gen to path (gzipped when it ends in .gz); the first
-//  tally->n rows' scores and labels go into tally.  Returns 0 or 1 (said).
+//  tally->n rows' scores and labels go into tally, and every row into refs
+//  (when there are held-out rows), as training rows or as held-out ones.
+//  Returns 0 or 1 (said).
 static int
-s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_row, s_tally_t *tally)
+s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_row, s_tally_t *tally,
+              kd_ctrref_t *refs, bool held_out)
 {
     size_t len = strlen (path);
     bool gz = len > 3 && !strcmp (path + len - 3, ".gz");
@@ -63,6 +67,11 @@ s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_ro
             tally->scores [r] = score;
             tally->labels [r] = (uint8_t) label;
         }
+        if (refs && held_out)
+            kd_ctrref_test (refs, index, per_row, score, label);
+        else
+        if (refs)
+            kd_ctrref_train (refs, index, per_row, score, label);
         *p++ = label ? '1' : '0';
         for (uint32_t i = 0; i < per_row; i++) {
             *p++ = ' ';
@@ -136,19 +145,23 @@ kd_genctr_main (int argc, char **argv)
         snprintf (test, sizeof test, "%.*s.test.gz", (int) (len - 3), out);
     else
         snprintf (test, sizeof test, "%s.test", out);
-    s_tally_t train = { 0 }, held = { 0 };
+    //  The held-out rows are scored against the references of kd_ctrref,
+    //  which sees every training row first.
+    s_tally_t train = { 0 }, held = { 0 };   //  held keeps nothing: refs scores them
+    kd_ctrref_t *refs = test_rows > 0 ? kd_ctrref_new (gen, features, (size_t) test_rows) : NULL;
     double t0 = kd_now_msf ();
-    if (s_tally_init (&train, rows) || s_tally_init (&held, test_rows)) {
+    if (s_tally_init (&train, rows) || (test_rows > 0 && !refs)) {
         fprintf (stderr, "kudus gen-ctr: out of memory\n");
         rc = 1;
     }
     if (rc == 0)
-        rc = s_write_rows (gen, out, rows, per_row, &train);
+        rc = s_write_rows (gen, out, rows, per_row, &train, refs, false);
     if (rc == 0 && test_rows > 0)
-        rc = s_write_rows (gen, test, test_rows, per_row, &held);
+        rc = s_write_rows (gen, test, test_rows, per_row, &held, refs, true);
     if (rc == 0) {
         double auc = kd_auc (train.scores, train.labels, train.n);
-        double test_auc = test_rows > 0 ? kd_auc (held.scores, held.labels, held.n) : NAN;
+        kd_ctrref_result_t ref = refs ? kd_ctrref_result (refs)
+                                      : (kd_ctrref_result_t) { NAN, NAN, NAN, NAN };
         double seconds = (kd_now_msf () - t0) / 1000;
         char meta [1100];
         snprintf (meta, sizeof meta, "%s.json", out);
@@ -162,9 +175,14 @@ kd_genctr_main (int argc, char **argv)
                  " \"positive_share\": %.6f, \"planted_auc\": %.6f, \"planted_auc_rows\": %zu,\n",
                  (unsigned long long) rows, (unsigned long long) features, zipf, per_row,
                  (unsigned long long) seed, (double) train.positives / (double) rows, auc, train.n);
-        if (test_rows > 0)
+        if (test_rows > 0) {
             fprintf (m, " \"test_rows\": %llu, \"test_file\": \"%s\", \"planted_test_auc\": %.6f,\n",
-                     (unsigned long long) test_rows, test, test_auc);
+                     (unsigned long long) test_rows, test, ref.planted);
+            fprintf (m, " \"planted_seen_test_auc\": %.6f, \"test_unseen_share\": %.6f,\n",
+                     ref.seen, ref.unseen_share);
+            if (isfinite (ref.estimated))
+                fprintf (m, " \"estimated_test_auc\": %.6f,\n", ref.estimated);
+        }
         fprintf (m, " \"format\": \"libsvm\", \"index_base\": 1}\n");
         fclose (m);
         printf ("kudus gen-ctr: %llu rows of %u features of %llu (zipf %g) in %.1f s to %s; "
@@ -172,14 +190,16 @@ kd_genctr_main (int argc, char **argv)
                 (unsigned long long) rows, per_row, (unsigned long long) features, zipf, seconds, out,
                 (double) train.positives / (double) rows, auc, meta);
         if (test_rows > 0)
-            printf ("kudus gen-ctr: %llu held-out rows to %s; planted AUC on them %.4f\n",
-                    (unsigned long long) test_rows, test, test_auc);
+            printf ("kudus gen-ctr: %llu held-out rows to %s; planted AUC on them %.4f, knowing only "
+                    "the features training holds %.4f, with those estimated from their training rows "
+                    "%.4f; %.1f %% of their feature draws unseen in training\n",
+                    (unsigned long long) test_rows, test, ref.planted, ref.seen, ref.estimated,
+                    100 * ref.unseen_share);
     }
 done:
     free (train.scores);
     free (train.labels);
-    free (held.scores);
-    free (held.labels);
+    kd_ctrref_destroy (&refs);
     kd_ctrgen_destroy (&gen);
     kd_config_destroy (&config);
     return rc;
