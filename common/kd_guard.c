@@ -20,6 +20,7 @@ struct _kd_guard_t {
     int max_malformed;          //  0: never disconnect
     size_t connections;         //  accepted, served, and not yet disconnected
     uint8_t refused [S_MAX_FD / 8]; //  descriptors we shut down, not yet seen gone
+    uint8_t served [S_MAX_FD / 8];  //  descriptors accepted within the limit, not yet gone
     uint64_t disconnects;       //  connections we closed
     zhashx_t *strikes;          //  routing id (hex) -> strikes, as a pointer-sized count
     zhashx_t *banned;           //  routing id (hex) of peers we disconnected
@@ -162,6 +163,8 @@ kd_guard_on_event (kd_guard_t *self)
     } while (n < S_EVENT_BATCH && (zsock_events (self->monitor) & ZMQ_POLLIN));
     for (int i = 0; i < n; i++) {
         uint32_t fd = events [i].value;
+        if (fd < S_MAX_FD)
+            self->served [fd / 8] &= (uint8_t) ~(1u << (fd % 8));
         if (events [i].id == ZMQ_EVENT_DISCONNECTED) {
             //  A refused connection left the count when it was refused.
             if (fd < S_MAX_FD && (self->refused [fd / 8] & (1u << (fd % 8))))
@@ -174,8 +177,11 @@ kd_guard_on_event (kd_guard_t *self)
         if (events [i].id != ZMQ_EVENT_ACCEPTED)
             continue;
         self->connections++;
-        if (!self->max_connections || self->connections <= (size_t) self->max_connections)
+        if (!self->max_connections || self->connections <= (size_t) self->max_connections) {
+            if (fd < S_MAX_FD)
+                self->served [fd / 8] |= (uint8_t) (1u << (fd % 8));
             continue;
+        }
         bool gone = false;
         for (int j = i + 1; j < n && !gone; j++)
             gone = events [j].id == ZMQ_EVENT_DISCONNECTED && events [j].value == events [i].value;
@@ -194,23 +200,33 @@ kd_guard_on_event (kd_guard_t *self)
     }
 }
 
-int
-kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
-               kd_msg_err_t *err, kd_msg_source_t *src)
+//  kd_guard_recv, waiting for a request or not (returns 1 when none).
+static int
+s_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
+        kd_msg_err_t *err, kd_msg_source_t *src, bool wait)
 {
     assert (self);
-    //  Connection events first: a connection over the limit must be seen
-    //  and closed before any request it already sent is read.
-    if (self->monitor && (zsock_events (self->monitor) & ZMQ_POLLIN))
-        kd_guard_on_event (self);
     zframe_t *id = NULL;
-    int rc = kd_msg_recv_from (zsock_resolve (self->router), out, &id, err, &self->last);
+    void *router = zsock_resolve (self->router);
+    int rc = wait ? kd_msg_recv_from (router, out, &id, err, &self->last)
+                  : kd_msg_recv_from_nowait (router, out, &id, err, &self->last);
+    if (rc == 1)
+        return 1;
+    //  A connection over the limit must be seen and closed before any
+    //  request it sent is served.  Its accept event was queued before its
+    //  first byte was read, so a request from a descriptor not yet known
+    //  as served reads the pending events first.  Asking the monitor costs
+    //  a poll, so the requests of known connections skip it; a descriptor
+    //  closed and reused between two of our polls is checked at the next.
+    int fd = self->last.fd;
+    bool known = fd >= 0 && fd < S_MAX_FD && (self->served [fd / 8] & (1u << (fd % 8)));
+    if (self->monitor && !known && (zsock_events (self->monitor) & ZMQ_POLLIN))
+        kd_guard_on_event (self);
     //  A decoded message holds its routing id; a malformed one hands it back.
     s_key (rc == 0 ? kd_msg_routing_id (*out) : id, self->last_id, sizeof self->last_id);
     if (src)
         *src = self->last;
     //  What a connection refused at accept had sent is dropped unread.
-    int fd = self->last.fd;
     bool refused = rc != -1 && fd >= 0 && fd < S_MAX_FD && (self->refused [fd / 8] & (1u << (fd % 8)));
     if (refused || (rc != -1 && zhashx_lookup (self->banned, self->last_id))) {
         //  What a disconnected peer had queued is dropped unread.
@@ -225,6 +241,20 @@ kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
     else
         zframe_destroy (&id);
     return rc;
+}
+
+int
+kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
+               kd_msg_err_t *err, kd_msg_source_t *src)
+{
+    return s_recv (self, out, routing_p, err, src, true);
+}
+
+int
+kd_guard_recv_nowait (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
+                      kd_msg_err_t *err, kd_msg_source_t *src)
+{
+    return s_recv (self, out, routing_p, err, src, false);
 }
 
 bool

@@ -19,6 +19,7 @@
 #include "kd_msg.h"
 #include "kd_half.h"
 #include <assert.h>
+#include <errno.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1660,9 +1661,11 @@ s_meta (zmq_msg_t *part, const char *property, char *out, size_t size)
     snprintf (out, size, "%s", value ? value : "");
 }
 
-int
-kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
-                  kd_msg_err_t *err, kd_msg_source_t *src)
+//  kd_msg_recv_from, waiting for the first part or not (ZMQ_DONTWAIT in
+//  flags: returns 1 when no message is waiting).
+static int
+s_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
+             kd_msg_err_t *err, kd_msg_source_t *src, int flags)
 {
     assert (socket);
     assert (out);
@@ -1682,11 +1685,12 @@ kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
     for (int i = 0; i < small && more; i++) {
         zmq_msg_t part;
         zmq_msg_init (&part);
-        if (zmq_msg_recv (&part, zsock_resolve (socket), 0) < 0) {
+        if (zmq_msg_recv (&part, zsock_resolve (socket), i == 0 ? flags : 0) < 0) {
+            bool empty = i == 0 && errno == EAGAIN && (flags & ZMQ_DONTWAIT);
             zmq_msg_close (&part);
             if (i == 0) {
                 zmsg_destroy (&zmsg);
-                return -1;
+                return empty ? 1 : -1;
             }
             more = false;
             break;
@@ -1703,10 +1707,12 @@ kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
         zmsg_append (zmsg, &copy);
     }
     if (more) {
-        frame = zframe_recv (socket);
-        if (!frame && small == 0) {
+        bool first = small == 0;
+        frame = first && (flags & ZMQ_DONTWAIT) ? zframe_recv_nowait (socket) : zframe_recv (socket);
+        if (!frame && first) {
+            bool empty = errno == EAGAIN && (flags & ZMQ_DONTWAIT);
             zmsg_destroy (&zmsg);
-            return -1;
+            return empty ? 1 : -1;
         }
     }
     while (frame) {
@@ -1719,6 +1725,20 @@ kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
         frame = more ? zframe_recv (socket) : NULL;
     }
     return kd_msg_decode (&zmsg, routed, out, routing_p, err);
+}
+
+int
+kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                  kd_msg_err_t *err, kd_msg_source_t *src)
+{
+    return s_recv_from (socket, out, routing_p, err, src, 0);
+}
+
+int
+kd_msg_recv_from_nowait (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                         kd_msg_err_t *err, kd_msg_source_t *src)
+{
+    return s_recv_from (socket, out, routing_p, err, src, ZMQ_DONTWAIT);
 }
 
 //  Build an ERROR reply with the reason cut to KD_MSG_MAX_STRING bytes.

@@ -50,6 +50,11 @@ int
     kd_guard_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
                    kd_msg_err_t *err, kd_msg_source_t *src);
 
+//  kd_guard_recv that does not wait: returns 1 when no request is queued.
+int
+    kd_guard_recv_nowait (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
+                          kd_msg_err_t *err, kd_msg_source_t *src);
+
 //  Count a strike against the peer of the last request received (for an
 //  abuse the service found itself, such as an unknown message type).
 //  Returns true when this strike disconnected it.

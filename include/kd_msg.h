@@ -436,6 +436,14 @@ int
     kd_msg_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
                       kd_msg_err_t *err, kd_msg_source_t *src);
 
+//  kd_msg_recv_from that does not wait: returns 1, with nothing read, when
+//  no message is queued.  A loop that drains a socket asks the socket
+//  itself instead of polling it between messages: a poll costs system
+//  calls, a queued message none.
+int
+    kd_msg_recv_from_nowait (void *socket, kd_msg_t **out, zframe_t **routing_p,
+                             kd_msg_err_t *err, kd_msg_source_t *src);
+
 //  A copy of a message without its routing id (encoded and decoded, so
 //  it holds its own data frame), or NULL if it cannot be encoded.
 kd_msg_t *

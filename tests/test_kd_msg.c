@@ -1960,6 +1960,60 @@ Test (kd_msg, socket_round_trip_dealer_router)
     zsock_destroy (&router);
 }
 
+Test (kd_msg, recv_without_waiting_reads_what_is_queued_and_says_when_none_is)
+{
+    zsock_t *router, *dealer;
+    s_pair (&router, &dealer, "inproc://test-kd-msg-nowait");
+    kd_msg_t *msg = NULL;
+    zframe_t *routing = NULL;
+    kd_msg_err_t err;
+    kd_msg_source_t src;
+    //  Nothing queued: 1 at once, nothing read, on both kinds of socket.
+    cr_expect_eq (kd_msg_recv_from_nowait (router, &msg, &routing, &err, &src), 1);
+    cr_expect_null (msg);
+    cr_expect_null (routing);
+    cr_expect_eq (kd_msg_recv_from_nowait (dealer, &msg, NULL, &err, NULL), 1);
+    //  Three queued, one of them garbage: read in order, the garbage as -2
+    //  with its routing id, then 1 again.
+    for (uint64_t clock = 0; clock < 2; clock++) {
+        kd_msg_t *push = kd_msg_new (KD_MSG_PUSH);
+        kd_msg_set_uint (push, KD_F_RANK, 1);
+        kd_msg_set_uint (push, KD_F_CLOCK, clock);
+        kd_msg_set_uint (push, KD_F_BASE, 0);
+        kd_msg_set_uint (push, KD_F_LO, 0);
+        zframe_t *data = s_data_frame ();
+        kd_msg_set_data (push, &data);
+        cr_assert_eq (kd_msg_send (&push, dealer), 0);
+        if (clock == 0) {
+            zmsg_t *junk = zmsg_new ();
+            zmsg_addstr (junk, "not msgpack");
+            cr_assert_eq (zmsg_send (&junk, dealer), 0);
+        }
+    }
+    //  inproc delivers asynchronously: wait until the first is there.
+    zpoller_t *poller = zpoller_new (router, NULL);
+    cr_assert_eq (zpoller_wait (poller, 2000), router);
+    zpoller_destroy (&poller);
+    zclock_sleep (50);
+    cr_assert_eq (kd_msg_recv_from_nowait (router, &msg, &routing, &err, &src), 0, "%s", err.reason);
+    cr_expect_eq (kd_msg_uint (msg, KD_F_CLOCK), 0);
+    size_t n = 0;
+    cr_expect_not_null (kd_msg_data_floats (msg, &n));
+    cr_expect_eq (n, FLOATS);
+    kd_msg_destroy (&msg);
+    cr_expect_eq (kd_msg_recv_from_nowait (router, &msg, &routing, &err, &src), -2);
+    cr_expect_eq (err.code, KD_ERR_MALFORMED);
+    cr_expect_not_null (routing);
+    zframe_destroy (&routing);
+    cr_assert_eq (kd_msg_recv_from_nowait (router, &msg, &routing, &err, &src), 0, "%s", err.reason);
+    cr_expect_eq (kd_msg_uint (msg, KD_F_CLOCK), 1);
+    kd_msg_destroy (&msg);
+    cr_expect_eq (kd_msg_recv_from_nowait (router, &msg, &routing, &err, &src), 1);
+    cr_expect_null (msg);
+    zsock_destroy (&dealer);
+    zsock_destroy (&router);
+}
+
 Test (kd_msg, socket_send_rules_and_timeout)
 {
     zsock_t *router, *dealer;

@@ -56,20 +56,24 @@ s_refuse (self_t *self, zframe_t *id, int code, const char *reason)
     kd_msg_send (&error, self->router);
 }
 
-//  One message from a worker: checked here, then bundled.
-static void
-s_on_worker (self_t *self)
+//  One message from a worker, waited for or not: checked here, then
+//  bundled.  Returns false when there was none to read.
+static bool
+s_on_worker (self_t *self, bool wait)
 {
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
     kd_msg_source_t src;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &src);
+    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &src)
+                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &src);
+    if (rc == 1)
+        return false;
     if (rc == -2 && id)
         s_refuse (self, id, err.code, err.reason);
     zframe_destroy (&id);
     if (rc != 0)
-        return;
+        return true;
     zframe_t *rid = kd_msg_routing_id (msg);
     if (!kd_role_check (KD_SVC_SCHEDULER, &src, msg, self->router))
         kd_guard_strike (self->guard, rid, "forbidden for its role");
@@ -88,6 +92,7 @@ s_on_worker (self_t *self)
     kd_msg_destroy (&msg);
     if (kd_bundle_items (self->bundle) >= self->max_batch)
         s_send_up (self);
+    return true;
 }
 
 //  One message from the scheduler: a RELAY is sent on item by item, as the
@@ -163,11 +168,9 @@ kd_aggregator_run (kd_config_t *config)
         void *which = zpoller_wait (poller, 1000);
         if (which == self->router) {
             //  A burst is whatever is queued now: bundle it and send it up.
-            for (size_t i = 0; i < 4 * self->max_batch; i++) {
-                s_on_worker (self);
-                if (!(zsock_events (self->router) & ZMQ_POLLIN))
+            for (size_t i = 0; i < 4 * self->max_batch; i++)
+                if (!s_on_worker (self, i == 0))
                     break;
-            }
             s_send_up (self);
         }
         else

@@ -1639,32 +1639,37 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
 static void s_on_peer_message (self_t *self, kd_msg_t *msg);
 static void s_on_relay (self_t *self, kd_msg_t *relay);
 
-//  One message on the ROUTER.
-static void
-s_on_message (self_t *self)
+//  One message on the ROUTER, waited for or not; returns false when there
+//  was none to read.
+static bool
+s_on_message (self_t *self, bool wait)
 {
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &self->src);
+    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &self->src)
+                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &self->src);
+    if (rc == 1)
+        return false;
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
-        return;
+        return true;
     }
     if (rc != 0)
-        return;
+        return true;
     zframe_t *rid = kd_msg_routing_id (msg);
     if (!kd_role_check (KD_SVC_SCHEDULER, &self->src, msg, self->router)) {
         kd_guard_strike (self->guard, rid, "forbidden for its role");
         kd_msg_destroy (&msg);
-        return;
+        return true;
     }
     if (kd_msg_type (msg) == KD_MSG_RELAY)
         s_on_relay (self, msg);
     else
         s_on_peer_message (self, msg);
     kd_msg_destroy (&msg);
+    return true;
 }
 
 //  One message from a peer, received directly or unpacked from a RELAY
@@ -2019,12 +2024,11 @@ kd_scheduler_run (kd_config_t *config)
         //  A short tick bounds LSP windows and run-time limits.
         void *which = zpoller_wait (poller, 20);
         if (which == self->router) {
-            //  Drain a burst of messages before looking at timers.
-            for (int i = 0; i < 1000 && self->state != S_DONE; i++) {
-                s_on_message (self);
-                if (!(zsock_events (self->router) & ZMQ_POLLIN))
+            //  Drain a burst of messages before looking at timers, each
+            //  after the first read without waiting (no poll per message).
+            for (int i = 0; i < 1000 && self->state != S_DONE; i++)
+                if (!s_on_message (self, i == 0))
                     break;
-            }
         }
         else
         if (which && which == kd_guard_socket (self->guard))

@@ -1895,22 +1895,26 @@ s_on_stats (self_t *self, kd_msg_t *msg)
     kd_msg_send (&ok, self->router);
 }
 
-//  A request on the ROUTER.
-static void
-s_on_request (self_t *self)
+//  A request on the ROUTER, waited for or not; returns false when there
+//  was none to read.
+static bool
+s_on_request (self_t *self, bool wait)
 {
     kd_msg_t *msg = NULL;
     zframe_t *id = NULL;
     kd_msg_err_t err;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &self->src);
+    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &self->src)
+                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &self->src);
+    if (rc == 1)
+        return false;
     if (rc == -2) {
         s_error (self, id, err.code, err.reason);
         zframe_destroy (&id);
-        return;
+        return true;
     }
     zframe_destroy (&id);
     if (rc != 0)
-        return;
+        return true;
     kd_msg_type_t type = kd_msg_type (msg);
     if (!kd_role_check (KD_SVC_SHARD, &self->src, msg, self->router)) {
         //  A key that keeps trying what its role may not do is cut off too.
@@ -1963,6 +1967,7 @@ s_on_request (self_t *self)
         kd_guard_strike (self->guard, kd_msg_routing_id (msg), reason);
     }
     kd_msg_destroy (&msg);
+    return true;
 }
 
 //  Parked-pull destructor.
@@ -2054,12 +2059,12 @@ kd_shard_run (kd_config_t *config)
         if (which == self->router) {
             //  A burst is read before polling again: one poll system call
             //  per small request was most of its cost.  The bound keeps the
-            //  scheduler's socket served.
-            for (int i = 0; i < S_BURST; i++) {
-                s_on_request (self);
-                if (!(zsock_events (self->router) & ZMQ_POLLIN))
+            //  scheduler's socket served.  After the first, each read asks
+            //  the socket without waiting, which costs no system call while
+            //  requests are queued (asking ZMQ_EVENTS costs a poll).
+            for (int i = 0; i < S_BURST; i++)
+                if (!s_on_request (self, i == 0))
                     break;
-            }
         }
         else
         if (which == kd_peer_socket (self->peer))
