@@ -229,12 +229,17 @@ done:
 //  generator (the same planted model) to test_path; the references on the
 //  held-out rows (kd_ctrref) into *ref (NAN without them).
 static int
-s_write_log (const char *path, const char *test_path, uint64_t features, size_t rows,
+s_write_log (const char *path, const char *test_path, uint64_t features, uint64_t vocab, size_t rows,
              size_t test_rows, uint32_t per_row, double zipf, uint64_t seed, kd_ctrref_result_t *ref,
              char *why, size_t size)
 {
     *ref = (kd_ctrref_result_t) { NAN, NAN, NAN, NAN };
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
+    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab)) {
+        snprintf (why, size, "vocab (%llu) must be between per-row (%u) and the features (%llu)",
+                  (unsigned long long) vocab, per_row, (unsigned long long) features);
+        kd_ctrgen_destroy (&gen);
+    }
     if (!gen)
         return -1;
     uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));
@@ -384,7 +389,8 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     snprintf (summary, sizeof summary, "%s/summary-%llu.json", dir, (unsigned long long) features);
     double t_gen = kd_now_msf ();
     kd_ctrref_result_t planted;
-    if (s_write_log (path, test, features, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
+    uint64_t vocab = (uint64_t) kd_config_int (c, "vocab");
+    if (s_write_log (path, test, features, vocab, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
                      &planted, why, sizeof why)) {
         if (!s_stop)
             kd_error ("sparse features=%llu: %s", (unsigned long long) features, why);
@@ -500,7 +506,7 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         strcat (each, "\"");
         char f_rows [32], f_iter [32], f_bytes [32], f_dense [32], f_ratio [32], f_rss [32], f_ips [32],
              f_auc [32], f_planted [32], f_gap [32], f_wall [32], f_done [32], f_seen [32],
-             f_unseen [32], f_zipf [32], f_est [32];
+             f_unseen [32], f_zipf [32], f_est [32], f_vocab [32];
         snprintf (f_rows, sizeof f_rows, "%zu", rows);
         snprintf (f_iter, sizeof f_iter, "%.0f", iterations);
         snprintf (f_ips, sizeof f_ips, "%.1f", iterations / ((t_to - t_from) / 1000));
@@ -515,12 +521,13 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
         snprintf (f_planted, sizeof f_planted, isfinite (planted.planted) ? "%.4f" : "null", planted.planted);
         snprintf (f_gap, sizeof f_gap, isfinite (auc - planted.planted) ? "%.4f" : "null", planted.planted - auc);
         snprintf (f_zipf, sizeof f_zipf, "%g", kd_config_double (c, "zipf"));
+        snprintf (f_vocab, sizeof f_vocab, "%llu", (unsigned long long) (vocab ? vocab : features));
         snprintf (f_seen, sizeof f_seen, isfinite (planted.seen) ? "%.4f" : "null", planted.seen);
         snprintf (f_est, sizeof f_est, isfinite (planted.estimated) ? "%.4f" : "null", planted.estimated);
         snprintf (f_unseen, sizeof f_unseen, isfinite (planted.unseen_share) ? "%.4f" : "null",
                   planted.unseen_share);
         const char *kv [] = { "features", f_features, "rows", f_rows, "test_rows", f_test_rows,
-                              "zipf", f_zipf, "workers", f_workers, "shards", f_shards,
+                              "zipf", f_zipf, "vocab", f_vocab, "workers", f_workers, "shards", f_shards,
                               "lr", f_rate, "epochs", f_done,
                               "wall_seconds", f_wall, "iterations", f_iter,
                               "iterations_per_s", f_ips, "bytes_per_iteration", f_bytes,

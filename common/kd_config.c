@@ -200,6 +200,8 @@ static const kd_setting_t s_table [] = {
       "exponent of the power law of feature frequencies (the k-th commonest has weight k^-zipf)" },
     { "per-row", KD_CT_INT, "40", 1, 65536, NULL, KD_SVC_GENCTR | S_PRF,
       "distinct features in each row" },
+    { "vocab", KD_CT_INT, "0", 0, 1e12, NULL, KD_SVC_GENCTR | S_PRF,
+      "rows draw from this many commonest features only, scattered over every index (0: all; same vocab, same touched keys at any size)" },
     { "seed", KD_CT_INT, "42", 0, 9007199254740991.0, NULL, KD_SVC_GENCTR,
       "seed of the planted model and of the rows: the same seed writes the same file" },
 

@@ -244,3 +244,49 @@ Test (kd_ctrgen, references_without_held_out_rows_are_not_numbers)
     kd_ctrref_destroy (&refs);
     kd_ctrgen_destroy (&gen);
 }
+
+static int
+s_compare (const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+    return x < y ? -1 : x > y;
+}
+
+Test (kd_ctrgen, a_vocabulary_touches_keys_alike_at_any_feature_count)
+{
+    //  The same seed and vocabulary over 1M and 100M features: the same
+    //  ranks, so the same number of distinct keys in every batch of rows,
+    //  each index within the features and each rank within the vocabulary.
+    kd_ctrgen_t *small = s_new (1000000, 1.1, 40, 9), *large = s_new (100000000, 1.1, 40, 9);
+    cr_assert_eq (kd_ctrgen_set_vocab (small, 50000), 0);
+    cr_assert_eq (kd_ctrgen_set_vocab (large, 50000), 0);
+    static uint64_t keys_small [100 * 40], keys_large [100 * 40];
+    for (int batch = 0; batch < 20; batch++) {
+        for (int r = 0; r < 100; r++) {
+            double score;
+            kd_ctrgen_row (small, keys_small + r * 40, &score);
+            kd_ctrgen_row (large, keys_large + r * 40, &score);
+        }
+        for (int i = 0; i < 4000; i++) {
+            cr_assert (keys_small [i] >= 1 && keys_small [i] <= 1000000);
+            cr_assert (keys_large [i] >= 1 && keys_large [i] <= 100000000);
+        }
+        qsort (keys_small, 4000, sizeof (uint64_t), s_compare);
+        qsort (keys_large, 4000, sizeof (uint64_t), s_compare);
+        size_t distinct_small = 1, distinct_large = 1;
+        for (int i = 1; i < 4000; i++) {
+            distinct_small += keys_small [i] != keys_small [i - 1];
+            distinct_large += keys_large [i] != keys_large [i - 1];
+        }
+        cr_expect_eq (distinct_small, distinct_large, "batch %d", batch);
+        cr_expect (distinct_small < 4000, "a batch repeats common keys");
+    }
+    //  Every draw stays within the vocabulary's ranks.
+    for (int i = 0; i < 100000; i++)
+        cr_assert_leq (kd_ctrgen_rank (small), 50000);
+    //  Out of bounds: under per-row, over the features.
+    cr_expect_eq (kd_ctrgen_set_vocab (small, 39), -1);
+    cr_expect_eq (kd_ctrgen_set_vocab (small, 1000001), -1);
+    kd_ctrgen_destroy (&small);
+    kd_ctrgen_destroy (&large);
+}

@@ -13,6 +13,7 @@
 
 struct _kd_ctrgen_t {
     uint64_t n;                         //  features
+    uint64_t ranks;                     //  features the rows draw from (the vocabulary)
     double a;                           //  zipf exponent
     uint32_t per_row;                   //  features per row
     uint64_t seed;                      //  of the weights
@@ -107,10 +108,23 @@ kd_ctrgen_new (uint64_t features, double zipf, uint32_t per_row, uint64_t seed,
         self->stride = (self->stride + 1) % features;
     if (features == 1)
         self->stride = 1;
+    self->ranks = features;
     self->h_x1 = s_hint (self, 1.5) - 1;
     self->h_n = s_hint (self, (double) features + 0.5);
     self->s = 2 - s_hint_inverse (self, s_hint (self, 2.5) - s_h (self, 2));
     return self;
+}
+
+int
+kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab)
+{
+    if (vocab < self->per_row || vocab > self->n)
+        return -1;
+    //  The power law runs over the vocabulary's ranks; the permutation
+    //  still scatters them over all n indices.
+    self->ranks = vocab;
+    self->h_n = s_hint (self, (double) vocab + 0.5);
+    return 0;
 }
 
 void
@@ -129,7 +143,7 @@ kd_ctrgen_rank (kd_ctrgen_t *self)
         double u = self->h_n + s_uniform (self) * (self->h_x1 - self->h_n);
         double x = s_hint_inverse (self, u);
         double kd = floor (x + 0.5);
-        uint64_t k = kd < 1 ? 1 : kd > (double) self->n ? self->n : (uint64_t) kd;
+        uint64_t k = kd < 1 ? 1 : kd > (double) self->ranks ? self->ranks : (uint64_t) kd;
         if ((double) k - x <= self->s || u >= s_hint (self, (double) k + 0.5) - s_h (self, (double) k))
             return k;
     }

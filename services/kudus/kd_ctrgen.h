@@ -26,6 +26,14 @@ kd_ctrgen_t *
     kd_ctrgen_new (uint64_t features, double zipf, uint32_t per_row, uint64_t seed,
                    char *err, size_t err_size);
 
+//  Draw the rows' features from the vocab commonest only (the power law's
+//  ranks 1 to vocab), still scattered over every index.  The same seed and
+//  vocab then touch keys alike at any feature count: what changes is only
+//  the model's size.  Call before the first row; -1 when vocab is under
+//  per_row or over the features.
+int
+    kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab);
+
 //  Destroy and null the caller's pointer.
 void
     kd_ctrgen_destroy (kd_ctrgen_t **self_p);
@@ -49,7 +57,7 @@ double
 uint64_t
     kd_ctrgen_feature_of_rank (kd_ctrgen_t *self, uint64_t rank);
 
-//  One power-law draw: a rank in [1, features].
+//  One power-law draw: a rank in [1, features] (or [1, vocab]).
 uint64_t
     kd_ctrgen_rank (kd_ctrgen_t *self);
 

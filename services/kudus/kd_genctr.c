@@ -130,8 +130,14 @@ kd_genctr_main (int argc, char **argv)
     uint32_t per_row = (uint32_t) kd_config_int (config, "per-row");
     double zipf = kd_config_double (config, "zipf");
     uint64_t seed = (uint64_t) kd_config_int (config, "seed");
+    uint64_t vocab = (uint64_t) kd_config_int (config, "vocab");
     char err [256];
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, err, sizeof err);
+    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab)) {
+        snprintf (err, sizeof err, "vocab (%llu) must be between per-row (%u) and features (%llu)",
+                  (unsigned long long) vocab, per_row, (unsigned long long) features);
+        kd_ctrgen_destroy (&gen);
+    }
     if (!gen) {
         fprintf (stderr, "kudus gen-ctr: %s\n", err);
         kd_config_destroy (&config);
@@ -171,9 +177,10 @@ kd_genctr_main (int argc, char **argv)
             rc = 1;
             goto done;
         }
-        fprintf (m, "{\"rows\": %llu, \"features\": %llu, \"zipf\": %g, \"per_row\": %u, \"seed\": %llu,\n"
+        fprintf (m, "{\"rows\": %llu, \"features\": %llu, \"vocab\": %llu, \"zipf\": %g, \"per_row\": %u, \"seed\": %llu,\n"
                  " \"positive_share\": %.6f, \"planted_auc\": %.6f, \"planted_auc_rows\": %zu,\n",
-                 (unsigned long long) rows, (unsigned long long) features, zipf, per_row,
+                 (unsigned long long) rows, (unsigned long long) features,
+                 (unsigned long long) (vocab ? vocab : features), zipf, per_row,
                  (unsigned long long) seed, (double) train.positives / (double) rows, auc, train.n);
         if (test_rows > 0) {
             fprintf (m, " \"test_rows\": %llu, \"test_file\": \"%s\", \"planted_test_auc\": %.6f,\n",
