@@ -389,7 +389,10 @@ s_bytes_per_iteration (kd_bench_t *b, const char *dir, uint64_t features, bool *
     snprintf (summary, sizeof summary, "%s/summary-%llu.json", dir, (unsigned long long) features);
     double t_gen = kd_now_msf ();
     kd_ctrref_result_t planted;
+    //  A vocabulary larger than this run's model is the whole model.
     uint64_t vocab = (uint64_t) kd_config_int (c, "vocab");
+    if (vocab > features)
+        vocab = 0;
     if (s_write_log (path, test, features, vocab, rows, test_rows, per_row, kd_config_double (c, "zipf"), 42,
                      &planted, why, sizeof why)) {
         if (!s_stop)

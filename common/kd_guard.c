@@ -200,28 +200,42 @@ kd_guard_on_event (kd_guard_t *self)
     }
 }
 
+//  Every connection event pending, in as many batches as there are.
+static void
+s_read_events (kd_guard_t *self)
+{
+    while (self->monitor && (zsock_events (self->monitor) & ZMQ_POLLIN))
+        kd_guard_on_event (self);
+}
+
 //  kd_guard_recv, waiting for a request or not (returns 1 when none).
 static int
 s_recv (kd_guard_t *self, kd_msg_t **out, zframe_t **routing_p,
         kd_msg_err_t *err, kd_msg_source_t *src, bool wait)
 {
     assert (self);
+    //  A connection over the limit must be seen and closed before any
+    //  request it sent is served.  The events are read before the first
+    //  request of every burst (the poller may favour a busy ROUTER over the
+    //  monitor for as long as the load lasts); within a burst, asking the
+    //  monitor costs a poll a request, so only a request from a descriptor
+    //  not yet known as served reads them first, all of them.  Its accept
+    //  event was queued before its first byte could be read.  A descriptor
+    //  closed and reused within one burst is checked at the next.
+    if (wait)
+        s_read_events (self);
     zframe_t *id = NULL;
     void *router = zsock_resolve (self->router);
-    int rc = wait ? kd_msg_recv_from (router, out, &id, err, &self->last)
-                  : kd_msg_recv_from_nowait (router, out, &id, err, &self->last);
+    kd_msg_source_t from;
+    int rc = wait ? kd_msg_recv_from (router, out, &id, err, &from)
+                  : kd_msg_recv_from_nowait (router, out, &id, err, &from);
     if (rc == 1)
         return 1;
-    //  A connection over the limit must be seen and closed before any
-    //  request it sent is served.  Its accept event was queued before its
-    //  first byte was read, so a request from a descriptor not yet known
-    //  as served reads the pending events first.  Asking the monitor costs
-    //  a poll, so the requests of known connections skip it; a descriptor
-    //  closed and reused between two of our polls is checked at the next.
+    self->last = from;
     int fd = self->last.fd;
     bool known = fd >= 0 && fd < S_MAX_FD && (self->served [fd / 8] & (1u << (fd % 8)));
-    if (self->monitor && !known && (zsock_events (self->monitor) & ZMQ_POLLIN))
-        kd_guard_on_event (self);
+    if (!known)
+        s_read_events (self);
     //  A decoded message holds its routing id; a malformed one hands it back.
     s_key (rc == 0 ? kd_msg_routing_id (*out) : id, self->last_id, sizeof self->last_id);
     if (src)

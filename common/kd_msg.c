@@ -1709,6 +1709,8 @@ s_recv_from (void *socket, kd_msg_t **out, zframe_t **routing_p,
     if (more) {
         bool first = small == 0;
         frame = first && (flags & ZMQ_DONTWAIT) ? zframe_recv_nowait (socket) : zframe_recv (socket);
+        //  zframe_recv_nowait frees its empty frame before returning; free
+        //  keeps errno (glibc 2.33 and later; Debian 12 has 2.36).
         if (!frame && first) {
             bool empty = errno == EAGAIN && (flags & ZMQ_DONTWAIT);
             zmsg_destroy (&zmsg);

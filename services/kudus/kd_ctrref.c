@@ -27,14 +27,18 @@ kd_ctrref_new (kd_ctrgen_t *gen, uint64_t features, size_t test_rows)
     self->gen = gen;
     self->features = features;
     self->cap = test_rows;
-    self->seen = (uint64_t *) calloc (features / 64 + 1, sizeof (uint64_t));
     self->labels = (uint8_t *) malloc (test_rows + 1);
-    bool ok = self->seen && self->labels;
+    bool ok = self->labels != NULL;
     for (int k = 0; k < 3; k++)
         ok = ok && (self->scores [k] = (double *) malloc ((test_rows + 1) * sizeof (double)));
+    //  The per-feature references cost memory per feature, not per row:
+    //  past their bounds, or out of memory, they are left out (NAN) and the
+    //  planted model's AUC is still given.
+    if (ok && features <= KD_CTRREF_MAX_SEEN)
+        self->seen = (uint64_t *) calloc (features / 64 + 1, sizeof (uint64_t));
     //  Doubles: a common feature sums tens of millions of terms, past
-    //  float's 24 bits.  calloc maps pages as they are touched.
-    if (ok && features <= KD_CTRREF_MAX_ESTIMATED) {
+    //  float's 24 bits.
+    if (ok && self->seen && features <= KD_CTRREF_MAX_ESTIMATED) {
         self->num = (double *) calloc (features + 1, sizeof (double));
         self->den = (double *) calloc (features + 1, sizeof (double));
         if (!self->num || !self->den) {
@@ -67,7 +71,7 @@ kd_ctrref_destroy (kd_ctrref_t **self_p)
 void
 kd_ctrref_train (kd_ctrref_t *self, const uint64_t *index, uint32_t per_row, double score, int label)
 {
-    for (uint32_t i = 0; i < per_row; i++) {
+    for (uint32_t i = 0; i < per_row && self->seen; i++) {
         uint64_t f = index [i];
         if (f > self->features)
             continue;
@@ -90,7 +94,7 @@ kd_ctrref_test (kd_ctrref_t *self, const uint64_t *index, uint32_t per_row, doub
     double seen = 0, estimated = 0;
     for (uint32_t i = 0; i < per_row; i++) {
         uint64_t f = index [i];
-        if (f <= self->features && (self->seen [f / 64] & (1ull << (f % 64)))) {
+        if (self->seen && f <= self->features && (self->seen [f / 64] & (1ull << (f % 64)))) {
             seen += kd_ctrgen_weight (self->gen, f);
             if (self->num)
                 estimated += self->num [f] / (prior + self->den [f]);
@@ -113,9 +117,11 @@ kd_ctrref_result (kd_ctrref_t *self)
     if (self->n == 0)
         return r;
     r.planted = kd_auc (self->scores [0], self->labels, self->n);
-    r.seen = kd_auc (self->scores [1], self->labels, self->n);
+    if (self->seen) {
+        r.seen = kd_auc (self->scores [1], self->labels, self->n);
+        r.unseen_share = (double) self->unseen / (double) self->draws;
+    }
     if (self->num)
         r.estimated = kd_auc (self->scores [2], self->labels, self->n);
-    r.unseen_share = (double) self->unseen / (double) self->draws;
     return r;
 }

@@ -33,8 +33,12 @@ typedef struct {
 } kd_ctrref_result_t;
 
 //  References for gen's rows over features features and up to test_rows
-//  held-out rows; NULL out of memory.  "estimated" needs 16 bytes a
-//  feature and is left out (NAN) above KD_CTRREF_MAX_ESTIMATED features.
+//  held-out rows; NULL when the rows do not fit in memory.  "seen" needs a
+//  bit a feature and "estimated" 16 bytes more (the features are scattered
+//  over the index space, so most pages are touched): above
+//  KD_CTRREF_MAX_SEEN and KD_CTRREF_MAX_ESTIMATED features, or out of
+//  memory, they are left out (NAN).
+#define KD_CTRREF_MAX_SEEN       (1ull << 33)
 #define KD_CTRREF_MAX_ESTIMATED  (1ull << 28)
 kd_ctrref_t *
     kd_ctrref_new (kd_ctrgen_t *gen, uint64_t features, size_t test_rows);

@@ -29,6 +29,13 @@ s_u64 (char *p, uint64_t v)
     return p;
 }
 
+//  A JSON number, or null for NaN.
+static void
+s_json_number (char *out, size_t size, double value)
+{
+    snprintf (out, size, isfinite (value) ? "%.6f" : "null", value);
+}
+
 //  The rows' scores and labels, for the planted model's AUC.
 typedef struct {
     double *scores;
@@ -154,7 +161,9 @@ kd_genctr_main (int argc, char **argv)
     //  The held-out rows are scored against the references of kd_ctrref,
     //  which sees every training row first.
     s_tally_t train = { 0 }, held = { 0 };   //  held keeps nothing: refs scores them
-    kd_ctrref_t *refs = test_rows > 0 ? kd_ctrref_new (gen, features, (size_t) test_rows) : NULL;
+    kd_ctrref_t *refs = test_rows > 0 ? kd_ctrref_new (gen, features, test_rows < S_AUC_ROWS
+                                                                         ? (size_t) test_rows : S_AUC_ROWS)
+                                      : NULL;
     double t0 = kd_now_msf ();
     if (s_tally_init (&train, rows) || (test_rows > 0 && !refs)) {
         fprintf (stderr, "kudus gen-ctr: out of memory\n");
@@ -177,18 +186,25 @@ kd_genctr_main (int argc, char **argv)
             rc = 1;
             goto done;
         }
+        char f_auc [32];
+        s_json_number (f_auc, sizeof f_auc, auc);
         fprintf (m, "{\"rows\": %llu, \"features\": %llu, \"vocab\": %llu, \"zipf\": %g, \"per_row\": %u, \"seed\": %llu,\n"
-                 " \"positive_share\": %.6f, \"planted_auc\": %.6f, \"planted_auc_rows\": %zu,\n",
+                 " \"positive_share\": %.6f, \"planted_auc\": %s, \"planted_auc_rows\": %zu,\n",
                  (unsigned long long) rows, (unsigned long long) features,
                  (unsigned long long) (vocab ? vocab : features), zipf, per_row,
-                 (unsigned long long) seed, (double) train.positives / (double) rows, auc, train.n);
+                 (unsigned long long) seed, (double) train.positives / (double) rows, f_auc, train.n);
         if (test_rows > 0) {
-            fprintf (m, " \"test_rows\": %llu, \"test_file\": \"%s\", \"planted_test_auc\": %.6f,\n",
-                     (unsigned long long) test_rows, test, ref.planted);
-            fprintf (m, " \"planted_seen_test_auc\": %.6f, \"test_unseen_share\": %.6f,\n",
-                     ref.seen, ref.unseen_share);
-            if (isfinite (ref.estimated))
-                fprintf (m, " \"estimated_test_auc\": %.6f,\n", ref.estimated);
+            //  JSON has no NaN: a reference left out (or an AUC of rows
+            //  that are all one label) is null.
+            char f_planted [32], f_seen [32], f_unseen [32], f_est [32];
+            s_json_number (f_planted, sizeof f_planted, ref.planted);
+            s_json_number (f_seen, sizeof f_seen, ref.seen);
+            s_json_number (f_unseen, sizeof f_unseen, ref.unseen_share);
+            s_json_number (f_est, sizeof f_est, ref.estimated);
+            fprintf (m, " \"test_rows\": %llu, \"test_file\": \"%s\", \"planted_test_auc\": %s,\n",
+                     (unsigned long long) test_rows, test, f_planted);
+            fprintf (m, " \"planted_seen_test_auc\": %s, \"test_unseen_share\": %s,\n"
+                     " \"estimated_test_auc\": %s,\n", f_seen, f_unseen, f_est);
         }
         fprintf (m, " \"format\": \"libsvm\", \"index_base\": 1}\n");
         fclose (m);
