@@ -235,11 +235,8 @@ s_write_log (const char *path, const char *test_path, uint64_t features, uint64_
 {
     *ref = (kd_ctrref_result_t) { NAN, NAN, NAN, NAN };
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, why, size);
-    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab)) {
-        snprintf (why, size, "vocab (%llu) must be between per-row (%u) and the features (%llu)",
-                  (unsigned long long) vocab, per_row, (unsigned long long) features);
+    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab, why, size))
         kd_ctrgen_destroy (&gen);
-    }
     if (!gen)
         return -1;
     uint64_t *index = (uint64_t *) malloc (per_row * sizeof (uint64_t));

@@ -258,8 +258,8 @@ Test (kd_ctrgen, a_vocabulary_touches_keys_alike_at_any_feature_count)
     //  ranks, so the same number of distinct keys in every batch of rows,
     //  each index within the features and each rank within the vocabulary.
     kd_ctrgen_t *small = s_new (1000000, 1.1, 40, 9), *large = s_new (100000000, 1.1, 40, 9);
-    cr_assert_eq (kd_ctrgen_set_vocab (small, 50000), 0);
-    cr_assert_eq (kd_ctrgen_set_vocab (large, 50000), 0);
+    cr_assert_eq (kd_ctrgen_set_vocab (small, 50000, NULL, 0), 0);
+    cr_assert_eq (kd_ctrgen_set_vocab (large, 50000, NULL, 0), 0);
     static uint64_t keys_small [100 * 40], keys_large [100 * 40];
     for (int batch = 0; batch < 20; batch++) {
         for (int r = 0; r < 100; r++) {
@@ -285,8 +285,10 @@ Test (kd_ctrgen, a_vocabulary_touches_keys_alike_at_any_feature_count)
     for (int i = 0; i < 100000; i++)
         cr_assert_leq (kd_ctrgen_rank (small), 50000);
     //  Out of bounds: under per-row, over the features.
-    cr_expect_eq (kd_ctrgen_set_vocab (small, 39), -1);
-    cr_expect_eq (kd_ctrgen_set_vocab (small, 1000001), -1);
+    char err [128] = "";
+    cr_expect_eq (kd_ctrgen_set_vocab (small, 39, err, sizeof err), -1);
+    cr_expect (strstr (err, "per-row"), "%s", err);
+    cr_expect_eq (kd_ctrgen_set_vocab (small, 1000001, NULL, 0), -1);
     kd_ctrgen_destroy (&small);
     kd_ctrgen_destroy (&large);
 }

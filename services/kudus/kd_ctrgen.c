@@ -116,10 +116,14 @@ kd_ctrgen_new (uint64_t features, double zipf, uint32_t per_row, uint64_t seed,
 }
 
 int
-kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab)
+kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab, char *err, size_t err_size)
 {
-    if (vocab < self->per_row || vocab > self->n)
+    if (vocab < self->per_row || vocab > self->n) {
+        if (err && err_size)
+            snprintf (err, err_size, "vocab (%llu) must be between per-row (%u) and features (%llu)",
+                      (unsigned long long) vocab, self->per_row, (unsigned long long) self->n);
         return -1;
+    }
     //  The power law runs over the vocabulary's ranks; the permutation
     //  still scatters them over all n indices.
     self->ranks = vocab;

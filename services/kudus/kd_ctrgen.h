@@ -29,10 +29,10 @@ kd_ctrgen_t *
 //  Draw the rows' features from the vocab commonest only (the power law's
 //  ranks 1 to vocab), still scattered over every index.  The same seed and
 //  vocab then touch keys alike at any feature count: what changes is only
-//  the model's size.  Call before the first row; -1 when vocab is under
-//  per_row or over the features.
+//  the model's size.  Call before the first row; -1 with the reason in err
+//  (when given) if vocab is under per_row or over the features.
 int
-    kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab);
+    kd_ctrgen_set_vocab (kd_ctrgen_t *self, uint64_t vocab, char *err, size_t err_size);
 
 //  Destroy and null the caller's pointer.
 void

@@ -45,8 +45,9 @@ typedef struct {
 } s_tally_t;
 
 //  Write rows rows of gen to path (gzipped when it ends in .gz); the first
-//  tally->n rows' scores and labels go into tally, and every row into refs
-//  (when there are held-out rows), as training rows or as held-out ones.
+//  tally->n rows' scores and labels go into tally (when given), and every
+//  row into refs (when there are held-out rows), as training rows or as
+//  held-out ones.
 //  Returns 0 or 1 (said).
 static int
 s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_row, s_tally_t *tally,
@@ -69,8 +70,9 @@ s_write_rows (kd_ctrgen_t *gen, const char *path, uint64_t rows, uint32_t per_ro
     for (uint64_t r = 0; r < rows && rc == 0; r++) {
         double score;
         int label = kd_ctrgen_row (gen, index, &score);
-        tally->positives += (uint64_t) label;
-        if (r < tally->n) {
+        if (tally)
+            tally->positives += (uint64_t) label;
+        if (tally && r < tally->n) {
             tally->scores [r] = score;
             tally->labels [r] = (uint8_t) label;
         }
@@ -140,11 +142,8 @@ kd_genctr_main (int argc, char **argv)
     uint64_t vocab = (uint64_t) kd_config_int (config, "vocab");
     char err [256];
     kd_ctrgen_t *gen = kd_ctrgen_new (features, zipf, per_row, seed, err, sizeof err);
-    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab)) {
-        snprintf (err, sizeof err, "vocab (%llu) must be between per-row (%u) and features (%llu)",
-                  (unsigned long long) vocab, per_row, (unsigned long long) features);
+    if (gen && vocab && kd_ctrgen_set_vocab (gen, vocab, err, sizeof err))
         kd_ctrgen_destroy (&gen);
-    }
     if (!gen) {
         fprintf (stderr, "kudus gen-ctr: %s\n", err);
         kd_config_destroy (&config);
@@ -160,7 +159,7 @@ kd_genctr_main (int argc, char **argv)
         snprintf (test, sizeof test, "%s.test", out);
     //  The held-out rows are scored against the references of kd_ctrref,
     //  which sees every training row first.
-    s_tally_t train = { 0 }, held = { 0 };   //  held keeps nothing: refs scores them
+    s_tally_t train = { 0 };
     kd_ctrref_t *refs = test_rows > 0 ? kd_ctrref_new (gen, features, test_rows < S_AUC_ROWS
                                                                          ? (size_t) test_rows : S_AUC_ROWS)
                                       : NULL;
@@ -172,7 +171,7 @@ kd_genctr_main (int argc, char **argv)
     if (rc == 0)
         rc = s_write_rows (gen, out, rows, per_row, &train, refs, false);
     if (rc == 0 && test_rows > 0)
-        rc = s_write_rows (gen, test, test_rows, per_row, &held, refs, true);
+        rc = s_write_rows (gen, test, test_rows, per_row, NULL, refs, true);
     if (rc == 0) {
         double auc = kd_auc (train.scores, train.labels, train.n);
         kd_ctrref_result_t ref = refs ? kd_ctrref_result (refs)
