@@ -7,7 +7,8 @@
     part of the CMake build; build and run it by hand:
 
         clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-            -Iinclude common/kd_msg.c common/kd_half.c common/kd_bundle.c tests/fuzz/fuzz_kd_msg.c \
+            -Iinclude -Icommon/wire \
+            common/wire/kd_msg.c common/wire/kd_half.c common/wire/kd_bundle.c tests/fuzz/fuzz_kd_msg.c \
             $(pkg-config --cflags --libs libczmq libzmq msgpack) -o /tmp/fuzz_kd_msg
         /tmp/fuzz_kd_msg -max_len=4096 tests/fuzz/corpus/kd_msg
 */

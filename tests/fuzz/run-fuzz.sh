@@ -10,12 +10,16 @@ seconds=${3:-30}
 mkdir -p "$out"
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/include/kudus")
+# The decoders live in the lower layers of common/ (docs/architecture.md).
+for layer in base wire core; do
+    flags+=(-I"$src/common/$layer")
+done
 declare -A sources=(
-    [kd_msg]="$src/common/kd_msg.c $src/common/kd_half.c $src/common/kd_bundle.c"
-    [kd_dataset]="$src/common/kd_dataset.c"
-    [kd_checkpoint]="$src/common/kd_checkpoint.c $src/common/kd_log.c"
-    [kd_stream]="$src/common/kd_stream.c $src/common/kd_msg.c $src/common/kd_half.c"
-    [kd_libsvm]="$src/common/kd_libsvm.c"
+    [kd_msg]="$src/common/wire/kd_msg.c $src/common/wire/kd_half.c $src/common/wire/kd_bundle.c"
+    [kd_dataset]="$src/common/core/kd_dataset.c"
+    [kd_checkpoint]="$src/common/core/kd_checkpoint.c $src/common/base/kd_log.c"
+    [kd_stream]="$src/common/wire/kd_stream.c $src/common/wire/kd_msg.c $src/common/wire/kd_half.c"
+    [kd_libsvm]="$src/common/core/kd_libsvm.c"
 )
 declare -A libs=(
     [kd_msg]="libczmq libzmq msgpack"

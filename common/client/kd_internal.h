@@ -1,7 +1,10 @@
 /*  kd_internal.h: umbrella header of the classes the Kudus services share.
 
     Internal: not installed, and no API promise.  Programs outside this tree
-    use the public <kudus/kudus.h>.
+    use the public <kudus/kudus.h>.  It sits in common/client/, the top layer
+    of common/, because it pulls in every layer below (base, wire, core, net)
+    and the client's public API; only the client, the services, bench/ and
+    the tests include it, never a file of a lower layer.
 */
 #ifndef KD_INTERNAL_H_INCLUDED
 #define KD_INTERNAL_H_INCLUDED

@@ -1,7 +1,14 @@
 /*  kd_sparse_lr: sparse logistic regression (see kd_sparse_lr.h).
 */
 #include "kd_sparse_lr.h"
-#include "kd_internal.h"
+#include "kd_log.h"
+#include "kd_util.h"
+#include "kudus/kd_libsvm.h"
+#include <assert.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <math.h>
 
 #define S_LOGGED_LINES  5           //  bad lines logged one by one
