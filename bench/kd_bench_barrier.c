@@ -366,7 +366,7 @@ s_fake_start (s_fake_t *f, const char *model)
     return 0;
 }
 
-//  The consistency controller alone (common/kd_controller.c, pure logic):
+//  The consistency controller alone (common/core/kd_controller.c, pure logic):
 //  microseconds of CPU per phase of n workers, every one arriving, as the
 //  scheduler drives it.  Isolates its bookkeeping from sockets and noise.
 static double

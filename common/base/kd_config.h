@@ -1,6 +1,6 @@
 /*  kd_config: every setting, declared once (Redis's config table).
 
-    The table in common/kd_config.c lists each setting with its type,
+    The table in common/base/kd_config.c lists each setting with its type,
     default, bounds, the services that read it, and a help line.  A setting
     named "batch" is read from the environment as KUDUS_BATCH and from the
     command line as --batch VALUE (or --batch=VALUE).  Flags override the

@@ -1,4 +1,4 @@
-/*  kd_speed: a worker's speed schedule (grammar in include/kd_speed.h).
+/*  kd_speed: a worker's speed schedule (grammar in kd_speed.h).
 
     A spec is parsed once into a list of terms whose factors multiply.
     Every term is a pure function of time, so the same spec gives the same

@@ -3,7 +3,7 @@
     DIR gets a server certificate and a client certificate per role (public
     file plus a 0600 "_secret" file each), and allowed/, the public
     certificates of the clients the servers admit.  The layout is described
-    in include/kd_curve.h.
+    in common/net/kd_curve.h.
 */
 #include "kd_cli.h"
 

@@ -5,7 +5,7 @@
     (the same rank again when a known name registers again).  Once the
     configured shards and workers are in, it sends START with the shards'
     address book, and from then on feeds every ARRIVE, LEAVE and death to the
-    consistency controller (common/kd_controller.c) and sends out what it
+    consistency controller (common/core/kd_controller.c) and sends out what it
     decides: COMMIT to every shard, RELEASE to one worker.  Every RELEASE
     carries the worker's next lease, the training rows it computes on, from
     the controller's sampler.  Under ASP and SSP the shards apply gradients
