@@ -8,9 +8,13 @@
 
     - BSP: every worker ARRIVEs (clock, base, samples 1); the scheduler
       commits and RELEASEs all of them.
-    - LSP (quota K = ceil (0.75 N)): workers 0 .. K-1 ARRIVE, which meets
-      the quota, and are released; then the other N - K ARRIVE late and are
-      released at once, their gradients queued for the next commit.
+    - LSP (quota K = ceil (0.75 N), the quota rule: --barrier quota):
+      workers 0 .. K-1 ARRIVE, which meets the quota, and are released;
+      then the other N - K ARRIVE late and are released at once, their
+      gradients queued for the next commit.  The adaptive barrier, LSP's
+      default, releases by time and speed, which fake workers that answer
+      in microseconds do not have; the quota rule's message pattern is
+      what this bench times.
 
     Throughput (phases per second) and the scheduler's CPU time (utime +
     stime from /proc/PID/stat, per phase and per worker-phase: flat per
@@ -319,7 +323,7 @@ s_fake_start (s_fake_t *f, const char *model)
     snprintf (f->summary, sizeof f->summary, "/tmp/kd-bench-barrier-%d.json", (int) getpid ());
     const char *argv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1",
                             "--min-workers", n, "--consistency", model,
-                            "--quota-ratio", "0.75", "--epochs", "1000",
+                            "--quota-ratio", "0.75", "--barrier", "quota", "--epochs", "1000",
                             "--heartbeat-ms", "60000", "--liveness", "100",
                             "--summary", f->summary, "--max-registrations-per-key", "4096",
                             "--max-malformed", "0", "--log-level", "error", NULL };
@@ -375,6 +379,7 @@ s_controller_us (const char *model, size_t n, int phases)
     kd_controller_opts_t opts;
     kd_controller_opts_defaults (&opts, (kd_consistency_t) kd_consistency_parse (model));
     opts.quota_ratio = 0.75;
+    opts.barrier = KD_BARRIER_QUOTA;
     kd_controller_t *ctl = kd_controller_new (&opts);
     assert (ctl);
     uint64_t *clock = (uint64_t *) calloc (n, sizeof (uint64_t));

@@ -8,18 +8,30 @@ Reads only the JSON lines `kudus experiment` appends (one per finished run)
 and the scenario files (for descriptions, seeds and caps), and writes, between
 the markers <!-- report:begin --> and <!-- report:end --> of the output file:
 
-- a "Targets" table: each target of issue 16, met / missed / not yet run;
-- per scenario and optimizer, a table per model: time to 0.86 (median and
-  min-max over seeds; 0.85 and 0.87 too), ratio to BSP, accuracy at equal
-  wall time and at equal applied samples, final accuracy, staleness
-  p50/p99/max, drops, wait fraction, barriers/s, regroups, regroup lag, CPU;
+- "Targets" tables: the targets of issue 32, judged on the second sweep's
+  runs only, then those of issue 16, judged on the first sweep's; each
+  target met / missed / not yet run;
+- per scenario, the newest sweep first, and per optimizer, a table per
+  model: time to 0.86 (median and min-max over seeds; 0.85 and 0.87 too),
+  ratio to BSP, accuracy at equal wall time and at equal applied samples,
+  final accuracy, staleness p50/p99/max, drops, wait fraction, barriers/s,
+  early releases (when recorded), regroups, regroup lag, CPU; for `auto`
+  runs, the model each ended as and its switches;
 - per-seed paired ratios, with the rule: a model wins only when every paired
   ratio favours it (a run that missed the target counts as slower than the
   cap, so as a loss);
 - per-worker applied share against speed share;
-- plots (gnuplot, PNG) under docs/experiments/: accuracy against time (1 s
+- the first sweep beside the second: runs, median time and median paired
+  ratio to BSP of each model in each sweep;
+- plots (gnuplot, PNG) under docs/experiments/, drawn from the newest sweep
+  with runs of the scenario and optimizer: accuracy against time (1 s
   rolling mean, median line and min-max band over seeds, per model) and a bar
   chart of wait fraction with per-worker applied shares.
+
+Sweeps.  A record's identity is (scenario, sweep, model, optimizer, seed); a
+record without "sweep" belongs to sweep "1".  Runs of different sweeps never
+replace each other, and paired ratios are only taken within one sweep (same
+seed, same sweep): a sweep is a set of frozen rules and defaults.
 
 Everything else in docs/experiments.md (setup, protocol, scenario format) is
 hand-written and left alone.  Python standard library and gnuplot only.
@@ -36,35 +48,70 @@ import sys
 import tempfile
 
 ORDER = ["equal", "two-slow", "six-slow", "shifting", "noisy", "one-very-slow", "wide", "slow-link"]
-MODEL_ORDER = ["bsp", "asp", "ssp", "ssp10", "backup", "lsp", "alsp"]
+MODEL_ORDER = ["bsp", "asp", "ssp", "ssp10", "backup", "lsp", "alsp", "auto"]
 BEGIN = "<!-- report:begin -->"
 END = "<!-- report:end -->"
 INF = math.inf
 PRIMARY_OPT = "momentum"    # the protocol's optimizer; the targets use it
+FIRST_SWEEP = "1"           # issue 16's runs: every record without "sweep"
+SECOND_SWEEP = "2"          # issue 32's runs
+ADAPTIVE = "auto"           # the model that picks BSP, LSP or ALSP itself
 
 
 # ---------------------------------------------------------------- loading
 
+def sweep_of(run):
+    """The sweep a record belongs to, as a string; "1" when it names none."""
+    s = run.get("sweep")
+    return FIRST_SWEEP if s is None else str(s)
+
+
+def sweep_key(s):
+    """Sort key of sweep names: numbers in order, then any other name."""
+    try:
+        return (0, int(s), s)
+    except ValueError:
+        return (1, 0, s)
+
+
+def sweep_title(s):
+    names = {FIRST_SWEEP: "First sweep", SECOND_SWEEP: "Second sweep"}
+    return "%s (sweep %s)" % (names[s], s) if s in names else "Sweep %s" % s
+
+
 def load_results(results_dir):
-    """Scenario name -> list of runs; a key recorded twice keeps the last."""
+    """Scenario name -> list of runs.  A run's key is (scenario, sweep, model,
+    optimizer, seed); a key recorded twice keeps the last."""
     by_key = {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*.jsonl"))):
         # Not experiment runs: the tuning sweep and the benchmarks' records.
         if os.path.basename(path) in ("tuning.jsonl", "netns-links.jsonl", "vs-ddp.jsonl"):
             continue
+        other = 0
         for n, line in enumerate(open(path), 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 run = json.loads(line)
-                key = (run["scenario"], run["model"], run["optimizer"], run["seed"])
-            except (ValueError, KeyError):
+            except ValueError:
+                run = None
+            # A benchmark's record (no "scenario") is counted, not named:
+            # several results files hold nothing but those.
+            if isinstance(run, dict) and "scenario" not in run:
+                other += 1
+                continue
+            try:
+                key = (run["scenario"], sweep_of(run), run["model"], run["optimizer"], run["seed"])
+            except (KeyError, TypeError):
                 print("report: %s line %d is not a run record; ignored" % (path, n), file=sys.stderr)
                 continue
             by_key[key] = run
+        if other:
+            print("report: %s: %d line(s) without \"scenario\" (not experiment runs); ignored"
+                  % (path, other), file=sys.stderr)
     out = {}
-    for (scenario, _, _, _), run in by_key.items():
+    for (scenario, _, _, _, _), run in by_key.items():
         out.setdefault(scenario, []).append(run)
     return out
 
@@ -107,13 +154,19 @@ def fmt_num(x, fmt="%.3f"):
     return "-" if x is None else fmt % x
 
 
-def fmt_ratio(r):
+def fmt_ratio(r, digits=2):
     """A paired ratio (value, kind): kind '=' exact, '<' or '>' a bound (one
     run missed the target, so its time counts as the cap), '?' both missed."""
     if r is None or r[1] == "?":
         return "both missed"
     value, kind = r
-    return ("%s%.2f" % ("" if kind == "=" else kind, value))
+    return ("%s%.*f" % ("" if kind == "=" else kind, digits, value))
+
+
+def fmt_against(r, limit):
+    """fmt_ratio, with a third decimal when two would show the limit itself."""
+    close = r is not None and r[1] != "?" and "%.2f" % r[0] == "%.2f" % limit
+    return fmt_ratio(r, 3 if close else 2)
 
 
 def at_time(curve, t):
@@ -133,17 +186,25 @@ def at_samples(curve, s):
     return best
 
 
+def seed_times(runs, target):
+    """Seed -> time to target (INF when missed)."""
+    return {r["seed"]: t_to(r, target) for r in runs}
+
+
 def paired(runs_a, runs_b, target, cap):
     """Per seed: (seed, (ratio, kind)) of time a / time b.  A missed run
     counts as the cap: kind '>' when a missed (a is slower than that), '<'
-    when only b missed, '?' when both did."""
-    b_by_seed = {r["seed"]: r for r in runs_b}
+    when only b missed, '?' when both did.  The runs must be of one sweep."""
+    return paired_times(seed_times(runs_a, target), seed_times(runs_b, target), cap)
+
+
+def paired_times(times_a, times_b, cap):
+    """paired() on seed -> time maps: the seeds both have, in order."""
     out = []
-    for ra in sorted(runs_a, key=lambda r: r["seed"]):
-        rb = b_by_seed.get(ra["seed"])
-        if rb is None:
+    for seed in sorted(times_a):
+        if seed not in times_b:
             continue
-        ta, tb = t_to(ra, target), t_to(rb, target)
+        ta, tb = times_a[seed], times_b[seed]
         if ta == INF and tb == INF:
             r = (1.0, "?")
         elif ta == INF:
@@ -152,7 +213,7 @@ def paired(runs_a, runs_b, target, cap):
             r = (ta / cap, "<")
         else:
             r = (ta / tb, "=")
-        out.append((ra["seed"], r))
+        out.append((seed, r))
     return out
 
 
@@ -188,10 +249,11 @@ def wins_every_seed(pairs):
 # ---------------------------------------------------------------- one scenario
 
 class Group:
-    """The runs of one scenario with one optimizer."""
+    """The runs of one scenario in one sweep with one optimizer."""
 
-    def __init__(self, name, optimizer, runs, meta):
-        self.name, self.optimizer, self.runs, self.meta = name, optimizer, runs, meta
+    def __init__(self, name, sweep, optimizer, runs, meta):
+        self.name, self.sweep, self.optimizer, self.runs, self.meta = name, sweep, optimizer, runs, meta
+        self.tag = "%s-s%s-%s" % (name, sweep, optimizer)     # temporary file names
         self.models = sorted({r["model"] for r in runs}, key=model_key)
         self.cap = runs[0].get("cap_seconds") or meta.get("cap_seconds", 180)
         self.target = runs[0].get("target") or meta.get("target", 0.86)
@@ -220,15 +282,27 @@ class Group:
         ts = [t_to(r, target or self.target) for r in self.of(model)]
         return statistics.median(ts) if ts else None
 
+    def best_fixed(self):
+        """The model other than auto with the lowest median time to the
+        target (ties: the first in MODEL_ORDER), or None."""
+        fixed = [m for m in self.models if m != ADAPTIVE]
+        if not fixed:
+            return None
+        return min(fixed, key=lambda m: (self.median_time(m), model_key(m)))
+
 
 def model_table(g):
     lines = []
     tcols = [t for t in g.targets if abs(t - g.target) > 1e-9]
+    # Early releases (phases released before every member arrived) are
+    # recorded from the second sweep on; the column appears when any run has them.
+    early = any("early_releases" in r for r in g.runs)
     head = ("| model | runs | time to %.2f (s): median (min–max) | vs BSP (median of paired) | %s"
             "acc @ %s s | acc @ %s samples | final acc | staleness p50/p99/max | dropped | wait | "
-            "barriers/s | regroups | regroup lag med/max (s) | CPU | iteration check |"
+            "barriers/s | %sregroups | regroup lag med/max (s) | CPU | iteration check |"
             % (g.target, "".join("time to %.2f | " % t for t in tcols),
-               fmt_num(g.t_eq, "%.1f"), "-" if g.s_eq is None else "{:,.0f}".format(g.s_eq)))
+               fmt_num(g.t_eq, "%.1f"), "-" if g.s_eq is None else "{:,.0f}".format(g.s_eq),
+               "early releases | " if early else ""))
     lines.append(head)
     lines.append("|" + "---|" * (head.count("|") - 1))
     bsp = g.of("bsp")
@@ -257,42 +331,55 @@ def model_table(g):
                                      ok, len(checks))
         else:
             ic = "-"
-        lines.append("| %s | %d | %s (%s) | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        er = ("%s | " % fmt_num(median([r.get("early_releases") for r in runs]), "%.0f")) if early else ""
+        lines.append("| %s | %d | %s (%s) | %s | %s%s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s | %s |" % (
             m, len(runs), fmt_time(med, g.cap), rng, vs, extra,
             fmt_num(g.acc_eq_time(m), "%.4f"), fmt_num(g.acc_eq_samples(m), "%.4f"),
             fmt_num(median([r.get("final_accuracy") for r in runs]), "%.4f"), st,
             fmt_num(median([r.get("dropped") for r in runs]), "%.0f"),
             fmt_num(median([r.get("wait_fraction") for r in runs]), "%.3f"),
-            fmt_num(median([r.get("barriers_per_second") for r in runs]), "%.1f"),
+            fmt_num(median([r.get("barriers_per_second") for r in runs]), "%.1f"), er,
             fmt_num(median([r.get("regroups") for r in runs]), "%.0f"), lag,
             fmt_num(median([r.get("cpu_fraction") for r in runs]), "%.2f"), ic))
     return lines
 
 
-def comparisons(name):
-    """(model, reference) pairs whose per-seed ratios a scenario reports."""
+def comparisons(name, sweep=FIRST_SWEEP):
+    """(model, reference) pairs whose per-seed ratios a scenario reports
+    (besides every model against BSP); from the second sweep on, those of
+    issue 32's targets too."""
     extra = {"two-slow": [("lsp", "asp")], "six-slow": [("alsp", "lsp")],
              "shifting": [("alsp", "lsp"), ("alsp", "ssp")], "wide": [("lsp", "asp")],
              "slow-link": [("lsp", "asp"), ("alsp", "lsp")]}
-    return extra.get(name, [])
+    later = {"two-slow": [("lsp", "backup"), ("alsp", "lsp")],
+             "six-slow": [("alsp", "backup"), ("alsp", "asp")]}
+    out = list(extra.get(name, []))
+    if sweep != FIRST_SWEEP:
+        out += [p for p in later.get(name, []) if p not in out]
+    return out
 
 
 def seed_lines(g):
     lines = []
-    refs = [("bsp", None)] + [(ref, m) for m, ref in comparisons(g.name)]
-    for ref, only in refs:
+    refs = [("bsp", None, "")] + [(ref, m, "") for m, ref in comparisons(g.name, g.sweep)]
+    best = g.best_fixed() if g.of(ADAPTIVE) else None
+    if best:
+        refs.append((best, ADAPTIVE, " (the best fixed model: lowest median time)"))
+    for ref, only, note in refs:
         ref_runs = g.of(ref)
         if not ref_runs:
             continue
         for m in g.models:
             if m == ref or (only and m != only):
                 continue
+            if ref == "bsp" and m == ADAPTIVE and best == "bsp" and not only:
+                continue        # said below, as against the best fixed model
             pairs = paired(g.of(m), ref_runs, g.target, g.cap)
             if not pairs:
                 continue
             verdict = "**wins on every seed**" if wins_every_seed(pairs) else (
                 "wins on no seed" if not any(favours(r) for _, r in pairs) else "mixed")
-            lines.append("- %s / %s: %s — %s" % (m, ref, ", ".join(
+            lines.append("- %s / %s%s: %s — %s" % (m, ref, note, ", ".join(
                 "seed %s %s" % (s, fmt_ratio(r)) for s, r in pairs), verdict))
     return lines
 
@@ -324,136 +411,293 @@ def share_lines(g):
     return lines
 
 
+def auto_lines(g):
+    """One line per auto run: the model it ended as, its switches, the first."""
+    lines = []
+    for r in sorted(g.of(ADAPTIVE), key=lambda r: r["seed"]):
+        mode = r.get("mode")
+        count = r.get("switch_count")
+        switches = [w for w in r.get("switches") or [] if isinstance(w, dict)]
+        if count is None and "switches" in r:
+            count = len(switches)
+        parts = ["ends as %s" % (mode.upper() if isinstance(mode, str) else "unknown")]
+        parts.append("switches unknown" if count is None else
+                     "%d switch%s" % (count, "" if count == 1 else "es"))
+        if switches:
+            w = switches[0]
+            at = w.get("at_s")
+            parts.append("first %s -> %s at %s" % (
+                str(w.get("from", "?")).upper(), str(w.get("to", "?")).upper(),
+                "?" if not isinstance(at, (int, float)) else "%.1f s" % at))
+        lines.append("- seed %s: %s" % (r["seed"], "; ".join(parts)))
+    return lines
+
+
 # ---------------------------------------------------------------- targets
 
-def target_rows(groups, scenarios):
-    """One row per target of issue 16: (scenario, target, measured, status)."""
-    rows = []
+class Judge:
+    """Judges targets on the runs of one sweep (primary optimizer) alone."""
 
-    def group(name):
-        return groups.get((name, PRIMARY_OPT))
+    def __init__(self, groups, scenarios, sweep):
+        self.groups, self.scenarios, self.sweep = groups, scenarios, sweep
 
+    def group(self, name):
+        return self.groups.get((name, self.sweep, PRIMARY_OPT))
+
+    @staticmethod
     def need(g, *models):
         return g is not None and all(g.of(m) for m in models)
 
+    @staticmethod
     def not_run(g, *models):
         if g is None:
             return "not yet run"
         return "not yet run (no %s runs yet)" % ", ".join(m.upper() for m in models if not g.of(m))
 
+    @staticmethod
     def ratio_check(g, a, b, limit):
         pairs = paired(g.of(a), g.of(b), g.target, g.cap)
         r = ratio_median(pairs)
         ok = at_most(r, limit)
         return ok, "%s/%s median paired ratio %s (per seed: %s)%s" % (
-            a.upper(), b.upper(), fmt_ratio(r), ", ".join(fmt_ratio(x) for _, x in pairs),
+            a.upper(), b.upper(), fmt_against(r, limit), ", ".join(fmt_ratio(x) for _, x in pairs),
             "; wins on every seed" if wins_every_seed(pairs) else "")
 
-    def status(ok_list, g, models):
-        seeds = len(scenarios.get(g.name, {}).get("seeds", [])) if g else 0
+    def status(self, ok_list, g, models):
+        # The scenario file's seeds count only for the sweep it describes.
+        meta = self.scenarios.get(g.name, {}) if g else {}
+        seeds = len(meta.get("seeds", [])) if str(meta.get("sweep", FIRST_SWEEP)) == self.sweep else 0
         have = min(len(g.of(m)) for m in models)
         partial = "" if not seeds or have >= seeds else " (%d of %d seeds)" % (have, seeds)
         return ("met" if all(ok_list) else "missed") + partial
 
-    g = group("equal")
-    if need(g, "bsp", "lsp", "alsp"):
-        oks, parts = [], []
-        for m in ("lsp", "alsp"):
-            ok, text = ratio_check(g, m, "bsp", 1.05)
-            oks.append(ok)
-            parts.append(text)
-            a, b = g.acc_eq_samples(m), g.acc_eq_samples("bsp")
-            ok2 = a is not None and b is not None and abs(a - b) <= 0.003
-            oks.append(ok2)
-            parts.append("%s acc @ equal samples %s vs BSP %s" % (m.upper(), fmt_num(a, "%.4f"),
-                                                                   fmt_num(b, "%.4f")))
-        rows.append(("equal", "LSP and ALSP ≤ 1.05× BSP's time; accuracy at equal samples within 0.3 "
-                     "points of BSP", "; ".join(parts), status(oks, g, ("bsp", "lsp", "alsp"))))
-    else:
-        rows.append(("equal", "LSP and ALSP ≤ 1.05× BSP's time; accuracy at equal samples within 0.3 "
-                     "points of BSP", "-", not_run(g, "bsp", "lsp", "alsp")))
 
-    g = group("two-slow")
-    text = "LSP ≤ 0.45× BSP and ≤ 1.0× ASP"
-    if need(g, "bsp", "asp", "lsp"):
-        ok1, t1 = ratio_check(g, "lsp", "bsp", 0.45)
-        ok2, t2 = ratio_check(g, "lsp", "asp", 1.0)
-        rows.append(("two-slow", text, t1 + "; " + t2, status([ok1, ok2], g, ("bsp", "asp", "lsp"))))
-    else:
-        rows.append(("two-slow", text, "-", not_run(g, "bsp", "asp", "lsp")))
+def one_very_slow_shares(g, models):
+    """Per model: the slowest worker's applied share over its speed share,
+    per run; and the epoch row check over every run of the group."""
+    rel = {}
+    for m in models:
+        rel[m] = []
+        for r in g.of(m):
+            pw = [w for w in r.get("per_worker") or [] if w.get("speed_share") and
+                  w.get("applied_share") is not None]
+            if pw:
+                w = min(pw, key=lambda w: w["speed_share"])
+                rel[m].append(w["applied_share"] / w["speed_share"])
+    rows_ok = [bool(r.get("epoch_row_share")) and all(abs(x - 1) < 1e-9 for x in r["epoch_row_share"])
+               for r in g.runs]
+    return rel, rows_ok
 
-    g = group("six-slow")
-    text = "ALSP ≤ 0.6× LSP and ≤ 0.5× BSP"
-    if need(g, "bsp", "lsp", "alsp"):
-        ok1, t1 = ratio_check(g, "alsp", "lsp", 0.6)
-        ok2, t2 = ratio_check(g, "alsp", "bsp", 0.5)
-        rows.append(("six-slow", text, t1 + "; " + t2, status([ok1, ok2], g, ("bsp", "lsp", "alsp"))))
-    else:
-        rows.append(("six-slow", text, "-", not_run(g, "bsp", "lsp", "alsp")))
 
-    g = group("shifting")
+def t16_shifting(j):
+    g = j.group("shifting")
     text = "ALSP ≤ 0.85× the better of LSP and SSP (≥ 3 speed changes before the target)"
-    if need(g, "lsp", "ssp", "alsp"):
+    if j.need(g, "lsp", "alsp") and not g.of("ssp") and j.sweep != FIRST_SWEEP:
+        # Later sweeps run no SSP: judged against LSP, and the status says so.
+        ok, t = j.ratio_check(g, "alsp", "lsp", 0.85)
+        changes = [sum(1 for c in r.get("speed_changes") or [] if 0 < c <= t_to(r, g.target))
+                   for r in g.of("alsp")]
+        pre = bool(changes) and min(changes) >= 3
+        t += "; this sweep has no SSP runs, so the reference is LSP; speed changes before ALSP's " \
+             "target: %s" % (", ".join(str(c) for c in changes) or "-")
+        return ("shifting", text, t, j.status([ok, pre], g, ("lsp", "alsp")) + " (against LSP alone)"
+                + ("" if pre else " (fewer than 3 changes before the target)"))
+    if j.need(g, "lsp", "ssp", "alsp"):
         better = min(("lsp", "ssp"), key=lambda m: g.median_time(m))
-        ok, t = ratio_check(g, "alsp", better, 0.85)
+        ok, t = j.ratio_check(g, "alsp", better, 0.85)
         changes = [sum(1 for c in r.get("speed_changes") or [] if 0 < c <= t_to(r, g.target))
                    for r in g.of("alsp")]
         pre = bool(changes) and min(changes) >= 3
         t += "; better of LSP/SSP is %s; speed changes before ALSP's target: %s" % (
             better.upper(), ", ".join(str(c) for c in changes) or "-")
-        rows.append(("shifting", text, t, status([ok, pre], g, ("lsp", "ssp", "alsp"))
-                     + ("" if pre else " (fewer than 3 changes before the target)")))
-    else:
-        rows.append(("shifting", text, "-", not_run(g, "lsp", "ssp", "alsp")))
+        return ("shifting", text, t, j.status([ok, pre], g, ("lsp", "ssp", "alsp"))
+                + ("" if pre else " (fewer than 3 changes before the target)"))
+    return ("shifting", text, "-", j.not_run(g, *(("lsp", "ssp", "alsp") if j.sweep == FIRST_SWEEP
+                                                  else ("lsp", "alsp"))))
 
-    g = group("noisy")
+
+def t16_noisy(j):
+    g = j.group("noisy")
     text = "LSP ≤ 0.7× BSP; SSP as it comes"
-    if need(g, "bsp", "lsp"):
-        ok, t = ratio_check(g, "lsp", "bsp", 0.7)
+    if j.need(g, "bsp", "lsp"):
+        ok, t = j.ratio_check(g, "lsp", "bsp", 0.7)
         if g.of("ssp"):
             t += "; SSP/BSP median paired ratio %s" % fmt_ratio(ratio_median(paired(g.of("ssp"), g.of("bsp"),
                                                                                    g.target, g.cap)))
-        rows.append(("noisy", text, t, status([ok], g, ("bsp", "lsp"))))
-    else:
-        rows.append(("noisy", text, "-", not_run(g, "bsp", "lsp")))
+        return ("noisy", text, t, j.status([ok], g, ("bsp", "lsp")))
+    return ("noisy", text, "-", j.not_run(g, "bsp", "lsp"))
 
-    g = group("one-very-slow")
-    text = "every row applied once per epoch; the slow worker's applied share = its speed share ±20 % (LSP, ALSP)"
-    if need(g, "lsp", "alsp"):
-        oks, parts = [], []
-        all_runs = g.runs
-        rows_ok = all((r.get("epoch_row_share") or []) and all(abs(x - 1) < 1e-9 for x in r["epoch_row_share"])
-                      for r in all_runs)
-        oks.append(rows_ok)
-        parts.append("epoch row share 1.0 in %d of %d runs" % (
-            sum(1 for r in all_runs if (r.get("epoch_row_share") or [])
-                and all(abs(x - 1) < 1e-9 for x in r["epoch_row_share"])), len(all_runs)))
-        for m in ("lsp", "alsp"):
-            rel = []
-            for r in g.of(m):
-                pw = [w for w in r.get("per_worker") or [] if w.get("speed_share") and
-                      w.get("applied_share") is not None]
-                if pw:
-                    w = min(pw, key=lambda w: w["speed_share"])
-                    rel.append(w["applied_share"] / w["speed_share"])
-            ok = bool(rel) and all(abs(x - 1) <= 0.2 for x in rel)
-            oks.append(ok)
-            parts.append("%s slow worker applied/speed share: %s" % (
-                m.upper(), ", ".join("%.2f" % x for x in rel) or "-"))
-        rows.append(("one-very-slow", text, "; ".join(parts), status(oks, g, ("lsp", "alsp"))))
-    else:
-        rows.append(("one-very-slow", text, "-", not_run(g, "lsp", "alsp")))
 
-    g = group("wide")
+def t16_wide(j):
+    g = j.group("wide")
     text = "LSP's accuracy at equal samples ≥ ASP + 1 point, and LSP's time ≤ 0.8× ASP's"
-    if need(g, "asp", "lsp"):
+    if j.need(g, "asp", "lsp"):
         a, b = g.acc_eq_samples("lsp"), g.acc_eq_samples("asp")
         ok1 = a is not None and b is not None and a >= b + 0.01
-        ok2, t2 = ratio_check(g, "lsp", "asp", 0.8)
-        rows.append(("wide", text, "LSP %s vs ASP %s at equal samples; %s" % (
-            fmt_num(a, "%.4f"), fmt_num(b, "%.4f"), t2), status([ok1, ok2], g, ("asp", "lsp"))))
+        ok2, t2 = j.ratio_check(g, "lsp", "asp", 0.8)
+        return ("wide", text, "LSP %s vs ASP %s at equal samples; %s" % (
+            fmt_num(a, "%.4f"), fmt_num(b, "%.4f"), t2), j.status([ok1, ok2], g, ("asp", "lsp")))
+    return ("wide", text, "-", j.not_run(g, "asp", "lsp"))
+
+
+def target_rows(groups, scenarios):
+    """One row per target of issue 16, judged on the first sweep:
+    (scenario, target, measured, status)."""
+    j = Judge(groups, scenarios, FIRST_SWEEP)
+    rows = []
+
+    g = j.group("equal")
+    text = "LSP and ALSP ≤ 1.05× BSP's time; accuracy at equal samples within 0.3 points of BSP"
+    if j.need(g, "bsp", "lsp", "alsp"):
+        oks, parts = [], []
+        for m in ("lsp", "alsp"):
+            ok, t = j.ratio_check(g, m, "bsp", 1.05)
+            oks.append(ok)
+            parts.append(t)
+            a, b = g.acc_eq_samples(m), g.acc_eq_samples("bsp")
+            ok2 = a is not None and b is not None and abs(a - b) <= 0.003
+            oks.append(ok2)
+            parts.append("%s acc @ equal samples %s vs BSP %s" % (m.upper(), fmt_num(a, "%.4f"),
+                                                                   fmt_num(b, "%.4f")))
+        rows.append(("equal", text, "; ".join(parts), j.status(oks, g, ("bsp", "lsp", "alsp"))))
     else:
-        rows.append(("wide", text, "-", not_run(g, "asp", "lsp")))
+        rows.append(("equal", text, "-", j.not_run(g, "bsp", "lsp", "alsp")))
+
+    g = j.group("two-slow")
+    text = "LSP ≤ 0.45× BSP and ≤ 1.0× ASP"
+    if j.need(g, "bsp", "asp", "lsp"):
+        ok1, t1 = j.ratio_check(g, "lsp", "bsp", 0.45)
+        ok2, t2 = j.ratio_check(g, "lsp", "asp", 1.0)
+        rows.append(("two-slow", text, t1 + "; " + t2, j.status([ok1, ok2], g, ("bsp", "asp", "lsp"))))
+    else:
+        rows.append(("two-slow", text, "-", j.not_run(g, "bsp", "asp", "lsp")))
+
+    g = j.group("six-slow")
+    text = "ALSP ≤ 0.6× LSP and ≤ 0.5× BSP"
+    if j.need(g, "bsp", "lsp", "alsp"):
+        ok1, t1 = j.ratio_check(g, "alsp", "lsp", 0.6)
+        ok2, t2 = j.ratio_check(g, "alsp", "bsp", 0.5)
+        rows.append(("six-slow", text, t1 + "; " + t2, j.status([ok1, ok2], g, ("bsp", "lsp", "alsp"))))
+    else:
+        rows.append(("six-slow", text, "-", j.not_run(g, "bsp", "lsp", "alsp")))
+
+    rows.append(t16_shifting(j))
+    rows.append(t16_noisy(j))
+
+    g = j.group("one-very-slow")
+    text = "every row applied once per epoch; the slow worker's applied share = its speed share ±20 % (LSP, ALSP)"
+    if j.need(g, "lsp", "alsp"):
+        rel, rows_ok = one_very_slow_shares(g, ("lsp", "alsp"))
+        oks = [all(rows_ok)]
+        parts = ["epoch row share 1.0 in %d of %d runs" % (sum(rows_ok), len(rows_ok))]
+        for m in ("lsp", "alsp"):
+            oks.append(bool(rel[m]) and all(abs(x - 1) <= 0.2 for x in rel[m]))
+            parts.append("%s slow worker applied/speed share: %s" % (
+                m.upper(), ", ".join("%.2f" % x for x in rel[m]) or "-"))
+        rows.append(("one-very-slow", text, "; ".join(parts), j.status(oks, g, ("lsp", "alsp"))))
+    else:
+        rows.append(("one-very-slow", text, "-", j.not_run(g, "lsp", "alsp")))
+
+    rows.append(t16_wide(j))
+    return rows
+
+
+def best_of_check(g, a, refs, limit):
+    """Time of a over, per seed, the fastest of refs on that seed (a run that
+    missed counts as the cap, as in paired()).  Only seeds where a and every
+    ref ran count."""
+    times = {m: seed_times(g.of(m), g.target) for m in refs}
+    seeds = set(times[refs[0]]).intersection(*(set(times[m]) for m in refs[1:]))
+    best, which = {}, {}
+    for s in seeds:
+        m = min(refs, key=lambda m: (times[m][s], refs.index(m)))
+        best[s], which[s] = times[m][s], m
+    pairs = paired_times(seed_times(g.of(a), g.target), best, g.cap)
+    r = ratio_median(pairs)
+    return at_most(r, limit), "%s / per-seed best of %s: median paired ratio %s (per seed: %s)%s" % (
+        a.upper(), ", ".join(m.upper() for m in refs), fmt_against(r, limit),
+        ", ".join("%s vs %s" % (fmt_ratio(x), which[s].upper()) for s, x in pairs),
+        "; wins on every seed" if wins_every_seed(pairs) else "")
+
+
+def lists_auto(meta):
+    return any((m.get("consistency") or m.get("name")) == ADAPTIVE
+               for m in meta.get("models", []) if isinstance(m, dict))
+
+
+def ratio_row(j, scenario, model, against, limit):
+    """A target row "MODEL ≤ LIMIT× AGAINST" on one scenario."""
+    g = j.group(scenario)
+    text = "%s ≤ %s× %s" % (model.upper(), limit, against.upper())
+    if j.need(g, against, model):
+        ok, t = j.ratio_check(g, model, against, limit)
+        return (scenario, text, t, j.status([ok], g, (against, model)))
+    return (scenario, text, "-", j.not_run(g, against, model))
+
+
+def target_rows_32(groups, scenarios, names):
+    """One row per target of issue 32, judged on the second sweep alone."""
+    j = Judge(groups, scenarios, SECOND_SWEEP)
+    rows = [ratio_row(j, "equal", "lsp", "bsp", 1.02)]
+
+    g = j.group("two-slow")
+    text = "LSP ≤ 1.0× backup and ≤ 0.40× BSP"
+    if j.need(g, "bsp", "backup", "lsp"):
+        ok1, t1 = j.ratio_check(g, "lsp", "backup", 1.0)
+        ok2, t2 = j.ratio_check(g, "lsp", "bsp", 0.40)
+        rows.append(("two-slow", text, t1 + "; " + t2, j.status([ok1, ok2], g, ("bsp", "backup", "lsp"))))
+    else:
+        rows.append(("two-slow", text, "-", j.not_run(g, "bsp", "backup", "lsp")))
+
+    rows.append(ratio_row(j, "two-slow", "alsp", "lsp", 1.05))
+
+    g = j.group("six-slow")
+    text = ("ALSP ≤ 0.6× BSP and ≤ 0.9× the best of LSP, backup and ASP (per seed: the fastest of "
+            "the three on that seed)")
+    models = ("bsp", "asp", "backup", "lsp", "alsp")
+    if j.need(g, *models):
+        ok1, t1 = j.ratio_check(g, "alsp", "bsp", 0.6)
+        ok2, t2 = best_of_check(g, "alsp", ("lsp", "backup", "asp"), 0.9)
+        rows.append(("six-slow", text, t1 + "; " + t2, j.status([ok1, ok2], g, models)))
+    else:
+        rows.append(("six-slow", text, "-", j.not_run(g, *models)))
+
+    rows.append(ratio_row(j, "slow-link", "alsp", "lsp", 1.0))
+
+    g = j.group("one-very-slow")
+    models = ("lsp", "alsp", ADAPTIVE)
+    text = "the slow worker's applied share = its speed share ±20 % (LSP, ALSP, auto)"
+    if j.need(g, *models):
+        rel, rows_ok = one_very_slow_shares(g, models)
+        oks, parts = [], []
+        for m in models:
+            oks.append(bool(rel[m]) and all(abs(x - 1) <= 0.2 for x in rel[m]))
+            parts.append("%s slow worker applied/speed share: %s" % (
+                m.upper(), ", ".join("%.2f" % x for x in rel[m]) or "-"))
+        parts.append("(not judged: epoch row share 1.0 in %d of %d runs)" % (sum(rows_ok), len(rows_ok)))
+        rows.append(("one-very-slow", text, "; ".join(parts), j.status(oks, g, models)))
+    else:
+        rows.append(("one-very-slow", text, "-", j.not_run(g, *models)))
+
+    # Issue 16's wording, judged on this sweep's runs.
+    for fn in (t16_shifting, t16_noisy, t16_wide):
+        rows.append(fn(j))
+
+    text = "auto ≤ 1.05× the best fixed model"
+    for name in names:
+        g = j.group(name)
+        meta = scenarios.get(name, {})
+        listed = lists_auto(meta) and str(meta.get("sweep", FIRST_SWEEP)) == SECOND_SWEEP
+        if not (listed or (g is not None and g.of(ADAPTIVE))):
+            continue
+        best = g.best_fixed() if g is not None else None
+        if g is None or not g.of(ADAPTIVE) or best is None:
+            rows.append((name, text, "-", "not yet run" if g is None else
+                         "not yet run (no %s runs yet)" % ("AUTO" if not g.of(ADAPTIVE) else "fixed-model")))
+            continue
+        ok, t = j.ratio_check(g, ADAPTIVE, best, 1.05)
+        t = "best fixed model %s (median %s s); %s" % (best.upper(), fmt_time(g.median_time(best), g.cap), t)
+        rows.append((name, text, t, j.status([ok], g, (ADAPTIVE, best))))
     return rows
 
 
@@ -474,7 +718,7 @@ def plot_accuracy(g, tmp, png):
     grid = [end * i / steps for i in range(steps + 1)]
     series = []
     for i, m in enumerate(g.models):
-        data = os.path.join(tmp, "%s-%s-%s.dat" % (g.name, g.optimizer, m))
+        data = os.path.join(tmp, "%s-%s.dat" % (g.tag, m))
         with open(data, "w") as f:
             for t in grid:
                 vals = [at_time(r["curve"], t) for r in g.of(m) if r.get("curve")]
@@ -491,15 +735,15 @@ def plot_accuracy(g, tmp, png):
     targets = "".join("set arrow from graph 0, first %g to graph 1, first %g nohead dt 3 lc rgb 'gray'\n"
                       % (t, t) for t in g.targets)
     script = ("set terminal pngcairo size 960,560\nset output '%s'\n"
-              "set title 'Kudus %s (%s): test accuracy, 1 s rolling mean; median and min-max over seeds'\n"
+              "set title 'Kudus %s (%s, sweep %s): test accuracy, 1 s rolling mean; median and min-max over seeds'\n"
               "set xlabel 'seconds of training'\nset ylabel 'test accuracy'\nset yrange [0.7:0.9]\n"
               "set key bottom right\nset grid\n%splot %s\n"
-              % (png, g.name, g.optimizer, targets, ", ".join(plots)))
+              % (png, g.name, g.optimizer, g.sweep, targets, ", ".join(plots)))
     return gnuplot(script)
 
 
 def plot_shares(g, tmp, png):
-    wait = os.path.join(tmp, "%s-%s-wait.dat" % (g.name, g.optimizer))
+    wait = os.path.join(tmp, "%s-wait.dat" % g.tag)
     with open(wait, "w") as f:
         for i, m in enumerate(g.models):
             w = median([r.get("wait_fraction") for r in g.of(m)])
@@ -507,7 +751,7 @@ def plot_shares(g, tmp, png):
     # Applied share by worker, workers sorted by speed share (slowest right),
     # median over seeds by position.
     share_files = []
-    speed_file = os.path.join(tmp, "%s-%s-speed.dat" % (g.name, g.optimizer))
+    speed_file = os.path.join(tmp, "%s-speed.dat" % g.tag)
     speed_cols = None
     for i, m in enumerate(g.models):
         cols, speeds = [], []
@@ -519,7 +763,7 @@ def plot_shares(g, tmp, png):
         n = min((len(c) for c in cols), default=0)
         if n == 0:
             continue
-        path = os.path.join(tmp, "%s-%s-%s-share.dat" % (g.name, g.optimizer, m))
+        path = os.path.join(tmp, "%s-%s-share.dat" % (g.tag, m))
         with open(path, "w") as f:
             for k in range(n):
                 f.write("%d %.5f\n" % (k, statistics.median(c[k] for c in cols)))
@@ -535,12 +779,12 @@ def plot_shares(g, tmp, png):
     if speed_cols:
         right += ", '%s' using 1:2 with lines dt 2 lw 2 lc rgb 'black' title 'speed share'" % speed_file
     script = ("set terminal pngcairo size 1100,460\nset output '%s'\nset multiplot layout 1,2 title "
-              "'Kudus %s (%s): medians over seeds'\n"
+              "'Kudus %s (%s, sweep %s): medians over seeds'\n"
               "set style fill solid 0.6\nset boxwidth 0.7\nset grid ytics\nset yrange [0:*]\n"
               "set title 'wait fraction'\nplot '%s' using 1:3:xtic(2) with boxes lc rgb '#4477aa' notitle\n"
               "set title 'applied share per worker (fastest left, slowest right)'\nset xlabel 'worker'\n"
               "set key bottom left\nplot %s\nunset multiplot\n"
-              % (png, g.name, g.optimizer, wait, right or "0 notitle"))
+              % (png, g.name, g.optimizer, g.sweep, wait, right or "0 notitle"))
     return gnuplot(script)
 
 
@@ -555,20 +799,89 @@ def tuning_lines(results_dir):
         if line.strip():
             try:
                 r = json.loads(line)
-            except ValueError:
+                base = r["model"].rsplit("-lr", 1)[0]
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-            base = r["model"].rsplit("-lr", 1)[0]
-            rows.setdefault(base, []).append(r)
-    out = ["### Learning-rate tuning (`equal`, seed 100)", "",
-           "| model | lr: time to 0.86 (s) / final accuracy |", "|---|---|"]
-    for base in sorted(rows, key=model_key):
+            rows.setdefault(sweep_of(r), {}).setdefault(base, []).append(r)
+    out = []
+    for sweep in sorted(rows, key=sweep_key, reverse=True):
+        title = "### Learning-rate tuning (`equal`, seed 100)"
+        if set(rows) != {FIRST_SWEEP}:
+            title += ", %s" % sweep_title(sweep).lower()
+        out += [title, "", "| model | lr: time to 0.86 (s) / final accuracy |", "|---|---|"]
+        for base in sorted(rows[sweep], key=model_key):
+            cells = []
+            for r in sorted(rows[sweep][base], key=lambda r: r["lr"]):
+                t = (r.get("time_to") or {}).get("0.86")
+                cells.append("%g: %s / %s" % (r["lr"], "> %g" % r.get("cap_seconds", 180) if t is None
+                                              else "%.1f" % t, fmt_num(r.get("final_accuracy"), "%.4f")))
+            out.append("| %s | %s |" % (base, "; ".join(cells)))
+        out.append("")
+    return out
+
+
+def side_by_side(name, groups, sweeps):
+    """Per model present in any of the sweeps (primary optimizer): runs,
+    median time to the target and median paired ratio to BSP, per sweep; the
+    ratios are paired within a sweep only."""
+    gs = [(s, groups.get((name, s, PRIMARY_OPT))) for s in sweeps]
+    models = sorted({m for _, g in gs if g for m in g.models}, key=model_key)
+    target = next(g.target for _, g in gs if g)
+    head = "| model | " + " | ".join(
+        "sweep %s: runs | sweep %s: time to %.2f (s), median | sweep %s: vs BSP, median paired" % (s, s, target, s)
+        for s, _ in gs) + " |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for m in models:
         cells = []
-        for r in sorted(rows[base], key=lambda r: r["lr"]):
-            t = (r.get("time_to") or {}).get("0.86")
-            cells.append("%g: %s / %s" % (r["lr"], "> %g" % r.get("cap_seconds", 180) if t is None
-                                          else "%.1f" % t, fmt_num(r.get("final_accuracy"), "%.4f")))
-        out.append("| %s | %s |" % (base, "; ".join(cells)))
-    return out + [""]
+        for _, g in gs:
+            runs = g.of(m) if g else []
+            if not runs:
+                cells += ["0", "-", "-"]
+                continue
+            if m == "bsp":
+                vs = "1.00"
+            elif g.of("bsp"):
+                vs = fmt_ratio(ratio_median(paired(runs, g.of("bsp"), g.target, g.cap)))
+            else:
+                vs = "-"
+            cells += [str(len(runs)), fmt_time(g.median_time(m), g.cap), vs]
+        lines.append("| %s | %s |" % (m, " | ".join(cells)))
+    return lines
+
+
+def group_lines(g, plot, args, tmp, rel_plots):
+    """The tables (and, when plot, the plots) of one group."""
+    name, opt = g.name, g.optimizer
+    seeds = sorted({r["seed"] for r in g.runs})
+    builds = sorted({str(r["build"]) for r in g.runs if r.get("build") is not None})
+    out = ["**Optimizer %s**, seeds %s, cap %g s, %d runs%s." % (
+        opt, ", ".join(str(s) for s in seeds), g.cap, len(g.runs),
+        "" if not builds else "; build%s %s" % ("s" if len(builds) > 1 else "",
+                                                ", ".join("`%s`" % b for b in builds))), ""]
+    out += model_table(g) + [""]
+    al = auto_lines(g)
+    if al:
+        out += ["`auto` per seed: the model it ended as, its switches, and the first one:", ""] + al + [""]
+    sl = seed_lines(g)
+    if sl:
+        out += ["Per-seed paired ratios of the time to %.2f:" % g.target, ""] + sl + [""]
+    out += share_lines(g) + [""]
+    if plot:
+        stem = "%s-%s" % (name, opt) if opt != PRIMARY_OPT else name
+        acc_png = os.path.join(args.plots, stem + "-accuracy.png")
+        shares_png = os.path.join(args.plots, stem + "-shares.png")
+        if plot_accuracy(g, tmp, acc_png):
+            out += ["![%s accuracy](%s/%s)" % (stem, rel_plots, os.path.basename(acc_png)), ""]
+        if plot_shares(g, tmp, shares_png):
+            out += ["![%s wait and shares](%s/%s)" % (stem, rel_plots, os.path.basename(shares_png)), ""]
+    return out
+
+
+def target_table(rows):
+    out = ["| scenario | target | measured | status |", "|---|---|---|---|"]
+    for sc, target, measured, st in rows:
+        out.append("| %s | %s | %s | **%s** |" % (sc, target, measured, st))
+    return out
 
 
 def build(args):
@@ -578,23 +891,40 @@ def build(args):
     names += sorted(n for n in set(results) | set(scenarios) if n not in names)
     groups = {}
     for name, runs in results.items():
-        for opt in sorted({r["optimizer"] for r in runs}):
-            sub = [r for r in runs if r["optimizer"] == opt]
-            groups[(name, opt)] = Group(name, opt, sub, scenarios.get(name, {}))
+        for sweep in sorted({sweep_of(r) for r in runs}, key=sweep_key):
+            for opt in sorted({r["optimizer"] for r in runs if sweep_of(r) == sweep}):
+                sub = [r for r in runs if r["optimizer"] == opt and sweep_of(r) == sweep]
+                groups[(name, sweep, opt)] = Group(name, sweep, opt, sub, scenarios.get(name, {}))
     os.makedirs(args.plots, exist_ok=True)
     rel_plots = os.path.relpath(args.plots, os.path.dirname(os.path.abspath(args.out)))
+    rows32 = target_rows_32(groups, scenarios, names)
+    if not any(r[1].startswith("auto ") for r in rows32):
+        rows32.append(("every scenario with an auto run", "auto ≤ 1.05× the best fixed model", "-",
+                       "not yet run"))
     out = [BEGIN, "",
            "<!-- Generated by bench/report.py from docs/results/*.jsonl; edits here are overwritten. -->",
            "", "## Targets", "",
-           "Rule: a ratio is the median over seeds of the paired ratio (same seed, same speeds) of the "
+           "Rule: a ratio is the median over seeds of the paired ratio (same seed, same speeds, same "
+           "sweep) of the "
            "times to 0.86. A run that missed 0.86 within the cap counts as taking the cap, which makes "
            "its ratios bounds (\">2.10\": slower than that; \"<0.30\": faster than that); a target is met "
            "only when the median is surely within it. A model *wins* only when every paired ratio favours it. \"Equal samples\" is the smallest number of "
-           "applied samples any run of the scenario reached; \"equal time\" the earliest end of a run.",
-           "", "| scenario | target | measured | status |", "|---|---|---|---|"]
-    for sc, target, measured, st in target_rows(groups, scenarios):
-        out.append("| %s | %s | %s | **%s** |" % (sc, target, measured, st))
-    out += ["", "## Results", ""]
+           "applied samples any run of the scenario reached; \"equal time\" the earliest end of a run. "
+           "Each table is judged on the runs of one sweep alone (optimizer %s): a sweep is a set of "
+           "frozen rules and defaults, and runs of two sweeps are never paired." % PRIMARY_OPT,
+           "", "### %s: the targets of issue 32" % sweep_title(SECOND_SWEEP), ""]
+    out += target_table(rows32)
+    out += ["", "The *best fixed model* of a scenario is the model other than auto with the lowest median "
+            "time to 0.86 in this sweep's runs of it; auto's ratio to it is paired by seed. In six-slow, "
+            "the best of LSP, backup and ASP is taken per seed: the fastest of the three on that seed. "
+            "shifting, noisy and wide keep issue 16's wording."]
+    out += ["", "### %s: the targets of issue 16" % sweep_title(FIRST_SWEEP), ""]
+    out += target_table(target_rows(groups, scenarios))
+    out += ["", "## Results", "",
+            "Each scenario shows its newest sweep first (the current protocol), then, when it has runs "
+            "in both, the first sweep beside the second, then the first sweep's full tables. A record "
+            "without a sweep is the first sweep's. Plots are drawn from the newest sweep with runs of "
+            "the scenario and optimizer.", ""]
     out += tuning_lines(args.results)
     tmp = tempfile.mkdtemp(prefix="kudus-report-")
     try:
@@ -603,27 +933,32 @@ def build(args):
             out += ["### %s" % name, ""]
             if meta.get("description"):
                 out += [meta["description"], ""]
-            opts = sorted({o for (n, o) in groups if n == name}, key=lambda o: (o != PRIMARY_OPT, o))
-            if not opts:
+            here = sorted({s for (n, s, _) in groups if n == name}, key=sweep_key, reverse=True)
+            if not here:
                 out += ["Not yet run.", ""]
                 continue
-            for opt in opts:
-                g = groups[(name, opt)]
-                seeds = sorted({r["seed"] for r in g.runs})
-                out += ["**Optimizer %s**, seeds %s, cap %g s, %d runs." % (
-                    opt, ", ".join(str(s) for s in seeds), g.cap, len(g.runs)), ""]
-                out += model_table(g) + [""]
-                sl = seed_lines(g)
-                if sl:
-                    out += ["Per-seed paired ratios of the time to %.2f:" % g.target, ""] + sl + [""]
-                out += share_lines(g) + [""]
-                stem = "%s-%s" % (name, opt) if opt != PRIMARY_OPT else name
-                acc_png = os.path.join(args.plots, stem + "-accuracy.png")
-                shares_png = os.path.join(args.plots, stem + "-shares.png")
-                if plot_accuracy(g, tmp, acc_png):
-                    out += ["![%s accuracy](%s/%s)" % (stem, rel_plots, os.path.basename(acc_png)), ""]
-                if plot_shares(g, tmp, shares_png):
-                    out += ["![%s wait and shares](%s/%s)" % (stem, rel_plots, os.path.basename(shares_png)), ""]
+            planned = str(meta.get("sweep", FIRST_SWEEP))
+            if sweep_key(planned) > sweep_key(here[0]):
+                out += ["**%s: not yet run.**" % sweep_title(planned), ""]
+            newest = {}
+            for (n, s, o) in groups:
+                if n == name and (o not in newest or sweep_key(s) > sweep_key(newest[o])):
+                    newest[o] = s
+            for i, sweep in enumerate(here):
+                out += ["#### %s" % sweep_title(sweep), ""]
+                opts = sorted({o for (n, s, o) in groups if n == name and s == sweep},
+                              key=lambda o: (o != PRIMARY_OPT, o))
+                for opt in opts:
+                    out += group_lines(groups[(name, sweep, opt)], newest[opt] == sweep, args, tmp, rel_plots)
+                if i == 0 and len(here) > 1 and any((name, s, PRIMARY_OPT) in groups for s in here):
+                    both = sorted(here, key=sweep_key)
+                    title = ("First sweep (sweep 1) beside the second" if both == [FIRST_SWEEP, SECOND_SWEEP]
+                             else "Sweeps %s beside each other" % ", ".join(both))
+                    out += ["#### %s" % title, "",
+                            "Optimizer %s. Ratios are paired within one sweep only (same seed, same sweep); "
+                            "times are not paired across sweeps, and a model's name may stand for other "
+                            "rules or defaults in another sweep." % PRIMARY_OPT, ""]
+                    out += side_by_side(name, groups, both) + [""]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out.append(END)
@@ -640,8 +975,14 @@ def build(args):
     with open(args.out + ".tmp", "w") as f:
         f.write(doc)
     os.replace(args.out + ".tmp", args.out)
-    print("report: %d scenario(s) with results, %d runs; wrote %s and plots in %s" % (
-        len(results), sum(len(v) for v in results.values()), args.out, args.plots))
+    per_sweep = {}
+    for runs in results.values():
+        for r in runs:
+            per_sweep[sweep_of(r)] = per_sweep.get(sweep_of(r), 0) + 1
+    print("report: %d scenario(s) with results, %d runs (%s); wrote %s and plots in %s" % (
+        len(results), sum(per_sweep.values()),
+        ", ".join("sweep %s: %d" % (s, per_sweep[s]) for s in sorted(per_sweep, key=sweep_key)) or "none",
+        args.out, args.plots))
 
 
 def main():

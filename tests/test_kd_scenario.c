@@ -123,6 +123,17 @@ Test (kd_scenario, full_file_with_optimizers_models_and_settings)
     cr_expect_str_eq (s_param (s, "alsp", "group-ratio"), "1.5");
     cr_expect_str_eq (s_param (s, "alsp", "regroup-dwell"), "2");
     cr_expect_null (s_param (s, "bsp", "staleness"));
+    //  A file that names no sweep belongs to the first.
+    cr_expect_str_eq (kd_scenario_sweep (s), "1");
+    kd_scenario_destroy (&s);
+    s = s_parse ("{\"name\": \"x\", \"sweep\": \"2\", \"workers\": 4, \"lr\": 0.1,"
+                 " \"models\": [{\"name\": \"auto\"},"
+                 " {\"name\": \"lsp-quota\", \"consistency\": \"lsp\", \"barrier\": \"quota\","
+                 " \"barrier_slack\": 0.5}]}");
+    cr_expect_str_eq (kd_scenario_sweep (s), "2");
+    cr_expect_str_eq (kd_scenario_model_consistency (s, 0), "auto");
+    cr_expect_str_eq (s_param (s, "lsp-quota", "barrier"), "quota");
+    cr_expect_str_eq (s_param (s, "lsp-quota", "barrier-slack"), "0.5");
     kd_scenario_destroy (&s);
 }
 
@@ -270,8 +281,11 @@ Test (kd_scenario, every_shipped_scenario_parses)
         cr_expect_float_eq (kd_scenario_cap_seconds (s), 180, 1e-9);
         cr_expect_float_eq (kd_scenario_target (s), 0.86, 1e-9);
         cr_expect_float_eq (kd_scenario_delay_ms (s), kd_scenario_workers (s) == 32 ? 80 : 40, 1e-9);
-        const char *every [] = { "bsp", "asp", "ssp", "lsp", "alsp" };
-        for (size_t m = 0; m < 5; m++)
+        //  The second sweep (issue 32): every shipped scenario runs the
+        //  fixed models and auto; SSP's reference is the first sweep's.
+        cr_expect_str_eq (kd_scenario_sweep (s), "2", "%s", kd_scenario_name (s));
+        const char *every [] = { "bsp", "asp", "backup", "lsp", "alsp", "auto" };
+        for (size_t m = 0; m < 6; m++)
             cr_expect_geq (kd_scenario_model_find (s, every [m]), 0, "%s lacks %s",
                            kd_scenario_name (s), every [m]);
         bool headline = !strcmp (kd_scenario_name (s), "two-slow")
@@ -315,6 +329,9 @@ Test (kd_scenario, malformed_files_are_refused_with_a_message)
         { "[1, 2]", "top level must be an object" },
         { "{\"workers\": 4, " S_OK_MODELS "}", "'name' is missing" },
         { "{\"name\": \"a b\", \"workers\": 4, " S_OK_MODELS "}", "may hold only" },
+        { "{\"name\": \"x\", \"sweep\": \"a/b\", \"workers\": 4, " S_OK_MODELS "}", "may hold only" },
+        { "{\"name\": \"x\", \"sweep\": 2, \"workers\": 4, " S_OK_MODELS "}", "must be a string" },
+        { "{\"name\": \"x\", \"workers\": 4, \"models\": [{\"name\": \"lsp\", \"lr\": 0.1, \"barrier\": \"soon\"}]}", "barrier" },
         { "{\"name\": \"x\", " S_OK_MODELS "}", "'workers' is missing" },
         { "{\"name\": \"x\", \"workers\": \"16\", " S_OK_MODELS "}", "'workers' must be a number" },
         { "{\"name\": \"x\", \"workers\": 2.5, " S_OK_MODELS "}", "whole number" },

@@ -136,8 +136,8 @@ static const kd_setting_t s_table [] = {
       "write the final JSON summary to this file" },
 
     //  Consistency
-    { "consistency", KD_CT_ENUM, "bsp", 0, 0, "bsp|asp|ssp|lsp|alsp", S_SCH | S_LOC,
-      "synchronization model" },
+    { "consistency", KD_CT_ENUM, "bsp", 0, 0, "bsp|asp|ssp|lsp|alsp|auto", S_SCH | S_LOC,
+      "synchronization model (auto: BSP, LSP or ALSP, chosen and switched from live speeds)" },
     { "staleness", KD_CT_INT, "3", 0, 1000, NULL, S_SCH | S_LOC,
       "SSP: clocks a worker may run ahead of the slowest; LSP/ALSP: commits of its group a late gradient may miss" },
     { "staleness-weight", KD_CT_STRING, "inverse", 0, 64, NULL, S_SCH | S_LOC,
@@ -148,6 +148,10 @@ static const kd_setting_t s_table [] = {
       "LSP quota as a fraction of the workers; ALSP kappa" },
     { "window-ms", KD_CT_INT, "0", 0, 600000, NULL, S_SCH | S_LOC,
       "LSP: release after this many ms once 2 workers arrived (0 = off)" },
+    { "barrier", KD_CT_ENUM, "adaptive", 0, 0, "adaptive|quota", S_SCH | S_LOC,
+      "LSP/ALSP/auto phase release: adaptive (wait for whoever is expected within the slack) or quota; an explicit quota or window-ms means quota" },
+    { "barrier-slack", KD_CT_DOUBLE, "0.25", 0.01, 10, NULL, S_SCH | S_LOC,
+      "adaptive barrier: how late a worker may be expected, as a fraction of the phase, and still be waited for" },
     { "group-ratio", KD_CT_DOUBLE, "1.3", 1.01, 100, NULL, S_SCH | S_LOC,
       "ALSP: speed ratio between neighbours that starts a new group" },
     { "min-group", KD_CT_INT, "1", 1, 1024, NULL, S_SCH | S_LOC,
@@ -184,6 +188,10 @@ static const kd_setting_t s_table [] = {
       "gradients one connection (one worker) may have staged at a shard at once" },
     { "max-parked", KD_CT_INT, "4096", 1, 1000000, NULL, S_SHD,
       "pulls waiting for a version a shard holds at most (one per connection)" },
+    { "staged-ttl", KD_CT_DOUBLE, "900", 0, 1e6, NULL, S_SHD,
+      "seconds a staged gradient may wait for its commit before it is dropped (0 = no limit); one whose rank had a later clock committed goes at once" },
+    { "parked-ttl", KD_CT_DOUBLE, "60", 0, 1e6, NULL, S_SHD,
+      "seconds a parked pull may wait for its version before it is dropped (0 = no limit); clients ask again well before" },
     { "max-grad-norm", KD_CT_DOUBLE, "0", 0, 1e30, NULL, S_SHD | S_LOC,
       "bound on the L2 norm of each shard's slice of a gradient (0 = off); see grad-norm-action" },
     { "grad-norm-action", KD_CT_ENUM, "clip", 0, 0, "clip|refuse", S_SHD | S_LOC,
@@ -257,6 +265,8 @@ static const kd_setting_t s_table [] = {
       "where the service binaries are (default: beside kudus)" },
     { "quiet", KD_CT_BOOL, "false", 0, 0, NULL, S_LOC,
       "do not echo the services' logs" },
+    { "restart", KD_CT_ENUM, "on-failure", 0, 0, "on-failure|no", S_LOC,
+      "start a service or worker again when it dies without being asked to (a shard only with a replica or a checkpoint), as compose's restart: on-failure" },
 
     //  kudus experiment
     { "out", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
@@ -267,6 +277,8 @@ static const kd_setting_t s_table [] = {
       "experiment: run only the scenario's first N seeds (0 = all)" },
     { "models", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
       "experiment: run only these model entries, comma-separated (empty = all)" },
+    { "build-id", KD_CT_STRING, "", 0, 63, NULL, S_BEN,
+      "experiment: the build named in every record (empty = git describe --always --dirty of the current directory)" },
 
     //  kudus bench (bench/*.c): lists are comma-separated; sizes take K/M
     { "sizes", KD_CT_STRING, "4K,64K,1M,16M,64M", 0, 256, NULL, S_PRF,

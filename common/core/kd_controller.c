@@ -42,6 +42,8 @@
 #include "kd_controller.h"
 #include <assert.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -60,6 +62,18 @@
 #define S_SPEED_SAMPLES     2
 //  Slack for ceil (ratio * N), so that 0.7 * 10 gives 7 and not 8.
 #define S_QUOTA_EPSILON     1e-9
+//  Auto: the phases it remembers when it tells BSP from LSP, and how many
+//  of them must have left someone behind for LSP.  Fewer than that keeps
+//  the current model, none makes it BSP: the gap is the hysteresis.
+#define S_AUTO_WINDOW       16
+#define S_AUTO_LSP_EARLY    2
+//  Room for a switch's reason.
+#define S_REASON_MAX        160
+//  Iteration times the adaptive barrier keeps per worker; it expects the
+//  median of them, so one slow iteration (a page fault, a descheduled
+//  process) does not make a worker look late for several phases, as it
+//  would through the EWMA.
+#define S_RECENT_TIMES      5
 
 //  Where a worker is in its cycle.
 typedef enum {
@@ -93,6 +107,7 @@ typedef struct {
     uint32_t group;             //  group slot; 0 unless ALSP
     uint32_t next_group;        //  ALSP: slot it moves to at its release
     double ewma;                //  smoothed iteration ms; 0 = no sample
+    double recent [S_RECENT_TIMES]; //  its last iteration times, a ring
     uint32_t n_speed;           //  speed samples so far
     uint32_t outside;           //  samples in a row outside its band
     uint64_t t_release;         //  ms of its last release
@@ -105,6 +120,7 @@ typedef struct {
     uint64_t base;              //  V_g: version of its last commit
     uint64_t clock;             //  group clock: its commits
     uint64_t t_first;           //  time of the phase's first arrival
+    uint64_t t_open;            //  time its phase opened (its last commit)
     double band_lo;             //  lowest member ewma at grouping time
     double band_hi;             //  highest member ewma; 0 = band unknown
     uint64_t *recent;           //  ALSP: versions of its last G commits
@@ -119,6 +135,7 @@ typedef struct {
     size_t entries_at;          //  COMMIT: first entry in the entry pool
     size_t drops_at;            //  COMMIT: first drop in the entry pool
     size_t groups_at;           //  GROUPS: first slot in the groups pool
+    char reason [S_REASON_MAX]; //  SWITCH: its reason
 } s_item_t;
 
 //  A worker's place in the speed order, for grouping.
@@ -188,13 +205,19 @@ struct _kd_controller_t {
     uint32_t n_unready;         //  members with too few speed samples
     uint32_t n_outside;         //  members outside their band long enough
     kd_sampler_t *sampler;      //  lease book, NULL when leases are off
+    uint64_t deadline;          //  earliest time a tick may release a phase
+    uint64_t early;             //  commits that left a member behind
+    uint32_t recent_early;      //  auto: bit i set when the i-th last
+                                //  commit left someone behind
+    kd_consistency_t mode;      //  auto: the effective model
+    uint64_t switches;          //  auto: changes of mode
 };
 
 
 //  --------------------------------------------------------------------------
 //  Names and options
 
-static const char *s_model_names [] = { "bsp", "asp", "ssp", "lsp", "alsp" };
+static const char *s_model_names [] = { "bsp", "asp", "ssp", "lsp", "alsp", "auto" };
 #define S_MODELS (sizeof s_model_names / sizeof s_model_names [0])
 
 //  Parse a model name; -1 if unknown.
@@ -216,6 +239,17 @@ kd_consistency_name (kd_consistency_t model)
     if ((unsigned) model < S_MODELS)
         return s_model_names [model];
     return "unknown";
+}
+
+//  Parse a barrier rule: "adaptive" or "quota".
+int
+kd_barrier_parse (const char *name)
+{
+    if (name && !strcmp (name, "adaptive"))
+        return KD_BARRIER_ADAPTIVE;
+    if (name && !strcmp (name, "quota"))
+        return KD_BARRIER_QUOTA;
+    return -1;
 }
 
 //  Parse a staleness weight: "inverse", "none" or "exp:LAMBDA".
@@ -257,6 +291,8 @@ kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
         .quota = 0,
         .quota_ratio = 0.75,
         .window_ms = 0,
+        .barrier = KD_BARRIER_ADAPTIVE,
+        .slack = 0.25,
         .group_ratio = 1.3,
         .min_group = 1,
         .max_groups = 4,
@@ -281,6 +317,8 @@ s_opts_valid (const kd_controller_opts_t *opts)
         && opts->max_workers <= S_MAX_WORKERS_LIMIT
         && isfinite (opts->quota_ratio)
         && opts->quota_ratio > 0 && opts->quota_ratio <= 1
+        && (unsigned) opts->barrier <= KD_BARRIER_QUOTA
+        && isfinite (opts->slack) && opts->slack >= 0.01 && opts->slack <= 10
         && isfinite (opts->group_ratio) && opts->group_ratio > 1
         && opts->min_group >= 1
         && opts->max_groups >= 1 && opts->max_groups <= 64
@@ -458,6 +496,9 @@ kd_controller_new (const kd_controller_opts_t *opts)
     self->n_groups = 1;
     self->version = opts->initial_version;
     self->groups [0].base = self->version;
+    self->deadline = UINT64_MAX;
+    //  Auto starts out waiting for everyone until speeds say otherwise.
+    self->mode = opts->model == KD_CONS_AUTO ? KD_CONS_BSP : opts->model;
     return self;
 
 failed:
@@ -550,6 +591,8 @@ kd_controller_next (kd_controller_t *self)
         self->current.drops = self->pool + item->drops_at;
     if (item->decision.n_groups)
         self->current.groups = self->gpool + item->groups_at;
+    if (item->decision.type == KD_DEC_SWITCH)
+        self->current.reason = item->reason;
     return &self->current;
 }
 
@@ -562,7 +605,26 @@ static bool
 s_phased (kd_controller_t *self)
 {
     kd_consistency_t model = self->opts.model;
-    return model == KD_CONS_BSP || model == KD_CONS_LSP || model == KD_CONS_ALSP;
+    return model == KD_CONS_BSP || model == KD_CONS_LSP || model == KD_CONS_ALSP
+        || model == KD_CONS_AUTO;
+}
+
+//  True for the models that may split the workers into groups.
+static bool
+s_grouped (kd_controller_t *self)
+{
+    return self->opts.model == KD_CONS_ALSP || self->opts.model == KD_CONS_AUTO;
+}
+
+//  True when phases release by the adaptive rule: LSP, ALSP and auto with
+//  the adaptive barrier, unless a quota or a window was set explicitly.
+static bool
+s_adaptive (kd_controller_t *self)
+{
+    kd_consistency_t model = self->opts.model;
+    return (model == KD_CONS_LSP || model == KD_CONS_ALSP || model == KD_CONS_AUTO)
+        && self->opts.barrier == KD_BARRIER_ADAPTIVE
+        && self->opts.quota == 0 && self->opts.window_ms == 0;
 }
 
 //  True for a released member.
@@ -684,7 +746,7 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
     item->decision.rank = rank;
     item->decision.clock = clock;
     item->decision.dropped = dropped;
-    item->decision.group = self->opts.model == KD_CONS_ALSP ? worker->group : 0;
+    item->decision.group = s_grouped (self) ? worker->group : 0;
     item->decision.lease = worker->lease;
     item->decision.min_clock = s_min_clock (self);
 }
@@ -867,18 +929,87 @@ s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t samp
 //  --------------------------------------------------------------------------
 //  Phase engine: BSP, LSP, ALSP
 
-//  True when a group's phase may release: quota met, or the window has
-//  passed since its first arrival and at least two have arrived.
+//  Note a time at which a tick may release a phase.
+static void
+s_wake_at (kd_controller_t *self, uint64_t at)
+{
+    if (at < self->deadline)
+        self->deadline = at;
+}
+
+//  What the adaptive barrier expects a worker's iteration to take: the
+//  median of its last few times (of those it has), or 0 with none.
+static double
+s_expected_ms (const s_worker_t *worker)
+{
+    uint32_t n = worker->n_speed < S_RECENT_TIMES ? worker->n_speed : S_RECENT_TIMES;
+    if (n == 0)
+        return 0;
+    double sorted [S_RECENT_TIMES];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        for (; j > 0 && sorted [j - 1] > worker->recent [i]; j--)
+            sorted [j] = sorted [j - 1];
+        sorted [j] = worker->recent [i];
+    }
+    return n % 2 ? sorted [n / 2] : (sorted [n / 2 - 1] + sorted [n / 2]) / 2;
+}
+
+//  The adaptive rule: group g's open phase may release when no member
+//  whose arrival would count in it is expected within the slack of now,
+//  before or after.  A member expects to arrive the median of its last
+//  iteration times after its release (a member with no speed yet, the time
+//  the phase's first arrival took).  The slack is a fraction of that first
+//  arrival's time, so it scales with the phase.  A member expected later
+//  than the slack is released early for: it will be late.  One overdue
+//  by more than the slack is released early for as well, so nobody waits
+//  for a member that stopped or slowed down without notice.  With equal
+//  speeds everyone is expected together and every phase waits for all:
+//  the decisions of BSP.
+static bool
+s_adaptive_ready (kd_controller_t *self, uint32_t g, uint64_t now)
+{
+    s_group_t *group = &self->groups [g];
+    double phase = group->t_first > group->t_open
+                 ? (double) (group->t_first - group->t_open) : 1.0;
+    double slack = self->opts.slack * phase;
+    if (slack < 1)
+        slack = 1;
+    bool ready = true;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (worker->state != S_COMPUTING || worker->group != g
+        ||  worker->gclock != group->clock)
+            continue;
+        double ms = s_expected_ms (worker);
+        double expected = (double) worker->t_release + (ms > 0 ? ms : phase);
+        if (expected > (double) now + slack || (double) now >= expected + slack)
+            continue;
+        ready = false;
+        s_wake_at (self, (uint64_t) ceil (expected + slack));
+    }
+    return ready;
+}
+
+//  True when a group's phase may release: by the adaptive rule, or when
+//  its quota is met, or the window has passed since its first arrival and
+//  at least two have arrived.
 static bool
 s_group_ready (kd_controller_t *self, uint32_t g, uint64_t now)
 {
     s_group_t *group = &self->groups [g];
     if (group->waiting == 0)
         return false;
+    if (s_adaptive (self))
+        return s_adaptive_ready (self, g, now);
     if (group->waiting >= s_quota (self, group->size))
         return true;
     uint64_t window = s_window (self);
-    return window > 0 && group->waiting >= 2 && now >= group->t_first + window;
+    if (window > 0 && group->waiting >= 2 && now >= group->t_first + window)
+        return true;
+    if (window > 0)
+        s_wake_at (self, group->t_first + window);
+    return false;
 }
 
 //  ALSP: true when group g may not commit now, because it already made G
@@ -887,7 +1018,7 @@ s_group_ready (kd_controller_t *self, uint32_t g, uint64_t now)
 static bool
 s_group_held (kd_controller_t *self, uint32_t g)
 {
-    if (self->opts.model != KD_CONS_ALSP)
+    if (!s_grouped (self))
         return false;
     s_group_t *group = &self->groups [g];
     uint32_t G = self->opts.group_staleness;
@@ -901,6 +1032,49 @@ s_group_held (kd_controller_t *self, uint32_t g)
     return false;
 }
 
+//  Auto: queue a SWITCH to `mode` with its reason.
+static void
+s_auto_switch (kd_controller_t *self, kd_consistency_t mode, const char *format, ...)
+{
+    if (self->opts.model != KD_CONS_AUTO || mode == self->mode)
+        return;
+    s_item_t *item = s_push (self, KD_DEC_SWITCH);
+    item->decision.mode = mode;
+    item->decision.from = self->mode;
+    va_list args;
+    va_start (args, format);
+    vsnprintf (item->reason, sizeof item->reason, format, args);
+    va_end (args);
+    self->mode = mode;
+    self->switches++;
+}
+
+//  Auto with one group: after each commit, tell BSP from LSP by how many
+//  of the last phases were released before every member expected in them
+//  had arrived.  The rule that decides each phase is the adaptive barrier;
+//  this only names what it has been doing, with hysteresis, so that one
+//  noisy phase does not flip the name.
+static void
+s_auto_phase (kd_controller_t *self, uint32_t behind)
+{
+    self->recent_early = (self->recent_early << 1 | (behind > 0))
+                       & ((1u << S_AUTO_WINDOW) - 1);
+    //  Leaving ALSP is the regroup's call (s_auto_split), not the phases'.
+    if (self->opts.model != KD_CONS_AUTO || self->mode == KD_CONS_ALSP
+    ||  s_nonempty (self) > 1)
+        return;
+    int early = __builtin_popcount (self->recent_early);
+    if (early >= S_AUTO_LSP_EARLY)
+        s_auto_switch (self, KD_CONS_LSP,
+                       "%d of the last %d phases released without late workers",
+                       early, S_AUTO_WINDOW);
+    else
+    if (early == 0 && self->mode != KD_CONS_BSP)
+        s_auto_switch (self, KD_CONS_BSP,
+                       "the last %d phases waited for every worker: speeds are within the slack",
+                       S_AUTO_WINDOW);
+}
+
 //  Commit group g's phase: its members' late gradients and its waiting
 //  members' gradients as one update, then release the waiting members on
 //  the new version.
@@ -909,10 +1083,12 @@ s_group_commit (kd_controller_t *self, uint32_t g, uint64_t now)
 {
     s_group_t *group = &self->groups [g];
     size_t at = self->n_pool;
+    uint32_t behind = 0;
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
         if (!s_is_member (worker) || worker->group != g)
             continue;
+        behind += worker->state == S_COMPUTING && worker->gclock == group->clock;
         if (worker->has_late) {
             s_take (self, rank, &worker->late, group->clock);
             worker->has_late = false;
@@ -923,16 +1099,24 @@ s_group_commit (kd_controller_t *self, uint32_t g, uint64_t now)
     //  Under ALSP a group's update counts for its share of the workers, so
     //  a fast group committing often takes BSP's step per sample, no more.
     double share = 1.0;
-    if (self->opts.model == KD_CONS_ALSP)
+    if (s_grouped (self))
         share = (double) group->size / (double) self->n_active;
+    uint64_t version = self->version;
     s_commit (self, at, share, false);
-    group->clock++;
-    group->base = self->version;
-    if (group->recent) {
-        group->recent [group->recent_at] = self->version;
-        group->recent_at = (group->recent_at + 1) % self->opts.group_staleness;
-        if (group->n_recent < self->opts.group_staleness)
-            group->n_recent++;
+    group->t_open = now;
+    //  A phase whose every gradient was refused or dropped made no version:
+    //  it releases its members, but no late gradient counts it as missed.
+    if (self->version != version) {
+        group->clock++;
+        group->base = self->version;
+        self->early += behind > 0;
+        s_auto_phase (self, behind);
+        if (group->recent) {
+            group->recent [group->recent_at] = self->version;
+            group->recent_at = (group->recent_at + 1) % self->opts.group_staleness;
+            if (group->n_recent < self->opts.group_staleness)
+                group->n_recent++;
+        }
     }
     for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
         s_worker_t *worker = &self->workers [rank];
@@ -948,8 +1132,10 @@ s_evaluate (kd_controller_t *self, uint64_t now)
     if (!s_phased (self))
         return;
     bool acted = true;
+    self->deadline = UINT64_MAX;
     while (acted && self->n_active > 0) {
         acted = false;
+        self->deadline = UINT64_MAX;
         for (uint32_t g = 0; g < self->n_groups; g++)
             if (s_group_ready (self, g, now) && !s_group_held (self, g)) {
                 s_group_commit (self, g, now);
@@ -1042,6 +1228,43 @@ s_segment_gap (kd_controller_t *self, uint32_t j)
     return self->speeds [first].key - self->speeds [first - 1].key;
 }
 
+//  Mean speed in ms of the members of segment j.
+static double
+s_segment_ms (kd_controller_t *self, uint32_t j)
+{
+    double sum = 0;
+    uint32_t first = self->seg_first [j];
+    for (uint32_t i = first; i < first + self->seg_len [j]; i++)
+        sum += exp (self->speeds [i].key);
+    return sum / self->seg_len [j];
+}
+
+//  Auto: keep in the fastest group every segment that LSP's bound can
+//  carry, and give a group of its own only to a segment that is more than
+//  s + 1 times slower than the fastest.  One group waits for whoever is
+//  close and leaves the rest behind for at most s commits, so a worker
+//  slower than that would have every gradient dropped: its compute counts
+//  only in a group of its own (ALSP).  Everyone else gains nothing from a
+//  group barrier of their own, only its cost.
+static void
+s_auto_split (kd_controller_t *self, uint32_t *n_segs, uint32_t n)
+{
+    double fastest = s_segment_ms (self, 0);
+    double limit = (double) (self->opts.staleness + 1);
+    while (*n_segs > 1 && s_segment_ms (self, 1) <= limit * fastest)
+        s_segment_merge (self, n_segs, 0);
+    if (*n_segs > 1) {
+        double slow = s_segment_ms (self, *n_segs - 1);
+        s_auto_switch (self, KD_CONS_ALSP,
+                       "speeds split: %u workers at %.0f ms, the slowest group at %.0f ms (%.1fx, over s + 1 = %.0f)",
+                       self->seg_len [0], fastest, slow, slow / fastest, limit);
+    }
+    else
+    if (self->mode == KD_CONS_ALSP)
+        s_auto_switch (self, KD_CONS_LSP,
+                       "speeds within s + 1 = %.0f of the fastest: one group of %u", limit, n);
+}
+
 //  A group slot to reuse or open: empty, with nobody moving into it.
 static uint32_t
 s_free_slot (kd_controller_t *self, const bool *taken)
@@ -1056,7 +1279,7 @@ s_free_slot (kd_controller_t *self, const bool *taken)
 //  Open slot g for a new group: its clock starts at the lowest clock of the
 //  groups with members, so the group bound neither holds it nor others.
 static void
-s_open_slot (kd_controller_t *self, uint32_t g)
+s_open_slot (kd_controller_t *self, uint32_t g, uint64_t now)
 {
     uint64_t clock = UINT64_MAX;
     for (uint32_t h = 0; h < self->n_groups; h++)
@@ -1066,7 +1289,7 @@ s_open_slot (kd_controller_t *self, uint32_t g)
     uint64_t *recent = group->recent;
     *group = (s_group_t) {
         .base = self->version, .clock = clock == UINT64_MAX ? 0 : clock,
-        .recent = recent
+        .t_open = now, .recent = recent
     };
     if (!group->recent) {
         group->recent = (uint64_t *) calloc (self->opts.group_staleness, sizeof (uint64_t));
@@ -1128,6 +1351,8 @@ s_regroup (kd_controller_t *self, uint64_t now)
                 best = k;
         s_segment_merge (self, &n_segs, best);
     }
+    if (self->opts.model == KD_CONS_AUTO)
+        s_auto_split (self, &n_segs, n);
     //  Map segments to slots greedily by overlap with the slots the members
     //  are headed for now: the pair with most members in common first.
     //  Regroups are rare, so the scratch is allocated here.
@@ -1168,7 +1393,7 @@ s_regroup (kd_controller_t *self, uint64_t now)
             assert (slot != UINT32_MAX);
             slot_taken [slot] = true;
             self->seg_slot [s] = slot;
-            s_open_slot (self, slot);
+            s_open_slot (self, slot, now);
             changed = true;
         }
         s_group_t *group = &self->groups [self->seg_slot [s]];
@@ -1239,7 +1464,7 @@ s_admit (kd_controller_t *self, uint64_t now)
         return;
     uint32_t g = 0;
     if (s_phased (self)) {
-        if (self->opts.model == KD_CONS_ALSP) {
+        if (s_grouped (self)) {
             if (self->n_active == 0)
                 s_groups_reset (self);
             g = s_slowest_group (self);
@@ -1275,8 +1500,9 @@ s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
     worker->ewma = worker->ewma > 0
                  ? S_EWMA_ALPHA * iter_ms + (1 - S_EWMA_ALPHA) * worker->ewma
                  : iter_ms;
+    worker->recent [worker->n_speed % S_RECENT_TIMES] = iter_ms;
     worker->n_speed++;
-    if (self->opts.model == KD_CONS_ALSP) {
+    if (s_grouped (self)) {
         //  Both the sample and the average must be out: one spike moves
         //  the average, but the next normal sample resets the run.
         s_group_t *group = &self->groups [worker->next_group];
@@ -1294,7 +1520,7 @@ s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
 static void
 s_check_regroup (kd_controller_t *self, uint64_t now)
 {
-    if (self->opts.model != KD_CONS_ALSP || self->n_active == 0
+    if (!s_grouped (self) || self->n_active == 0
     ||  self->n_unready > 0)
         return;
     if (!self->formed
@@ -1317,6 +1543,7 @@ s_begin (kd_controller_t *self, uint64_t now)
     if (!self->started) {
         self->started = true;
         self->t_regroup = now;
+        self->groups [0].t_open = now;
     }
 }
 
@@ -1334,7 +1561,7 @@ s_finish (kd_controller_t *self, uint64_t now)
         s_release_bounded (self, now);
     s_flush_drops (self);
     s_admit (self, now);
-    if (self->groups_dirty && self->opts.model == KD_CONS_ALSP)
+    if (self->groups_dirty && s_grouped (self))
         s_push_groups (self);
     self->groups_dirty = false;
     self->min_clock = s_min_clock (self);
@@ -1399,7 +1626,7 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
     }
     *worker = (s_worker_t) { .state = S_INACTIVE };
     s_track (self, rank);
-    if (self->opts.model == KD_CONS_ALSP && self->n_active == 0)
+    if (s_grouped (self) && self->n_active == 0)
         s_groups_reset (self);
     s_finish (self, now_ms);
     return 0;
@@ -1500,6 +1727,14 @@ kd_controller_tick (kd_controller_t *self, uint64_t now_ms)
     s_finish (self, now_ms);
 }
 
+//  When a tick may next release a phase.
+uint64_t
+kd_controller_deadline (kd_controller_t *self)
+{
+    assert (self);
+    return self->deadline;
+}
+
 
 //  --------------------------------------------------------------------------
 //  Introspection
@@ -1566,7 +1801,31 @@ kd_controller_group_of (kd_controller_t *self, uint32_t rank)
     assert (self);
     if (!s_member (self, rank))
         return UINT32_MAX;
-    return self->opts.model == KD_CONS_ALSP ? self->workers [rank].group : 0;
+    return s_grouped (self) ? self->workers [rank].group : 0;
+}
+
+//  The effective model.
+kd_consistency_t
+kd_controller_mode (kd_controller_t *self)
+{
+    assert (self);
+    return self->mode;
+}
+
+//  Auto: changes of the effective model so far.
+uint64_t
+kd_controller_switches (kd_controller_t *self)
+{
+    assert (self);
+    return self->switches;
+}
+
+//  Phases released before every member expected in them had arrived.
+uint64_t
+kd_controller_early_releases (kd_controller_t *self)
+{
+    assert (self);
+    return self->early;
 }
 
 //  Number of groups with members.

@@ -45,10 +45,11 @@ typedef enum {
     KD_CONS_ASP,
     KD_CONS_SSP,
     KD_CONS_LSP,
-    KD_CONS_ALSP
+    KD_CONS_ALSP,
+    KD_CONS_AUTO                //  BSP, LSP or ALSP, chosen from live speeds
 } kd_consistency_t;
 
-//  Parse "bsp", "asp", "ssp", "lsp", "alsp"; -1 if unknown.
+//  Parse "bsp", "asp", "ssp", "lsp", "alsp", "auto"; -1 if unknown.
 int
     kd_consistency_parse (const char *name);
 const char *
@@ -61,6 +62,17 @@ typedef enum {
     KD_WEIGHT_NONE,             //  f = 1
     KD_WEIGHT_EXP               //  f = exp (-lambda tau)
 } kd_weight_kind_t;
+
+//  How a phase of LSP, ALSP and auto is released.
+typedef enum {
+    KD_BARRIER_ADAPTIVE,        //  wait for whoever is expected within the
+                                //  slack; release early only for the late
+    KD_BARRIER_QUOTA            //  release at K = ceil (quota_ratio * N)
+} kd_barrier_t;
+
+//  Parse "adaptive" or "quota"; -1 if unknown.
+int
+    kd_barrier_parse (const char *name);
 
 //  Parse "inverse", "none" or "exp:LAMBDA" (0 < LAMBDA <= 1000).
 //  Returns 0, or -1 if malformed.
@@ -76,6 +88,11 @@ typedef struct {
     uint32_t quota;             //  K for LSP; 0 means ceil (quota_ratio * N)
     double quota_ratio;         //  LSP K/N when quota is 0; ALSP kappa
     uint32_t window_ms;         //  LSP release window, 0 = none
+    kd_barrier_t barrier;       //  phase release rule; an explicit quota or
+                                //  window selects the quota rule
+    double slack;               //  adaptive: how late, as a fraction of the
+                                //  phase, a member may be and still be
+                                //  waited for
     double group_ratio;         //  ALSP rho: cut between neighbours above it
     uint32_t min_group;         //  ALSP minimum group size (1: a lone
                                 //  straggler gets a group of its own)
@@ -101,7 +118,8 @@ void
 typedef enum {
     KD_DEC_COMMIT,
     KD_DEC_RELEASE,
-    KD_DEC_GROUPS
+    KD_DEC_GROUPS,
+    KD_DEC_SWITCH               //  auto: the effective model changed
 } kd_decision_type_t;
 
 //  One gradient named in a commit.
@@ -137,6 +155,10 @@ typedef struct {
                                 //  rank; UINT32_MAX for non-members
     size_t n_groups;            //  GROUPS: length of groups (max_workers)
     uint32_t group_count;       //  GROUPS: number of groups
+    kd_consistency_t mode;      //  SWITCH: the effective model now (bsp,
+                                //  lsp or alsp)
+    kd_consistency_t from;      //  SWITCH: the effective model before
+    const char *reason;         //  SWITCH: why, in words
 } kd_decision_t;
 
 typedef struct _kd_controller_t kd_controller_t;
@@ -172,6 +194,12 @@ int
 //  Time passes: windows and dwell timers fire.
 void
     kd_controller_tick (kd_controller_t *self, uint64_t now_ms);
+//  The earliest time at which a tick may release a phase that no arrival
+//  releases first (an adaptive phase waits for an overdue member no
+//  longer), or UINT64_MAX when only events can.  The scheduler polls no
+//  longer than this.
+uint64_t
+    kd_controller_deadline (kd_controller_t *self);
 
 //  Next pending decision, or NULL when there is none.
 const kd_decision_t *
@@ -201,6 +229,16 @@ uint32_t
 //  The lease book, or NULL when leases are off.  Borrowed.
 kd_sampler_t *
     kd_controller_sampler (kd_controller_t *self);
+//  The effective model: the configured one, except under auto, where it is
+//  what the controller chose last (bsp, lsp or alsp).
+kd_consistency_t
+    kd_controller_mode (kd_controller_t *self);
+//  Auto: switches of the effective model so far.
+uint64_t
+    kd_controller_switches (kd_controller_t *self);
+//  Phases released before every member expected in them had arrived.
+uint64_t
+    kd_controller_early_releases (kd_controller_t *self);
 //  True when the controller treats gradients as applied by the shards on
 //  arrival (ASP and SSP).
 bool

@@ -59,7 +59,7 @@ s_on_signal (int sig)
 static const char *const s_owned [] = {
     "workers", "shards", "model", "hidden", "batch", "epochs", "delay-ms", "lr", "momentum",
     "seed", "consistency", "staleness", "staleness-weight", "quota", "quota-ratio", "window-ms",
-    "group-ratio", "min-group", "max-groups", "group-staleness", "global-sync-every",
+    "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups", "group-staleness", "global-sync-every",
     "regroup-dwell", "max-seconds", "target-accuracy", "snapshot-ms", "eval-interval",
     "curve-file", "summary", "speeds", "straggler", "hetero", "hetero-period", "quiet",
     "checkpoint-dir", "checkpoint-every", NULL
@@ -169,9 +169,9 @@ s_setting_text (kd_config_t *c, const kd_setting_t *row, char *out, size_t size)
 
 //  Key of a run in the results file.  Caller frees.
 static char *
-s_key (const char *model, const char *optimizer, uint64_t seed)
+s_key (const char *sweep, const char *model, const char *optimizer, uint64_t seed)
 {
-    return zsys_sprintf ("%s|%s|%llu", model, optimizer, (unsigned long long) seed);
+    return zsys_sprintf ("%s|%s|%s|%llu", sweep, model, optimizer, (unsigned long long) seed);
 }
 
 //  What a run was configured with, as text: lr, momentum and controller
@@ -235,7 +235,10 @@ s_recorded (const char *path, const char *scenario)
             fprintf (stderr, "kudus experiment: %s line %zu is not a run record; ignored\n", path, line_no);
         else
         if (!strcmp (sc, scenario)) {
-            char *key = s_key (m, op, (uint64_t) seed);
+            //  Records from before sweeps were named belong to the first.
+            const char *sweep = json_object_object_get_ex (o, "sweep", &v)
+                              ? json_object_get_string (v) : "1";
+            char *key = s_key (sweep, m, op, (uint64_t) seed);
             json_object *params = NULL;
             json_object_object_get_ex (o, "params", &params);
             char *sig = s_signature (s_num (o, "lr"), s_num (o, "momentum"), params);
@@ -401,6 +404,7 @@ typedef struct {
     int exit_code;              //  of kudus local, 128+sig if signalled
     double run_s;               //  fork to reap, seconds
     double cpu_s;               //  user + system of the whole cluster
+    const char *build;          //  the build that ran it (borrowed)
 } s_run_t;
 
 //  Start `kudus local` and wait for it; a signal to us is passed on as
@@ -672,7 +676,8 @@ s_record (s_run_t *run)
         { "staleness_p50", "staleness_p50" }, { "staleness_p99", "staleness_p99" },
         { "staleness_max", "staleness_max" }, { "dropped_gradients", "dropped" },
         { "regroups", "regroups" }, { "regroup_times", "regroup_times" },
-        { "wait_fraction", "wait_fraction" }
+        { "wait_fraction", "wait_fraction" }, { "early_releases", "early_releases" },
+        { "mode", "mode" }, { "switch_count", "switch_count" }, { "switches", "switches" }
     };
     for (size_t i = 0; i < sizeof copied / sizeof copied [0]; i++)
         s_copy (rec, summary, copied [i].key, copied [i].to);
@@ -711,6 +716,8 @@ s_record (s_run_t *run)
         json_object_array_add (speeds, json_object_new_string (run->speeds [r]));
     json_object_object_add (rec, "speeds", speeds);
     json_object_object_add (rec, "kudus_version", json_object_new_string (KUDUS_VERSION_STRING));
+    json_object_object_add (rec, "sweep", json_object_new_string (kd_scenario_sweep (sc)));
+    json_object_object_add (rec, "build", json_object_new_string (run->build));
     char stamp [32];
     time_t now = time (NULL);
     strftime (stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime (&now));
@@ -746,7 +753,32 @@ typedef struct {
     char self_exe [S_PATH];     //  this binary, to run `kudus local`
     char out [S_PATH];          //  per-run files
     char results [S_PATH];      //  the JSON-lines file
+    char build [64];            //  git describe of the tree, or "unknown"
 } s_sweep_t;
+
+//  Name the build that runs the sweep: --build-id when given (binaries
+//  copied away from their tree, or a tarball), else `git describe --always
+//  --dirty` of the current directory, so every record says which code
+//  produced it.
+static void
+s_build_id (const char *given, char *out, size_t size)
+{
+    if (given && *given) {
+        snprintf (out, size, "%s", given);
+        return;
+    }
+    snprintf (out, size, "unknown");
+    FILE *pipe = popen ("git describe --always --dirty 2>/dev/null", "r");
+    if (!pipe)
+        return;
+    char line [64];
+    if (fgets (line, sizeof line, pipe)) {
+        line [strcspn (line, "\n")] = 0;
+        if (*line)
+            snprintf (out, size, "%s", line);
+    }
+    pclose (pipe);
+}
 
 //  Build the argv of one run's `kudus local`.  Returns the count.
 static int
@@ -824,7 +856,8 @@ static int
 s_run_one (s_sweep_t *sw, size_t model, size_t opt, uint64_t seed)
 {
     kd_scenario_t *sc = sw->scenario;
-    s_run_t run = { .scenario = sc, .model = model, .opt = opt, .seed = seed };
+    s_run_t run = { .scenario = sc, .model = model, .opt = opt, .seed = seed,
+                    .build = sw->build };
     run.speeds = kd_scenario_speeds (sc, seed);
     char base [S_PATH];
     snprintf (base, sizeof base, "%.1700s/%s-%s-%s-seed%llu", sw->out, kd_scenario_name (sc),
@@ -892,6 +925,7 @@ kd_experiment_main (int argc, char **argv)
     if (!c)
         return rc;
     s_sweep_t sw = { .config = c };
+    s_build_id (kd_config_str (c, "build-id"), sw.build, sizeof sw.build);
     zhashx_t *recorded = NULL;
     char err [1024];
     const char *file = kd_config_positional (c, 0);
@@ -990,7 +1024,8 @@ kd_experiment_main (int argc, char **argv)
                 if (!chosen [m])
                     continue;
                 uint64_t seed = kd_scenario_seed (sc, s);
-                char *key = s_key (kd_scenario_model_name (sc, m), kd_scenario_optimizer_name (sc, o), seed);
+                char *key = s_key (kd_scenario_sweep (sc), kd_scenario_model_name (sc, m),
+                                   kd_scenario_optimizer_name (sc, o), seed);
                 const char *was = (const char *) zhashx_lookup (recorded, key);
                 bool done = was != NULL;
                 zstr_free (&key);

@@ -15,6 +15,7 @@
 #include "kd_scenario.h"
 #include "kd_netns.h"
 #include "kd_config.h"
+#include "kd_controller.h"
 #include "kd_speed.h"
 #include "kd_util.h"
 #include <assert.h>
@@ -36,7 +37,7 @@
 
 typedef struct {
     char *name;                             //  "lsp", "backup"
-    char *consistency;                      //  bsp|asp|ssp|lsp|alsp
+    char *consistency;                      //  bsp|asp|ssp|lsp|alsp|auto
     double lr [KD_SCENARIO_MAX_OPTIMIZERS]; //  per optimizer
     size_t n_params;                        //  controller settings
     char *param_name [KD_SCENARIO_MAX_PARAMS];   //  flag name, "quota-ratio"
@@ -52,6 +53,7 @@ typedef struct {
 
 struct _kd_scenario_t {
     char *name;                 //  scenario name (file names, result keys)
+    char *sweep;                //  which sweep its runs belong to (result keys)
     int workers;                //  workers per run
     int shards;                 //  shards per run
     char *model_kind;           //  "mlp" or "softmax"
@@ -479,7 +481,7 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
     static const char *const params [] = {
         "staleness", "quota", "quota_ratio", "window_ms", "group_ratio", "min_group",
         "max_groups", "group_staleness", "regroup_dwell", "staleness_weight",
-        "global_sync_every", NULL
+        "global_sync_every", "barrier", "barrier_slack", NULL
     };
     json_object *arr;
     if (!json_object_object_get_ex (root, "models", &arr))
@@ -508,9 +510,8 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
                 return s_err (ctx, "model '%s' is listed twice", name);
         if (s_string (ctx, o, "consistency", where, false, name, &consistency))
             return -1;
-        if (strcmp (consistency, "bsp") && strcmp (consistency, "asp") && strcmp (consistency, "ssp")
-        &&  strcmp (consistency, "lsp") && strcmp (consistency, "alsp"))
-            return s_err (ctx, "%s: unknown consistency model '%s' (bsp, asp, ssp, lsp or alsp; "
+        if (kd_consistency_parse (consistency) < 0)
+            return s_err (ctx, "%s: unknown consistency model '%s' (bsp, asp, ssp, lsp, alsp or auto; "
                           "an entry named otherwise needs \"consistency\")", where, consistency);
         s_model_t *model = &self->models [i];
         model->name = s_strdup (name);
@@ -533,7 +534,8 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
             if (!known)
                 return s_err (ctx, "%s: unknown key '%s' (expected name, consistency, lr, staleness, "
                               "quota, quota_ratio, window_ms, group_ratio, min_group, max_groups, "
-                              "group_staleness, regroup_dwell, staleness_weight)", where, key);
+                              "group_staleness, regroup_dwell, staleness_weight, barrier, barrier_slack)",
+                              where, key);
             if (s_parse_param (ctx, self, model, key, val, where))
                 return -1;
         }
@@ -751,11 +753,17 @@ s_parse_network (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
 static int
 s_parse_shape (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
 {
-    const char *name, *model;
+    const char *name = NULL, *model = NULL;
     const char *w = "top level";
     if (s_string (ctx, root, "name", w, true, NULL, &name) || s_check_name (ctx, name, w))
         return -1;
     self->name = s_strdup (name);
+    //  Records of one sweep never stand in for another's: a sweep is a
+    //  set of frozen rules and defaults, and the report shows each apart.
+    const char *sweep = NULL;
+    if (s_string (ctx, root, "sweep", w, false, "1", &sweep) || s_check_name (ctx, sweep, w))
+        return -1;
+    self->sweep = s_strdup (sweep);
     if (s_int (ctx, root, "workers", w, true, 0, &self->workers)
     ||  s_int (ctx, root, "shards", w, false, 2, &self->shards)
     ||  s_string (ctx, root, "model", w, false, "mlp", &model)
@@ -1013,7 +1021,7 @@ kd_scenario_parse (const char *text, const char *origin, char *err, size_t err_s
     static const char *const keys [] = {
         "name", "description", "notes", "workers", "shards", "model", "hidden", "batch", "epochs",
         "delay_ms", "cap_seconds", "targets", "target", "seeds", "speeds", "optimizers", "lr",
-        "models", "network", NULL
+        "models", "network", "sweep", NULL
     };
     int rc = -1;
     if (!json_object_is_type (root, json_type_object)) {
@@ -1079,6 +1087,7 @@ kd_scenario_destroy (kd_scenario_t **self_p)
     if (!self)
         return;
     free (self->name);
+    free (self->sweep);
     free (self->model_kind);
     free (self->net_links);
     for (size_t i = 0; i < self->n_opts; i++)
@@ -1103,6 +1112,7 @@ kd_scenario_destroy (kd_scenario_t **self_p)
 
 //  Accessors (documented in kd_scenario.h); they borrow.
 const char *kd_scenario_name (kd_scenario_t *self) { return self->name; }
+const char *kd_scenario_sweep (kd_scenario_t *self) { return self->sweep; }
 int kd_scenario_workers (kd_scenario_t *self) { return self->workers; }
 int kd_scenario_shards (kd_scenario_t *self) { return self->shards; }
 const char *kd_scenario_model_kind (kd_scenario_t *self) { return self->model_kind; }

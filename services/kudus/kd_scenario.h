@@ -49,6 +49,9 @@ void
 //  The run's shape.
 const char *
     kd_scenario_name (kd_scenario_t *self);
+//  The sweep its runs belong to ("1" unless the file says "sweep").
+const char *
+    kd_scenario_sweep (kd_scenario_t *self);
 int
     kd_scenario_workers (kd_scenario_t *self);
 int

@@ -31,6 +31,8 @@
 #define S_ACC_WINDOW_MS 1000            //  rolling window of the target
 #define S_ACC_HISTORY   64              //  evaluations kept for it
 #define S_MAX_REGROUPS  256             //  regroup times kept for the summary
+#define S_MAX_SWITCHES  64              //  auto's switches kept for the summary
+#define S_MAX_POLL_MS   20              //  longest poll: run limits, windows
 #define S_COMMIT_SCRATCH (2 * S_MAX_WORKERS)
 #define S_MAX_BATCH     8192            //  largest batch (config bound)
 #define S_MAX_EPOCH_LOG 1000            //  epochs whose share is reported  //  entries a commit holds without
@@ -95,6 +97,14 @@ typedef struct {
     zlistx_t *unacked;          //  kd_msg_t COMMITs sent to the primary
 } s_chain_t;
 
+//  One change of auto's effective model.
+typedef struct {
+    double at_s;                //  seconds after start
+    kd_consistency_t from;      //  effective model before
+    kd_consistency_t to;        //  and after
+    char reason [160];          //  the controller's words
+} s_switch_t;
+
 typedef struct {
     kd_config_t *config;        //  settings
     zsock_t *router;            //  every peer talks to us here
@@ -140,6 +150,8 @@ typedef struct {
     uint64_t regroups;          //  regroups that changed the groups
     double regroup_s [S_MAX_REGROUPS];  //  when they happened, s after start
     size_t n_regroup_s;         //  entries in regroup_s
+    s_switch_t switches [S_MAX_SWITCHES];  //  auto: first switches, for the summary
+    size_t n_switches;          //  entries in switches
     uint32_t *groups;           //  last group assignment, by rank
     size_t n_groups;            //  its length
     double train_loss;          //  EWMA of reported losses
@@ -780,6 +792,25 @@ s_do_groups (self_t *self, const kd_decision_t *d)
     kd_info ("groups count=%u regroups=%llu", d->group_count, (unsigned long long) self->regroups);
 }
 
+//  Auto changed the effective model: log it, keep it for the summary, and
+//  put it on the stream as an event.
+static void
+s_do_switch (self_t *self, const kd_decision_t *d)
+{
+    double at = self->t0_mono > 0 ? (kd_now_msf () - self->t0_mono) / 1000.0 : 0;
+    if (self->n_switches < S_MAX_SWITCHES) {
+        s_switch_t *sw = &self->switches [self->n_switches++];
+        sw->at_s = at;
+        sw->from = d->from;
+        sw->to = d->mode;
+        snprintf (sw->reason, sizeof sw->reason, "%s", d->reason);
+    }
+    char detail [256];
+    snprintf (detail, sizeof detail, "%s -> %s: %s", kd_consistency_name (d->from),
+              kd_consistency_name (d->mode), d->reason);
+    s_event (self, "consistency-switch", NULL, detail);
+}
+
 //  Carry out every pending decision.
 static void
 s_drain (self_t *self)
@@ -799,6 +830,9 @@ s_drain (self_t *self)
         else
         if (d->type == KD_DEC_GROUPS)
             s_do_groups (self, d);
+        else
+        if (d->type == KD_DEC_SWITCH)
+            s_do_switch (self, d);
     }
     if (released)
         self->phases++;
@@ -1100,6 +1134,21 @@ s_write_summary (self_t *self)
              (unsigned long long) refused, (unsigned long long) self->regroups);
     for (size_t i = 0; i < self->n_regroup_s; i++)
         fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
+    fputs ("],\n", f);
+    //  What the barrier did, and under auto which model it ran as.
+    fprintf (f, "  \"early_releases\": %llu,\n  \"mode\": ",
+             (unsigned long long) kd_controller_early_releases (self->ctl));
+    s_json_str (f, kd_consistency_name (kd_controller_mode (self->ctl)));
+    fprintf (f, ",\n  \"switch_count\": %llu,\n  \"switches\": [",
+             (unsigned long long) kd_controller_switches (self->ctl));
+    for (size_t i = 0; i < self->n_switches; i++) {
+        fprintf (f, "%s{\"at_s\": %.3f, \"from\": \"%s\", \"to\": \"%s\", \"reason\": ",
+                 i ? ", " : "", self->switches [i].at_s,
+                 kd_consistency_name (self->switches [i].from),
+                 kd_consistency_name (self->switches [i].to));
+        s_json_str (f, self->switches [i].reason);
+        fputc ('}', f);
+    }
     fputs ("],\n", f);
     kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
     uint64_t done = sampler ? kd_sampler_epochs_completed (sampler) : 0;
@@ -1889,6 +1938,8 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.quota = (uint32_t) kd_config_int (c, "quota");
     opts.quota_ratio = kd_config_double (c, "quota-ratio");
     opts.window_ms = (uint32_t) kd_config_int (c, "window-ms");
+    opts.barrier = (kd_barrier_t) kd_barrier_parse (kd_config_str (c, "barrier"));
+    opts.slack = kd_config_double (c, "barrier-slack");
     opts.group_ratio = kd_config_double (c, "group-ratio");
     opts.min_group = (uint32_t) kd_config_int (c, "min-group");
     opts.max_groups = (uint32_t) kd_config_int (c, "max-groups");
@@ -2021,8 +2072,16 @@ kd_scheduler_run (kd_config_t *config)
     if (kd_guard_socket (self->guard))
         zpoller_add (poller, kd_guard_socket (self->guard));
     while (self->state != S_DONE && !zsys_interrupted) {
-        //  A short tick bounds LSP windows and run-time limits.
-        void *which = zpoller_wait (poller, 20);
+        //  A short tick bounds LSP windows and run-time limits; an
+        //  adaptive phase that waits for an overdue worker asks for a
+        //  shorter one, so it is released when the worker stops being
+        //  waited for and not up to a tick later.
+        int timeout = S_MAX_POLL_MS;
+        uint64_t deadline = self->ctl ? kd_controller_deadline (self->ctl) : UINT64_MAX;
+        uint64_t now_ms = kd_now_ms ();
+        if (self->state == S_TRAINING && deadline < now_ms + S_MAX_POLL_MS)
+            timeout = deadline > now_ms ? (int) (deadline - now_ms) : 0;
+        void *which = zpoller_wait (poller, timeout);
         if (which == self->router) {
             //  Drain a burst of messages before looking at timers, each
             //  after the first read without waiting (no poll per message).

@@ -200,8 +200,11 @@ s_fake_start (s_fake_t *f, const char *model, size_t fan_in)
     char bind [64], n [16];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_port);
     snprintf (n, sizeof n, "%d", S_N);
+    //  Decisions must replay exactly, so LSP releases by its quota: the
+    //  adaptive barrier's decisions depend on when arrivals happen.
     const char *argv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1", "--min-workers", n,
-                            "--consistency", model, "--quota-ratio", "0.75", "--staleness", "2",
+                            "--consistency", model, "--quota-ratio", "0.75", "--barrier", "quota",
+                            "--staleness", "2",
                             "--epochs", "1000", "--heartbeat-ms", "60000", "--liveness", "100", NULL };
     s_spawn (argv);
     size_t aggs = fan_in ? (S_N + fan_in - 1) / fan_in : 0;
