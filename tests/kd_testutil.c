@@ -10,6 +10,7 @@
 #include "kd_msg.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,12 +25,49 @@
 #define KUDUS_BIN_DIR "."
 #endif
 
+//  Scratch directories made by this process, removed when it exits.
+#define S_MAX_TMPDIRS 64
+static char *s_tmpdirs [S_MAX_TMPDIRS];
+static pid_t s_tmpdir_owner [S_MAX_TMPDIRS];
+static int s_n_tmpdirs;
+
+//  Remove one entry of a tree, children first (nftw with FTW_DEPTH).
+static int
+s_rm_entry (const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void) sb;
+    (void) flag;
+    (void) ftw;
+    remove (path);
+    return 0;
+}
+
+//  At exit: remove the scratch directories this very process made.  A
+//  forked child that exits does not remove its parent's.
+static void
+s_rm_tmpdirs (void)
+{
+    for (int i = 0; i < s_n_tmpdirs; i++)
+        if (s_tmpdir_owner [i] == getpid ())
+            nftw (s_tmpdirs [i], s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 char *
 kd_test_tmpdir (void)
 {
     char tmpl [] = "/tmp/kudus-test-XXXXXX";
     char *dir = mkdtemp (tmpl);
-    return dir ? strdup (dir) : NULL;
+    if (!dir)
+        return NULL;
+    //  Every test removes its scratch files when it ends, passing or
+    //  failing: the directory goes when the test's process exits.
+    if (s_n_tmpdirs == 0)
+        atexit (s_rm_tmpdirs);
+    if (s_n_tmpdirs < S_MAX_TMPDIRS) {
+        s_tmpdirs [s_n_tmpdirs] = strdup (dir);
+        s_tmpdir_owner [s_n_tmpdirs++] = getpid ();
+    }
+    return strdup (dir);
 }
 
 const char *

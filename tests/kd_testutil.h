@@ -11,7 +11,8 @@
 #include <czmq.h>
 #include "kd_msg.h"
 
-//  Create a fresh temporary directory; the caller frees the path.
+//  Create a fresh temporary directory; the caller frees the path.  The
+//  directory and all it holds are removed when this process exits.
 char *
     kd_test_tmpdir (void);
 

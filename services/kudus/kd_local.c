@@ -1,6 +1,13 @@
 /*  kd_local: `kudus local` runs a whole cluster as child processes on
     loopback: a monitor, a scheduler, the shards and the workers.
 
+    With --restart on-failure (the default), a child that dies without
+    being asked to is started again with the same command line after a
+    doubling backoff, as compose's `restart: on-failure` does, so a run
+    keeps training while a replica is down; each restart is logged and
+    counted in the summary (`restarts`).  A shard comes back only when it
+    has something to come back from (a replica or a checkpoint).
+
     With --netns, each service runs in a network namespace of its own, on
     a bridge, behind a shaped link (kd_netns), and every listening service
     sits behind `kudus linkd` when links have a delay (kd_relay).
@@ -16,6 +23,7 @@
 #include "kd_cli.h"
 #include "kd_netns.h"
 #include "kd_stream.h"
+#include <ctype.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,6 +40,13 @@
 #define S_KILL_MS       3000    //  after SIGTERM, before SIGKILL
 #define S_STUCK_MS      45000   //  scheduler still running with no workers
 #define S_STALL_MS      120000  //  model version unchanged while training
+#define S_RESTART_MIN_MS    200     //  first wait before a restart
+#define S_RESTART_MAX_MS    5000    //  longest wait: the backoff doubles to it
+#define S_RESTART_BURST     5       //  restarts of one child within the window
+#define S_RESTART_WINDOW_MS 60000   //  that mean a crash loop: give up
+#define S_FIRST_BREATH_MS   2000    //  a child dead this soon after its first
+                                    //  start failed to start (a bad setting,
+                                    //  a port in use): no restart
 
 typedef enum {
     S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER,
@@ -42,19 +57,27 @@ typedef enum {
 static kd_netns_t *s_net = NULL;       //  --netns: the emulated network
 
 typedef struct {
-    char name [32];             //  "worker-3"
-    s_kind_t kind;              //  role
-    pid_t pid;                  //  0 when reaped
-    int fd;                     //  read end of its output pipe, -1 at EOF
-    int status;                 //  wait status once reaped
-    char partial [1024];        //  output line not yet complete
-    size_t partial_len;         //  its length
-} s_child_t;
-
-typedef struct {
     char *argv [S_MAX_ARGS];    //  NULL-terminated
     int argc;                   //  entries in use
 } s_args_t;
+
+typedef struct {
+    char name [32];             //  "worker-3"
+    s_kind_t kind;              //  role
+    s_args_t args;              //  its command line, kept for restarts (owned)
+    int node;                   //  --netns host, or -1
+    pid_t pid;                  //  0 when reaped
+    int fd;                     //  read end of its output pipe, -1 at EOF
+    int status;                 //  wait status once reaped
+    bool seen_exit;             //  its last exit was handled
+    uint64_t started_at;        //  ms of its last start
+    uint64_t first_start;       //  ms of its first start
+    uint64_t restart_at;        //  ms of a pending restart, 0 = none
+    unsigned restarts;          //  restarts so far
+    uint64_t recent [S_RESTART_BURST];  //  ms of its last restarts (a ring)
+    char partial [1024];        //  output line not yet complete
+    size_t partial_len;         //  its length
+} s_child_t;
 
 static volatile sig_atomic_t s_signal = 0;
 
@@ -124,10 +147,13 @@ s_args_free (s_args_t *a)
     a->argc = 0;
 }
 
-//  Start one child with its output on a pipe.  Returns 0 or -1.
+//  Fork and exec a child's command line with its output on a pipe.
+//  Returns 0 or -1.
 static int
-s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args, int node)
+s_start (s_child_t *child)
 {
+    s_args_t *args = &child->args;
+    int node = child->node;
     int fds [2];
     if (pipe (fds) != 0)
         return -1;
@@ -155,12 +181,31 @@ s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args, int 
     }
     close (fds [1]);
     fcntl (fds [0], F_SETFL, O_NONBLOCK);
+    child->pid = pid;
+    child->fd = fds [0];
+    child->seen_exit = false;
+    child->started_at = kd_now_ms ();
+    if (!child->first_start)
+        child->first_start = child->started_at;
+    return 0;
+}
+
+//  Start one child, taking its command line (args is left empty, also on
+//  failure).  Returns 0 or -1.
+static int
+s_spawn (s_child_t *child, const char *name, s_kind_t kind, s_args_t *args, int node)
+{
     memset (child, 0, sizeof *child);
     snprintf (child->name, sizeof child->name, "%s", name);
     child->kind = kind;
-    child->pid = pid;
-    child->fd = fds [0];
-    return 0;
+    child->node = node;
+    child->fd = -1;
+    child->args = *args;
+    *args = (s_args_t) { .argc = 0 };
+    if (s_start (child) == 0)
+        return 0;
+    s_args_free (&child->args);
+    return -1;
 }
 
 //  Echo complete lines of a child's output with its name in front.
@@ -200,6 +245,121 @@ s_reap (s_child_t *children, size_t n)
                 children [i].status = status;
             }
         }
+}
+
+//  Words for a wait status.
+static void
+s_status_text (int status, char *out, size_t size)
+{
+    if (WIFSIGNALED (status))
+        snprintf (out, size, "killed by signal %d", WTERMSIG (status));
+    else
+    if (WIFEXITED (status))
+        snprintf (out, size, "exit code %d", WEXITSTATUS (status));
+    else
+        snprintf (out, size, "status %d", status);
+}
+
+//  Restarts of a child within the crash-loop window before now.
+static unsigned
+s_recent_restarts (const s_child_t *ch, uint64_t now)
+{
+    unsigned n = 0;
+    for (int i = 0; i < S_RESTART_BURST; i++)
+        n += ch->recent [i] && now - ch->recent [i] < S_RESTART_WINDOW_MS;
+    return n;
+}
+
+//  A child died without being asked to: plan its restart after a doubling
+//  backoff.  Returns false when it must not come back: it never got going
+//  (a bad setting or a port in use fails again at once), or it is in a
+//  crash loop.
+static bool
+s_plan_restart (s_child_t *ch, uint64_t now)
+{
+    char why [64];
+    s_status_text (ch->status, why, sizeof why);
+    if (ch->restarts == 0 && now - ch->first_start < S_FIRST_BREATH_MS) {
+        fprintf (stderr, "kudus local: %s failed to start (%s)\n", ch->name, why);
+        return false;
+    }
+    unsigned recent = s_recent_restarts (ch, now);
+    if (recent >= S_RESTART_BURST) {
+        fprintf (stderr, "kudus local: %s exited again (%s) after %u restarts in %d s; giving up\n",
+                 ch->name, why, recent, S_RESTART_WINDOW_MS / 1000);
+        return false;
+    }
+    uint64_t wait = (uint64_t) S_RESTART_MIN_MS << recent;
+    if (wait > S_RESTART_MAX_MS)
+        wait = S_RESTART_MAX_MS;
+    ch->restart_at = now + wait;
+    fprintf (stderr, "kudus local: %s exited unexpectedly (%s); restarting it in %llu ms\n",
+             ch->name, why, (unsigned long long) wait);
+    return true;
+}
+
+//  Start again a child whose restart is due.  Returns 0 or -1.
+static int
+s_restart (s_child_t *ch, bool quiet, uint64_t now)
+{
+    //  What the dead process wrote last is echoed before the new one talks.
+    if (ch->fd >= 0)
+        s_drain_output (ch, quiet);
+    if (ch->fd >= 0) {
+        close (ch->fd);
+        ch->fd = -1;
+    }
+    ch->partial_len = 0;
+    ch->restart_at = 0;
+    ch->recent [ch->restarts % S_RESTART_BURST] = now;
+    ch->restarts++;
+    if (s_start (ch) != 0) {
+        fprintf (stderr, "kudus local: cannot restart %s: %s\n", ch->name, strerror (errno));
+        return -1;
+    }
+    fprintf (stderr, "kudus local: restarted %s pid=%d (restart %u)\n", ch->name, (int) ch->pid,
+             ch->restarts);
+    return 0;
+}
+
+//  Add the restarts to the summary the scheduler wrote: their total and
+//  each restarted service's count, as one more member of its object.  The
+//  text is spliced in before the closing brace, so the scheduler's own
+//  layout stays as it wrote it.  Returns the total.
+static unsigned
+s_note_restarts (const char *summary, const s_child_t *children, size_t n)
+{
+    unsigned total = 0;
+    char by [2048] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (children [i].restarts) {
+            total += children [i].restarts;
+            len += (size_t) snprintf (by + len, len < sizeof by ? sizeof by - len : 0, "%s\"%s\": %u",
+                                      len ? ", " : "", children [i].name, children [i].restarts);
+        }
+    if (len >= sizeof by)
+        return total;           //  hundreds of restarted services: the log has them
+    char *text = kd_read_file (summary);
+    char *brace = text ? strrchr (text, '}') : NULL;
+    if (brace) {
+        *brace = 0;
+        for (char *end = brace; end > text && isspace ((unsigned char) end [-1]); end--)
+            end [-1] = 0;
+        char tmp [1200];
+        snprintf (tmp, sizeof tmp, "%s.tmp", summary);
+        FILE *f = fopen (tmp, "w");
+        bool ok = f && fprintf (f, "%s,\n  \"restarts\": {\"total\": %u, \"by_service\": {%s}}\n}\n",
+                                text, total, by) > 0;
+        if (f && fclose (f) != 0)
+            ok = false;
+        if (!ok || rename (tmp, summary) != 0) {
+            fprintf (stderr, "kudus local: cannot add the restarts to %s: %s\n", summary, strerror (errno));
+            unlink (tmp);
+        }
+    }
+    free (text);
+    return total;
 }
 
 //  SIGTERM, then SIGKILL, every child still running.
@@ -437,6 +597,10 @@ kd_local_main (int argc, char **argv)
     int shards = (int) kd_config_int (c, "shards") * (int) kd_config_int (c, "replicas");
     int port = (int) kd_config_int (c, "base-port");
     bool quiet = kd_config_bool (c, "quiet");
+    bool restart_on = !strcmp (kd_config_str (c, "restart"), "on-failure");
+    //  A restarted shard without a replica or a checkpoint would serve a
+    //  fresh range: better to stop than to lose its parameters silently.
+    bool shard_can_restart = kd_config_int (c, "replicas") > 1 || *kd_config_str (c, "checkpoint-dir");
     const char *straggler = kd_config_str (c, "straggler");
     for (int r = 0; r < workers; r++)
         if (s_straggler_factor (straggler, r, err, sizeof err) < 0) {
@@ -628,8 +792,8 @@ kd_local_main (int argc, char **argv)
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
         "lr-schedule", "warmup-steps", "schedule-unit",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
-        "window-ms", "group-ratio", "min-group", "max-groups", "group-staleness",
-        "staleness-weight",
+        "window-ms", "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups",
+        "group-staleness", "staleness-weight",
         "regroup-dwell", "heartbeat-ms", "liveness"
     };
     s_arg (&a, "%s/kudus-scheduler", bindir);
@@ -768,25 +932,54 @@ kd_local_main (int argc, char **argv)
             break;
         }
         s_reap (children, n_children);
+        uint64_t now = kd_now_ms ();
         size_t live_workers = 0;
-        for (size_t i = 0; i < n_children; i++) {
+        for (size_t i = 0; i < n_children && !failure; i++) {
             s_child_t *ch = &children [i];
-            if (ch->kind == S_KIND_WORKER && ch->pid > 0)
+            if (ch->kind == S_KIND_WORKER && (ch->pid > 0 || ch->restart_at))
                 live_workers++;
-            if (ch->pid == 0 && ch->kind == S_KIND_SCHEDULER && sched_status < 0) {
+            if (ch->pid == 0 && ch->restart_at && now >= ch->restart_at) {
+                if (s_restart (ch, quiet, now) != 0) {
+                    failure = ch->name;
+                    rc = 1;
+                }
+                continue;
+            }
+            if (ch->pid != 0 || ch->seen_exit)
+                continue;
+            ch->seen_exit = true;
+            bool clean = WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0;
+            //  Nothing comes back once the run is over (the scheduler
+            //  exited 0 and asked everyone to stop).
+            bool restart = restart_on && !clean && sched_status < 0
+                        && (ch->kind != S_KIND_SHARD || shard_can_restart);
+            if (ch->kind == S_KIND_SCHEDULER) {
+                //  A restarted scheduler resumes from the shards' version.
+                if (restart && s_plan_restart (ch, now))
+                    continue;
                 sched_status = ch->status;
-                sched_exit_at = kd_now_ms ();
+                sched_exit_at = now;
+                continue;
             }
-            //  A shard or the monitor that dies while the scheduler runs
-            //  would stall the run; stop instead of hanging.
-            if (ch->pid == 0 && sched_status < 0
-            &&  (ch->kind == S_KIND_SHARD || ch->kind == S_KIND_MONITOR || ch->kind == S_KIND_DASHBOARD
-                 || ch->kind == S_KIND_LINKD || ch->kind == S_KIND_AGGREGATOR)
-            &&  !(WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0) && !failure) {
-                failure = ch->name;
-                fprintf (stderr, "kudus local: %s exited unexpectedly (status %d)\n", ch->name, ch->status);
-                rc = 1;
+            //  Workers exit 0 on STOP; a worker that dies only leaves the
+            //  run smaller unless it comes back.
+            if (clean || sched_status >= 0 || ch->kind == S_KIND_WORKER) {
+                if (restart)
+                    s_plan_restart (ch, now);
+                continue;
             }
+            //  A shard or the monitor that stays dead while the scheduler
+            //  runs would stall the run; stop instead of hanging.
+            if (restart && s_plan_restart (ch, now))
+                continue;
+            char why [64];
+            s_status_text (ch->status, why, sizeof why);
+            failure = ch->name;
+            fprintf (stderr, "kudus local: %s exited unexpectedly (%s)%s\n", ch->name, why,
+                     ch->kind == S_KIND_SHARD && restart_on && !shard_can_restart
+                     ? ", and it has no replica or checkpoint to come back from; stopping"
+                       " (--replicas 2 or --checkpoint-dir keep a run going)" : "");
+            rc = 1;
         }
         //  Workers exit 0 on STOP, just before the scheduler's final
         //  evaluation; only a scheduler that outlives them for long is stuck.
@@ -834,6 +1027,10 @@ kd_local_main (int argc, char **argv)
         rc = 1;
     }
     if (rc == 0) {
+        unsigned restarts = s_note_restarts (summary, children, n_children);
+        if (restarts)
+            fprintf (stderr, "kudus local: %u restart(s) during the run (in the summary's \"restarts\")\n",
+                     restarts);
         char *text = kd_read_file (summary);
         if (text && *text)
             printf ("kudus: summary (%s):\n%s", own_summary ? "not saved" : summary, text);
@@ -849,6 +1046,8 @@ kd_local_main (int argc, char **argv)
     if (temp_keys)
         kd_curve_keys_remove (temp_keys);
     free (temp_keys);
+    for (size_t i = 0; i < n_children; i++)
+        s_args_free (&children [i].args);
     free (children);
     kd_config_destroy (&c);
     return rc;

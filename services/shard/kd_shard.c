@@ -28,12 +28,13 @@
 #include "kd_guard.h"
 #include "kd_role.h"
 #include "kd_half.h"
+#include "kd_stage.h"
 #include <cblas.h>
 #include <malloc.h>
 #include <math.h>
 #include <zlib.h>
 
-#define S_MAX_STAGED    8192    //  staged gradients at most (max-staged's bound)
+#define S_MAX_STAGED    KD_STAGE_MAX  //  staged gradients at most (max-staged's bound)
 //  The model kind an external model's checkpoint records.
 #define S_KIND_EXTERNAL ((kd_model_kind_t) 0xFFFF)
 #define S_MAX_LOOKAHEAD 100000  //  versions ahead a pull may wait for
@@ -41,30 +42,12 @@
 #define S_COPY_CHUNK    4096    //  floats copied and summed at a time (16 KiB: L1)
 #define S_REAP_MS       200     //  how often to look for exited attached workers
 #define S_BURST         256     //  requests read per poll at most
-#define S_STAGE_SLOTS   16384   //  staging table slots: a power of two, and
-                                //  twice S_MAX_STAGED so probes stay short
+#define S_SWEEP_MS      1000    //  how often to drop what no commit can name
 //  glibc hands out and maps back every block over its mmap threshold (at
 //  most 32 MiB), so each large received gradient costs fresh page faults
 //  on every byte.  Served from the heap and kept there, freed gradient
 //  buffers are reused warm.
 #define S_MALLOC_TRIM   (1024L * 1024 * 1024)  //  heap kept before trimming
-
-//  One slot of the staging table: a gradient keyed by (rank, clock).
-typedef struct {
-    uint64_t rank;              //  worker rank
-    uint64_t clock;             //  its clock
-    uint64_t peer;              //  hash of the routing id that staged it
-    zframe_t *frame;            //  the received gradient; NULL = free slot
-} s_slot_t;
-
-//  Staged gradients: open addressing with linear probing, so that staging
-//  and committing a gradient costs no allocation and no key formatting.
-typedef struct {
-    s_slot_t *slots;            //  S_STAGE_SLOTS slots, allocated at first use
-    size_t count;               //  slots in use
-    size_t bytes;               //  gradient bytes they hold
-    zhashx_t *by_peer;          //  peer hash (hex) -> gradients it staged
-} s_stage_t;
 
 //  The parameter buffer as lent to PULL_OK frames that ZeroMQ has not sent
 //  yet.  refs counts those frames plus one for the shard while params is
@@ -88,6 +71,7 @@ typedef struct {
     uint64_t dtype;             //  the values it wants (kd_dtype_t)
     zframe_t *keys;             //  a keyed pull's keys, or NULL
     bool shm;                   //  it may be answered through shared memory
+    uint64_t parked_at;         //  ms when it was parked (or last renewed)
 } s_parked_t;
 
 static void s_parked_destroy (void **item);
@@ -116,7 +100,7 @@ typedef struct {
                                 //  ckpt_meta.keys), until its WELCOME
     uint64_t version;           //  model version
     uint64_t version_ts;        //  wall ms of the commit that made it
-    s_stage_t staged;           //  (rank, clock) -> zframe_t gradient
+    kd_stage_t *staged;         //  (rank, clock) -> zframe_t gradient
     s_lent_t *lent;             //  params as lent to frames, or NULL
     s_half_t half [2];          //  params as fp16 [0] and bf16 [1], for pulls
     zlistx_t *parked;           //  s_parked_t, pulls waiting for a version
@@ -166,146 +150,22 @@ typedef struct {
     kd_attach_t *attach;        //  workers we share memory with
     uint64_t generation;        //  changes whenever params is written
     uint64_t reap_at;           //  ms: look for exited attached workers
+    uint64_t sweep_at;          //  ms: drop what no commit can name any more
+    uint64_t staged_ttl_ms;     //  staged-ttl: a staged gradient's longest stay
+    uint64_t parked_ttl_ms;     //  parked-ttl: a parked pull's longest wait
+    uint64_t orphaned;          //  staged gradients dropped: a later clock was named
+    uint64_t expired;           //  staged gradients dropped: older than staged-ttl
+    uint64_t parked_expired;    //  parked pulls dropped: older than parked-ttl
 } self_t;
 
 //  --------------------------------------------------------------------------
 //  Staged gradients
 
-//  Home slot of (rank, clock).
-static size_t
-s_stage_key (uint64_t rank, uint64_t clock)
-{
-    return (size_t) (kd_mix64 (rank * 0x9e3779b97f4a7c15ull ^ clock) & (S_STAGE_SLOTS - 1));
-}
-
-//  Slot holding (rank, clock), or the free slot that ends its probe.
-static s_slot_t *
-s_stage_probe (s_stage_t *stage, uint64_t rank, uint64_t clock)
-{
-    if (!stage->slots) {
-        stage->slots = (s_slot_t *) zmalloc (S_STAGE_SLOTS * sizeof (s_slot_t));
-        assert (stage->slots);
-    }
-    size_t i = s_stage_key (rank, clock);
-    while (stage->slots [i].frame
-       &&  (stage->slots [i].rank != rank || stage->slots [i].clock != clock))
-        i = (i + 1) & (S_STAGE_SLOTS - 1);
-    return &stage->slots [i];
-}
-
-//  A staged gradient, or NULL.
+//  Staged (rank, clock), or NULL.
 static zframe_t *
 s_staged_find (self_t *self, uint64_t rank, uint64_t clock)
 {
-    return s_stage_probe (&self->staged, rank, clock)->frame;
-}
-
-//  Gradients a peer has staged now, and a change of that count.
-static size_t
-s_peer_staged (s_stage_t *stage, uint64_t peer)
-{
-    char key [17];
-    kd_hex (&peer, sizeof peer, key, sizeof key);
-    return stage->by_peer ? (size_t) (uintptr_t) zhashx_lookup (stage->by_peer, key) : 0;
-}
-
-static void
-s_peer_add (s_stage_t *stage, uint64_t peer, int delta)
-{
-    char key [17];
-    kd_hex (&peer, sizeof peer, key, sizeof key);
-    if (!stage->by_peer)
-        stage->by_peer = zhashx_new ();
-    uintptr_t n = (uintptr_t) zhashx_lookup (stage->by_peer, key);
-    n = delta < 0 ? (n > 0 ? n - 1 : 0) : n + 1;
-    if (n == 0)
-        zhashx_delete (stage->by_peer, key);
-    else
-        zhashx_update (stage->by_peer, key, (void *) n);
-}
-
-//  Drop a slot's gradient and its accounting.
-static void
-s_slot_clear (s_stage_t *stage, s_slot_t *slot)
-{
-    stage->bytes -= zframe_size (slot->frame);
-    s_peer_add (stage, slot->peer, -1);
-    zframe_destroy (&slot->frame);
-}
-
-//  Stage a gradient from peer, replacing one staged under the same key.
-//  Takes ownership of *frame_p.  The caller keeps the count at S_MAX_STAGED
-//  at most, so free slots always remain.
-static void
-s_staged_put (self_t *self, uint64_t rank, uint64_t clock, uint64_t peer, zframe_t **frame_p)
-{
-    s_slot_t *slot = s_stage_probe (&self->staged, rank, clock);
-    if (slot->frame)
-        s_slot_clear (&self->staged, slot);
-    else
-        self->staged.count++;
-    assert (self->staged.count < S_STAGE_SLOTS);
-    *slot = (s_slot_t) { .rank = rank, .clock = clock, .peer = peer, .frame = *frame_p };
-    self->staged.bytes += zframe_size (*frame_p);
-    s_peer_add (&self->staged, peer, 1);
-    *frame_p = NULL;
-}
-
-//  Forget a staged gradient (harmless if it is not staged).  Deletion
-//  shifts later members of the probe run back, so no tombstones pile up.
-static void
-s_staged_remove (self_t *self, uint64_t rank, uint64_t clock)
-{
-    s_stage_t *stage = &self->staged;
-    s_slot_t *slot = s_stage_probe (stage, rank, clock);
-    if (!slot->frame)
-        return;
-    s_slot_clear (stage, slot);
-    stage->count--;
-    size_t hole = (size_t) (slot - stage->slots);
-    size_t i = (hole + 1) & (S_STAGE_SLOTS - 1);
-    while (stage->slots [i].frame) {
-        size_t home = s_stage_key (stage->slots [i].rank, stage->slots [i].clock);
-        //  The entry at i may move into the hole unless its home lies in
-        //  the cyclic range (hole, i].
-        bool stays = hole < i ? (home > hole && home <= i) : (home > hole || home <= i);
-        if (!stays) {
-            stage->slots [hole] = stage->slots [i];
-            stage->slots [i].frame = NULL;
-            hole = i;
-        }
-        i = (i + 1) & (S_STAGE_SLOTS - 1);
-    }
-}
-
-//  Number of staged gradients.
-static size_t
-s_staged_count (self_t *self)
-{
-    return self->staged.count;
-}
-
-//  Forget every staged gradient.
-static void
-s_staged_purge (self_t *self)
-{
-    if (self->staged.slots)
-        for (size_t i = 0; i < S_STAGE_SLOTS; i++)
-            zframe_destroy (&self->staged.slots [i].frame);
-    self->staged.count = 0;
-    self->staged.bytes = 0;
-    if (self->staged.by_peer)
-        zhashx_purge (self->staged.by_peer);
-}
-
-//  Forget every staged gradient and free the table.
-static void
-s_staged_destroy (self_t *self)
-{
-    s_staged_purge (self);
-    free (self->staged.slots);
-    self->staged.slots = NULL;
-    zhashx_destroy (&self->staged.by_peer);
+    return kd_stage_find (self->staged, rank, clock);
 }
 
 //  Keep large freed blocks in the heap for reuse instead of mapping and
@@ -414,7 +274,7 @@ s_bench_welcome (self_t *self, kd_msg_t *msg)
     kd_peer_set_rank (self->peer, self->rank);
     if (self->registered && self->lo == self->rank * floats)
         return true;
-    s_staged_purge (self);
+    kd_stage_purge (self->staged);
     zlistx_purge (self->parked);
     s_params_free (self);
     kd_optimizer_destroy (&self->opt);
@@ -808,7 +668,7 @@ s_welcome_keyed (self_t *self, kd_msg_t *msg, uint64_t lo, uint64_t hi, const kd
         return;
     }
     bool restored = s_restore_keyed (self, keyed, lo, hi);
-    s_staged_purge (self);
+    kd_stage_purge (self->staged);
     zlistx_purge (self->parked);
     s_params_free (self);
     kd_optimizer_destroy (&self->opt);
@@ -866,9 +726,10 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     //  A new scheduler instance will never commit what the old one saw
     //  staged: forget it, or it would fill the table.
     uint64_t session = kd_msg_uint (msg, KD_F_SESSION);
-    if (session != self->session && s_staged_count (self) > 0) {
-        kd_info ("new scheduler session, dropping staged=%zu", s_staged_count (self));
-        s_staged_purge (self);
+    if (session != self->session) {
+        if (kd_stage_count (self->staged) > 0)
+            kd_info ("new scheduler session, dropping staged=%zu", kd_stage_count (self->staged));
+        kd_stage_purge (self->staged);
     }
     self->session = session;
     //  The model's tensors: a built-in model's, or the layout WELCOME names.
@@ -914,7 +775,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
                  "starting from initial values", (unsigned long long) self->lo,
                  (unsigned long long) self->hi, (unsigned long long) lo, (unsigned long long) hi);
     //  A new range makes every staged gradient and parked pull meaningless.
-    s_staged_purge (self);
+    kd_stage_purge (self->staged);
     zlistx_purge (self->parked);
     self->rank = kd_msg_uint (msg, KD_F_RANK);
     self->lo = lo;
@@ -1070,10 +931,17 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
                   (unsigned long long) self->version);
     if (kd_msg_has (msg, KD_F_SAMPLES) && version >= self->version)
         self->samples = kd_msg_uint (msg, KD_F_SAMPLES);
-    for (size_t i = 0; i < n; i++)
-        s_staged_remove (self, ranks [i], clocks [i]);
-    for (size_t i = 0; i < nd && i < ndc; i++)
-        s_staged_remove (self, dranks [i], dclocks [i]);
+    //  Each rank's clocks are named in order: what a commit names, and
+    //  every earlier clock of its rank still staged, is dead (the sweep
+    //  drops the latter).
+    for (size_t i = 0; i < n && i < nc; i++) {
+        kd_stage_remove (self->staged, ranks [i], clocks [i]);
+        kd_stage_named (self->staged, ranks [i], clocks [i]);
+    }
+    for (size_t i = 0; i < nd && i < ndc; i++) {
+        kd_stage_remove (self->staged, dranks [i], dclocks [i]);
+        kd_stage_named (self->staged, dranks [i], dclocks [i]);
+    }
     kd_msg_t *ok = kd_msg_new (KD_MSG_COMMIT_OK);
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
     if (self->lost)
@@ -1326,26 +1194,73 @@ s_forward_of (self_t *self, kd_msg_t *msg, zframe_t *data)
     return fwd;
 }
 
+//  Whom a staged gradient counts against: the peer's CURVE key, which a
+//  reconnect keeps; without CURVE, its address and the rank it pushes for,
+//  so that neither a new connection nor another worker on the same host
+//  changes the count.  Over inproc (no address) it is the connection.
+static uint64_t
+s_peer_key (self_t *self, zframe_t *id, uint64_t rank)
+{
+    const char *who = *self->src.user ? self->src.user : self->src.address;
+    if (!*who)
+        return s_peer_hash (id);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = who; *p; p++)
+        h = (h ^ (uint8_t) *p) * 1099511628211ull;
+    return *self->src.user ? h : kd_mix64 (h ^ (rank * 0x9e3779b97f4a7c15ull));
+}
+
+//  Drop what no commit can name any more: staged gradients of a clock at
+//  or below one already named for their rank, or older than staged-ttl,
+//  and parked pulls waiting longer than parked-ttl (a client that still
+//  wants its pull has asked again long before: it retries within its
+//  request timeout).  Counted, and logged once per sweep that drops any.
+static void
+s_sweep (self_t *self)
+{
+    uint64_t now = kd_now_ms ();
+    uint64_t orphaned = 0, expired = 0, parked = 0;
+    kd_stage_sweep (self->staged, now, self->staged_ttl_ms, &orphaned, &expired);
+    if (self->parked_ttl_ms > 0) {
+        s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
+        while (p) {
+            if (now > p->parked_at && now - p->parked_at > self->parked_ttl_ms) {
+                zlistx_delete (self->parked, zlistx_cursor (self->parked));
+                parked++;
+            }
+            p = (s_parked_t *) zlistx_next (self->parked);
+        }
+    }
+    if (orphaned + expired + parked == 0)
+        return;
+    self->orphaned += orphaned;
+    self->expired += expired;
+    self->parked_expired += parked;
+    kd_warn ("aged out staged=%llu (a later clock of the rank was committed) "
+             "staged_expired=%llu (older than staged-ttl) parked=%llu (older than parked-ttl)",
+             (unsigned long long) orphaned, (unsigned long long) expired, (unsigned long long) parked);
+}
+
 //  True when one more staged gradient of bytes from peer keeps within the
 //  limits; else refused with 429.
 static bool
 s_stage_admits (self_t *self, zframe_t *id, uint64_t peer, size_t bytes)
 {
     char reason [128];
-    if (s_staged_count (self) >= self->max_staged) {
+    if (kd_stage_count (self->staged) >= self->max_staged) {
         snprintf (reason, sizeof reason, "too many staged gradients (max-staged=%zu)", self->max_staged);
         s_limit (self, id, reason);
         return false;
     }
-    if (s_peer_staged (&self->staged, peer) >= self->max_staged_peer) {
+    if (kd_stage_peer_count (self->staged, peer) >= self->max_staged_peer) {
         snprintf (reason, sizeof reason, "too many staged gradients from this peer "
                   "(max-staged-per-peer=%zu)", self->max_staged_peer);
         s_limit (self, id, reason);
         return false;
     }
-    if (self->staged.bytes + bytes > self->max_staged_bytes) {
+    if (kd_stage_bytes (self->staged) + bytes > self->max_staged_bytes) {
         snprintf (reason, sizeof reason, "staged gradients hold %zu bytes "
-                  "(max-staged-bytes=%zu)", self->staged.bytes, self->max_staged_bytes);
+                  "(max-staged-bytes=%zu)", kd_stage_bytes (self->staged), self->max_staged_bytes);
         s_limit (self, id, reason);
         return false;
     }
@@ -1381,7 +1296,7 @@ s_push_accept (self_t *self, kd_msg_t *msg, zframe_t *id, uint64_t rank, uint64_
         zframe_destroy (frame_p);
         return ok;
     }
-    s_staged_put (self, rank, clock, peer, frame_p);
+    kd_stage_put (self->staged, rank, clock, peer, frame_p, kd_now_ms ());
     self->pushes++;
     kd_msg_t *ok = kd_msg_new (KD_MSG_PUSH_OK);
     kd_msg_set_routing_id (ok, id);
@@ -1408,7 +1323,7 @@ s_on_push_keyed (self_t *self, kd_msg_t *msg)
         s_error (self, id, KD_ERR_MALFORMED, "rank out of range");
         return;
     }
-    uint64_t peer = s_peer_hash (id);
+    uint64_t peer = s_peer_key (self, id, rank);
     bool replaces = s_staged_find (self, rank, clock) != NULL;
     size_t bytes = sizeof (uint64_t) * (1 + n) + count * sizeof (float);
     if (!self->direct && !replaces && !s_stage_admits (self, id, peer, bytes))
@@ -1471,7 +1386,7 @@ s_on_push (self_t *self, kd_msg_t *msg)
     //  that clock on a newer model.  A worker sends ARRIVE only after every
     //  shard acknowledged, so no retry can come after its commit.  The
     //  received frame itself is staged, and a commit hands it to BLAS.
-    uint64_t peer = s_peer_hash (id);
+    uint64_t peer = s_peer_key (self, id, rank);
     bool replaces = s_staged_find (self, rank, clock) != NULL;
     //  Limits and guards were the primary's to apply: a backup takes what
     //  its predecessor applied, bit for bit.
@@ -1571,6 +1486,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
             q->version = want;
             q->dtype = dtype;
             q->shm = shm;
+            q->parked_at = kd_now_ms ();
             zframe_destroy (&q->keys);
             q->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
             return;
@@ -1586,6 +1502,7 @@ s_on_pull (self_t *self, kd_msg_t *msg)
     p->version = want;
     p->dtype = dtype;
     p->shm = shm;
+    p->parked_at = kd_now_ms ();
     p->keys = self->keyed ? zframe_new (keys, n_keys * sizeof (uint64_t)) : NULL;
     zlistx_add_end (self->parked, p);
 }
@@ -1680,14 +1597,13 @@ s_sync_successor (self_t *self)
         }
     }
     size_t staged = 0;
-    for (size_t i = 0; self->staged.slots && i < S_STAGE_SLOTS; i++) {
-        s_slot_t *slot = &self->staged.slots [i];
-        if (!slot->frame)
-            continue;
-        kd_msg_t *part = s_sync_part ("staged", (const float *) zframe_data (slot->frame),
-                                      zframe_size (slot->frame) / sizeof (float));
-        kd_msg_set_uint (part, KD_F_RANK, slot->rank);
-        kd_msg_set_uint (part, KD_F_CLOCK, slot->clock);
+    kd_stage_item_t item;
+    for (bool more = kd_stage_first (self->staged, &item); more;
+         more = kd_stage_next (self->staged, &item)) {
+        kd_msg_t *part = s_sync_part ("staged", (const float *) zframe_data (item.frame),
+                                      zframe_size (item.frame) / sizeof (float));
+        kd_msg_set_uint (part, KD_F_RANK, item.rank);
+        kd_msg_set_uint (part, KD_F_CLOCK, item.clock);
         kd_chain_send_part (self->chain, &part);
         staged++;
     }
@@ -1807,7 +1723,7 @@ s_on_sync (self_t *self, kd_msg_t *msg)
         self->session = kd_msg_uint (msg, KD_F_SESSION);
         if (self->opt)
             kd_optimizer_set_steps (self->opt, clock);
-        s_staged_purge (self);
+        kd_stage_purge (self->staged);
         if (self->last_push)
             memset (self->last_push, 0, 2 * S_MAX_RANKS * sizeof (uint64_t));
         self->initialized = true;
@@ -1822,12 +1738,12 @@ s_on_sync (self_t *self, kd_msg_t *msg)
     }
     else
     if (!strcmp (kind, "staged")) {
-        if (count != self->n || !values || rank >= S_MAX_RANKS || s_staged_count (self) >= S_MAX_STAGED)
+        if (count != self->n || !values || rank >= S_MAX_RANKS || kd_stage_count (self->staged) >= S_MAX_STAGED)
             kd_warn ("sync: staged gradient rank=%llu clock=%llu of %zu keys refused",
                      (unsigned long long) rank, (unsigned long long) clock, count);
         else {
             zframe_t *data = kd_msg_take_data (msg);
-            s_staged_put (self, rank, clock, s_peer_hash (id), &data);
+            kd_stage_put (self->staged, rank, clock, s_peer_hash (id), &data, kd_now_ms ());
         }
     }
     else
@@ -1845,7 +1761,7 @@ s_on_sync (self_t *self, kd_msg_t *msg)
     if (!strcmp (kind, "end")) {
         self->synced = true;
         kd_info ("synced from predecessor version=%llu staged=%zu", (unsigned long long) self->version,
-                 s_staged_count (self));
+                 kd_stage_count (self->staged));
         kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
         kd_msg_set_routing_id (ok, id);
         kd_msg_set_uint (ok, KD_F_VERSION, self->version);
@@ -1871,7 +1787,7 @@ s_on_stats (self_t *self, kd_msg_t *msg)
     uint64_t counters [KD_SC_COUNT] = {
         [KD_SC_PUSHES] = self->pushes, [KD_SC_PULLS] = self->pulls,
         [KD_SC_COMMITS] = self->commits, [KD_SC_BYTES_IN] = self->bytes_in,
-        [KD_SC_BYTES_OUT] = self->bytes_out, [KD_SC_STAGED] = s_staged_count (self),
+        [KD_SC_BYTES_OUT] = self->bytes_out, [KD_SC_STAGED] = kd_stage_count (self->staged),
         [KD_SC_CHECKPOINTS] = self->ckpt_written,
         [KD_SC_CHECKPOINT_AGE_MS] = UINT64_MAX,
         [KD_SC_REFUSED] = self->refused, [KD_SC_CLIPPED] = self->clipped,
@@ -2011,6 +1927,8 @@ kd_shard_run (kd_config_t *config)
     self->max_staged_bytes = (size_t) kd_config_int (config, "max-staged-bytes");
     self->max_staged_peer = (size_t) kd_config_int (config, "max-staged-per-peer");
     self->max_parked = (size_t) kd_config_int (config, "max-parked");
+    self->staged_ttl_ms = (uint64_t) (kd_config_double (config, "staged-ttl") * 1000);
+    self->parked_ttl_ms = (uint64_t) (kd_config_double (config, "parked-ttl") * 1000);
     self->max_norm = kd_config_double (config, "max-grad-norm");
     self->norm_refuse = !strcmp (kd_config_str (config, "grad-norm-action"), "refuse");
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0) {
@@ -2033,6 +1951,7 @@ kd_shard_run (kd_config_t *config)
     }
     self->parked = zlistx_new ();
     zlistx_set_destructor (self->parked, s_parked_destroy);
+    self->staged = kd_stage_new ();
     //  Shared memory trusts every process of our user on this host; under
     //  CURVE the peers are known by key, and a mapping cannot prove one.
     self->attach = kd_attach_new (kd_config_bool (config, "no-shm") ? "shared memory is off on this shard (--no-shm)"
@@ -2092,6 +2011,10 @@ kd_shard_run (kd_config_t *config)
             kd_attach_reap (self->attach);
             self->reap_at = kd_now_ms () + S_REAP_MS;
         }
+        if (kd_now_ms () >= self->sweep_at) {
+            s_sweep (self);
+            self->sweep_at = kd_now_ms () + S_SWEEP_MS;
+        }
     }
     self->poller = NULL;
     zpoller_destroy (&poller);
@@ -2110,17 +2033,19 @@ kd_shard_run (kd_config_t *config)
              (unsigned long long) self->lo, (unsigned long) crc,
              (unsigned long long) kd_chain_bytes (self->chain), (unsigned long long) self->bytes_in);
     kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu "
-             "refused=%llu clipped=%llu limited=%llu disconnects=%llu",
+             "refused=%llu clipped=%llu limited=%llu disconnects=%llu aged_staged=%llu aged_parked=%llu",
              (unsigned long long) self->version, (unsigned long long) self->pushes,
              (unsigned long long) self->commits, (unsigned long long) self->pulls,
              (unsigned long long) self->errors, (unsigned long long) self->lost,
              (unsigned long long) self->ckpt_written, (unsigned long long) self->refused,
              (unsigned long long) self->clipped, (unsigned long long) self->limited,
-             (unsigned long long) kd_guard_disconnects (self->guard));
+             (unsigned long long) kd_guard_disconnects (self->guard),
+             (unsigned long long) (self->orphaned + self->expired),
+             (unsigned long long) self->parked_expired);
     rc = 0;
 cleanup:
     s_ckpt_rows_free (self);
-    s_staged_destroy (self);
+    kd_stage_destroy (&self->staged);
     free (self->last_push);
     free (self->step_grads);
     free (self->step_weights);

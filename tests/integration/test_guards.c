@@ -361,6 +361,93 @@ Test (guards, one_peers_flood_is_held_to_its_limits)
     free (params);
 }
 
+//  PUSH (rank, clock) on a connection and read the answer: 1 staged, 0
+//  refused with 429 LIMIT, -1 anything else.
+static int
+s_push_once (zsock_t *sock, uint64_t rank, uint64_t clock, const float *g)
+{
+    s_push (sock, rank, clock, g);
+    kd_msg_t *reply = kd_test_recv (sock);
+    cr_assert (reply, "the shard did not answer a push");
+    int rc = kd_msg_type (reply) == KD_MSG_PUSH_OK ? 1
+           : kd_msg_type (reply) == KD_MSG_ERROR && kd_msg_uint (reply, KD_F_CODE) == KD_ERR_LIMIT ? 0 : -1;
+    kd_msg_destroy (&reply);
+    return rc;
+}
+
+//  Limits follow the peer, not its connection: without CURVE a peer is its
+//  address and the rank it pushes for, so a flooder that reconnects 1,000
+//  times stays held at max-staged-per-peer, while another worker on the
+//  same host is served.
+Test (guards, a_peer_that_reconnects_stays_limited)
+{
+    s_start ("lsp", NULL);
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    zsock_t *first = s_dealer (s_shard);
+    int staged = 0;
+    for (uint64_t clock = 0; clock < 70; clock++)
+        staged += s_push_once (first, 7, clock, g) == 1;
+    cr_expect_eq (staged, 64, "max-staged-per-peer is 64");
+    zsock_destroy (&first);
+    int refused = 0, other = 0;
+    for (int i = 0; i < 1000; i++) {
+        zsock_t *again = s_dealer (s_shard);
+        int rc = s_push_once (again, 7, 1000 + (uint64_t) i, g);
+        refused += rc == 0;
+        other += rc != 0;
+        zsock_destroy (&again);
+    }
+    printf ("FIGURE guards: a peer reconnected 1000 times: %d pushes refused (429), %d staged\n",
+            refused, other);
+    cr_expect_eq (refused, 1000, "a reconnect reset the peer's count");
+    cr_expect_eq (other, 0);
+    zsock_t *honest = s_dealer (s_shard);
+    cr_expect_eq (s_push_once (honest, 1, 0, g), 1, "another worker of the host was refused");
+    uint64_t c [KD_SC_COUNT];
+    s_stats (honest, c);
+    cr_expect_eq (c [KD_SC_STAGED], 65);
+    zsock_destroy (&honest);
+    free (g);
+}
+
+//  What no commit can name any more is aged out: a gradient pushed without
+//  its ARRIVE (a worker that died in between) and a pull parked for a
+//  version that never comes, from a peer that went away.  Both are left
+//  behind on purpose; with short time limits the shard drops them, counts
+//  them, says so in its log, and still serves.
+Test (guards, what_no_commit_can_name_is_aged_out)
+{
+    const char *flags [] = { "--staged-ttl", "1", "--parked-ttl", "1", NULL };
+    s_start ("lsp", flags);
+    float *g = (float *) calloc (S_PARAMS, sizeof (float));
+    zsock_t *gone = s_dealer (s_shard);
+    cr_assert_eq (s_push_once (gone, 9, 0, g), 1);
+    kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
+    kd_msg_set_uint (req, KD_F_VERSION, 50);
+    kd_msg_send (&req, gone);
+    zsock_t *watch = s_dealer (s_shard);
+    uint64_t c [KD_SC_COUNT];
+    s_stats (watch, c);
+    cr_expect_eq (c [KD_SC_STAGED], 1);
+    cr_expect_eq (c [KD_SC_PARKED], 1);
+    zsock_destroy (&gone);
+    //  The shard sweeps once a second; wait for the event, 10 s at most.
+    bool aged = false;
+    for (int i = 0; i < 100 && !aged; i++) {
+        zclock_sleep (100);
+        s_stats (watch, c);
+        aged = c [KD_SC_STAGED] == 0 && c [KD_SC_PARKED] == 0;
+    }
+    cr_expect (aged, "staged %llu parked %llu after 10 s", (unsigned long long) c [KD_SC_STAGED],
+               (unsigned long long) c [KD_SC_PARKED]);
+    cr_expect_geq (kd_test_count (s_log, "aged out staged=0"), 1, "no log line for the aging");
+    float *params = (float *) malloc (S_PARAMS * sizeof (float));
+    s_pull (watch, params);
+    zsock_destroy (&watch);
+    free (params);
+    free (g);
+}
+
 //  A socket monitor's next event of a kind within timeout_ms.
 static bool
 s_saw_event (zsock_t *monitor, int want, int timeout_ms)

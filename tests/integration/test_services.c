@@ -137,6 +137,40 @@ Test (services, local_cluster_trains_better_than_chance)
     free (json);
 }
 
+//  --consistency auto with a worker 8 times slower than the rest: the
+//  phases first leave it behind (LSP), then the first regroup gives it a
+//  group of its own (ALSP), since under one group its every gradient would
+//  miss more than s commits.  Each switch is in the summary with its
+//  reason, and on the stream as an event.
+Test (services, auto_switches_for_a_far_straggler)
+{
+    const char *args [] = { "--workers", "4", "--shards", "1", "--epochs", "50", "--delay-ms", "10",
+                            "--straggler", "3:8", "--consistency", "auto", "--max-seconds", "6",
+                            NULL };
+    //  Follow the stream, where each switch is an event.
+    char pub [64], tail_json [256];
+    snprintf (pub, sizeof pub, "tcp://127.0.0.1:%d", s_port + 2);
+    snprintf (tail_json, sizeof tail_json, "%s/tail-auto.json", s_dir);
+    const char *a_json [] = { "kudus", "tail", pub, "--json", NULL };
+    pid_t p_json = kd_test_spawn (a_json, tail_json);
+    char *json = s_local_summary ("auto", args);
+    kill (p_json, SIGTERM);
+    int tail_status = -1;
+    cr_expect (kd_test_wait (p_json, 5000, &tail_status), "kudus tail did not stop");
+    kd_test_kill (p_json);
+    cr_expect (strstr (json, "\"consistency\": \"auto\""), "%s", json);
+    cr_expect (strstr (json, "\"mode\": \"alsp\""), "auto did not end as ALSP: %s", json);
+    cr_expect_geq (kd_test_json_number (json, "switch_count"), 1);
+    cr_expect (strstr (json, "\"to\": \"alsp\", \"reason\": \"speeds split:"),
+               "no switch to ALSP with its reason: %s", json);
+    cr_expect_gt (kd_test_json_number (json, "updates"), 50);
+    char *text = kd_test_slurp (tail_json);
+    cr_expect (text && strstr (text, "consistency-switch") && strstr (text, "-> alsp: speeds split"),
+               "no switch event on the stream: %s", text ? text : "(none)");
+    free (text);
+    free (json);
+}
+
 //  FTRL-Proximal, the shards' rule for sparse linear models, trains the
 //  softmax model from the command line, and the summary names it.
 Test (services, ftrl_trains_from_the_command_line)
@@ -572,6 +606,74 @@ Test (services, sigterm_to_local_leaves_no_orphans)
                "kudus local exit status %d", status);
     usleep (200 * 1000);
     cr_expect_eq (s_count_procs (needle), 0, "services left running after kudus local stopped");
+}
+
+//  kudus local keeps a run going as compose's restart: on-failure does: a
+//  shard killed with kill -9 (its replica takes over) and a killed worker
+//  are started again, training goes on to its end, and the summary counts
+//  both restarts.  With --restart no the same kill stops the run, as it did
+//  before restarts existed.
+static pid_t
+    s_find_proc (const char *a, const char *b);
+
+Test (services, local_restarts_a_killed_shard_and_worker, .timeout = 240)
+{
+    char port [16], log [256], summary [256], needle [32];
+    snprintf (port, sizeof port, "%d", s_port);
+    snprintf (needle, sizeof needle, "127.0.0.1:%d", s_port);
+    snprintf (log, sizeof log, "%s/restart.log", s_dir);
+    snprintf (summary, sizeof summary, "%s/restart.json", s_dir);
+    const char *argv [] = { "kudus", "local", "--workers", "2", "--shards", "1", "--replicas", "2",
+                            "--epochs", "500", "--max-seconds", "14", "--delay-ms", "5",
+                            "--heartbeat-ms", "200", "--base-port", port, "--summary", summary,
+                            "--quiet", NULL };
+    pid_t pid = kd_test_spawn (argv, log);
+    //  Wait until the cluster trains: both shards and both workers up.
+    pid_t shard = 0, worker = 0;
+    for (int i = 0; i < 150 && s_count_procs (needle) < 6; i++)
+        usleep (100 * 1000);
+    usleep (2000 * 1000);
+    shard = s_find_proc (needle, "kudus-shard");
+    worker = s_find_proc (needle, "kudus-worker");
+    cr_assert (shard > 0 && worker > 0, "no shard or worker to kill");
+    kill (shard, SIGKILL);
+    kill (worker, SIGKILL);
+    int status = -1;
+    bool exited = kd_test_wait (pid, 120000, &status);
+    kd_test_kill (pid);
+    if (!exited || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        kd_test_dump (log);
+    cr_assert (exited && WIFEXITED (status) && WEXITSTATUS (status) == 0,
+               "kudus local did not finish the run after the kills: %d", status);
+    char *json = kd_test_slurp (summary);
+    cr_assert (json, "no summary");
+    cr_expect (strstr (json, "\"restarts\""), "no restarts in the summary: %s", json);
+    cr_expect_eq (kd_test_json_number (json, "total"), 2, "%s", json);
+    cr_expect_gt (kd_test_json_number (json, "updates"), 100);
+    free (json);
+    cr_expect_eq (kd_test_count (log, "exited unexpectedly (killed by signal 9); restarting it"), 2);
+    cr_expect_eq (kd_test_count (log, "kudus local: restarted "), 2);
+    cr_expect_eq (s_count_procs (needle), 0, "services left running");
+
+    //  --restart no: the kill of a shard ends the run with a clear error.
+    snprintf (log, sizeof log, "%s/no-restart.log", s_dir);
+    const char *argv_no [] = { "kudus", "local", "--workers", "2", "--shards", "1", "--replicas", "2",
+                               "--epochs", "500", "--max-seconds", "30", "--delay-ms", "5",
+                               "--restart", "no", "--base-port", port, "--quiet", NULL };
+    pid = kd_test_spawn (argv_no, log);
+    for (int i = 0; i < 150 && s_count_procs (needle) < 6; i++)
+        usleep (100 * 1000);
+    usleep (1000 * 1000);
+    shard = s_find_proc (needle, "kudus-shard");
+    cr_assert (shard > 0);
+    kill (shard, SIGKILL);
+    exited = kd_test_wait (pid, 60000, &status);
+    kd_test_kill (pid);
+    cr_expect (exited && WIFEXITED (status) && WEXITSTATUS (status) == 1, "status %d", status);
+    cr_expect_eq (kd_test_count (log, "exited unexpectedly (killed by signal 9)"), 1);
+    cr_expect_eq (kd_test_count (log, "restarting it"), 0);
+    usleep (200 * 1000);
+    cr_expect_eq (s_count_procs (needle), 0, "services left running");
 }
 
 //  `kudus experiment` has its own suite: tests/integration/test_experiment.c.
