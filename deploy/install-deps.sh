@@ -18,6 +18,8 @@ packages=(
 # Prometheus, the dashboard in a real browser).
 if [ "${1:-}" = "test" ]; then
     packages+=(python3-numpy python3-torch python3-pytest prometheus chromium chromium-driver python3-zmq iproute2 iptables)
+    # The Python package installed into a fresh venv (tests/python/test_torch_day.py).
+    packages+=(python3-venv python3-setuptools python3-wheel)
     # Node.js for the Kubernetes manifests' validators (tests/k8s), unless
     # a node and npm are already on the PATH.
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
 """A small CNN on Fashion-MNIST, trained as a Kudus worker.
 
-Start a cluster whose model is the workers' own, then any number of these:
+Install the package once (README.md, "Python and PyTorch"), start a
+cluster whose model is the workers' own, then any number of these:
 
-    build/kudus local --model external --workers 0 --external-workers 2 --epochs 2 --lr 0.05
-    PYTHONPATH=python python3 examples/torch_cnn.py tcp://127.0.0.1:7000 cnn-0 &
-    PYTHONPATH=python python3 examples/torch_cnn.py tcp://127.0.0.1:7000 cnn-1 &
+    python3 -m venv --system-site-packages .venv && . .venv/bin/activate
+    pip install --no-index --no-build-isolation ./python
+    build/kudus local --model external --workers 0 --external-workers 2 --epochs 2 --lr 0.05 \\
+        --checkpoint-dir ckpt &
+    KUDUS_LIB=build/libkudus.so python3 examples/torch_cnn.py tcp://127.0.0.1:7000 cnn-0 &
+    KUDUS_LIB=build/libkudus.so python3 examples/torch_cnn.py tcp://127.0.0.1:7000 cnn-1 &
 
 Each worker declares the CNN's layout, seeds the shards with its initial
-values (the first one counts), trains on the rows it is leased, and at the
-end prints the test accuracy of the last model it pulled.
+values (the first one counts), trains on the rows it is leased (with
+--num-workers N, loaded by a DataLoader's N processes), and at the end
+prints the test accuracy of the model in its module. The run's final model
+is in the shards' checkpoints:
+
+    python3 -m kudus export --checkpoint-dir ckpt --like examples/torch_cnn.py:CNN --out cnn.pt
 """
+import argparse
 import sys
 
 import torch
@@ -34,25 +43,38 @@ class CNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
+def test_accuracy(model, device):
+    tx, ty = fashion_mnist("t10k")
+    tx, ty = torch.from_numpy(tx), torch.from_numpy(ty)
+    model.eval()
+    with torch.no_grad():
+        right = sum(int((model(tx[i:i + 1000].to(device)).argmax(1).cpu() == ty[i:i + 1000]).sum())
+                    for i in range(0, len(tx), 1000))
+    return right / len(tx)
+
+
 def main(argv):
-    if len(argv) < 3:
-        print(f"usage: {argv[0]} SCHEDULER NAME [MONITOR]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description="A Kudus worker training a CNN on Fashion-MNIST.")
+    parser.add_argument("scheduler", help="the scheduler, tcp://HOST:PORT")
+    parser.add_argument("name", help="this worker's name, unique in the cluster")
+    parser.add_argument("monitor", nargs="?", help="the monitor's intake, for telemetry")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader processes (0: none)")
+    parser.add_argument("--device", default="cpu", help="where the module lives (cpu, cuda, ...)")
+    parser.add_argument("--save", help="torch.save the module's state_dict here at the end")
+    args = parser.parse_args(argv[1:])
     torch.set_num_threads(1)
     torch.manual_seed(1)
     x, y = fashion_mnist("train")
     train = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
-    model = CNN()
-    worker = kudus.torch.Worker(model, train, argv[1], argv[2],
-                                monitor=argv[3] if len(argv) > 3 else None)
+    model = CNN().to(args.device)
+    worker = kudus.torch.Worker(model, train, args.scheduler, args.name, monitor=args.monitor,
+                                num_workers=args.num_workers, pin_memory=args.device.startswith("cuda"))
     iterations = worker.run()
-    tx, ty = fashion_mnist("t10k")
-    model.eval()
-    with torch.no_grad():
-        right = sum(int((model(torch.from_numpy(tx[i:i + 1000])).argmax(1)
-                         == torch.from_numpy(ty[i:i + 1000])).sum()) for i in range(0, len(tx), 1000))
-    print(f"torch_cnn: {iterations} iterations, model version {worker.client.version}, "
-          f"test accuracy {right / len(tx):.4f}", flush=True)
+    print(f"torch_cnn: {iterations} iterations, model version {worker.version}"
+          f"{'' if worker.final else ' (its last pull)'}, "
+          f"test accuracy {test_accuracy(model, args.device):.4f}", flush=True)
+    if args.save:
+        torch.save(model.state_dict(), args.save)
     worker.close()
     return 0
 

@@ -16,19 +16,32 @@ straight from it.
             if not (c.push(grad, len(release.rows)) and (release := c.arrive(loss))):
                 break
 
-kudus.torch.Worker trains any torch.nn.Module this way.
+kudus.torch.Worker trains any torch.nn.Module this way; kudus.snapshot and
+`python3 -m kudus export` give a cluster's model back (from a running
+cluster or the shards' checkpoints).
 
-The library is found through KUDUS_LIB (a path to libkudus.so), then next
-to this package's build tree, then the system's library path.
+The library is found through KUDUS_LIB (a path to libkudus.so), then the
+copy a wheel carries (built with KUDUS_WHEEL_LIB set), then the build tree
+when this package is imported from a source checkout, then pkg-config
+(`pkg-config --variable=libdir kudus`), then the system loader's path.
+kudus.LIBRARY_PATH and kudus.LIBRARY_SOURCE say which one was loaded, and
+the `kudus` logger says so at INFO.
 """
 import ctypes
 import ctypes.util
+import logging
 import os
+import subprocess
 from collections import namedtuple
 
 import numpy as np
 
-__all__ = ["Client", "Release", "Tensor", "KudusError", "library_version"]
+__all__ = ["Client", "Release", "Tensor", "KudusError", "library_version", "LIBRARY_PATH",
+           "LIBRARY_SOURCE"]
+__version__ = "0.1.0"
+
+log = logging.getLogger("kudus")
+log.addHandler(logging.NullHandler())
 
 _TENSOR_NAME_MAX = 32
 
@@ -55,27 +68,79 @@ class KudusError(RuntimeError):
     """A call failed for a reason other than the end of the run."""
 
 
-def _find_library():
-    candidates = []
-    if os.environ.get("KUDUS_LIB"):
-        candidates.append(os.environ["KUDUS_LIB"])
+def _pkg_config_libdir():
+    """libkudus's directory as pkg-config knows it, or None."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "kudus"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _mapped_path(name):
+    """The file the loader mapped for a library loaded by name (Linux), else the name."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if os.path.basename(path).startswith("libkudus.so"):
+                    return path
+    except OSError:
+        pass
+    return name
+
+
+def _candidates():
+    """(source, path) pairs in the order they are tried."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for build in ("build", "build-asan"):
-        candidates.append(os.path.join(here, "..", "..", build, "libkudus.so"))
+    bundled = os.path.join(here, "_lib")
+    for name in ("libkudus.so.0", "libkudus.so"):
+        if os.path.exists(os.path.join(bundled, name)):
+            yield "bundled", os.path.join(bundled, name)
+    # A source checkout (PYTHONPATH=python): the tree's own build.
+    tree = os.path.join(here, "..", "..")
+    if os.path.exists(os.path.join(tree, "CMakeLists.txt")):
+        for build in ("build", "build-asan"):
+            path = os.path.normpath(os.path.join(tree, build, "libkudus.so"))
+            if os.path.exists(path):
+                yield "build tree", path
+    libdir = _pkg_config_libdir()
+    if libdir:
+        for name in ("libkudus.so.0", "libkudus.so"):
+            if os.path.exists(os.path.join(libdir, name)):
+                yield "pkg-config", os.path.join(libdir, name)
+    yield "system", "libkudus.so.0"
     found = ctypes.util.find_library("kudus")
-    if found:
-        candidates.append(found)
-    for path in candidates:
-        if os.path.exists(path) or path == found:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                continue
-    raise ImportError("kudus: libkudus.so not found; set KUDUS_LIB, build the tree (make build), "
-                      "or install it (cmake --install)")
+    if found and found != "libkudus.so.0":
+        yield "system", found
 
 
-_lib = _find_library()
+def _find_library():
+    """Load libkudus; returns (library, path, source)."""
+    explicit = os.environ.get("KUDUS_LIB")
+    if explicit:
+        # Asked for by name: that one or none.
+        try:
+            lib = ctypes.CDLL(explicit)
+        except OSError as e:
+            raise ImportError(f"kudus: cannot load KUDUS_LIB={explicit!r}: {e}") from None
+        return lib, (os.path.abspath(explicit) if os.sep in explicit else _mapped_path(explicit)), "KUDUS_LIB"
+    tried = []
+    for source, path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({source}): {e}")
+            continue
+        return lib, (path if os.path.isabs(path) else _mapped_path(path)), source
+    raise ImportError("kudus: libkudus.so not found; set KUDUS_LIB to its path, build the tree "
+                      "(make build), or install it (cmake --install) where pkg-config or the "
+                      "loader finds it. Tried: " + "; ".join(tried))
+
+
+_lib, LIBRARY_PATH, LIBRARY_SOURCE = _find_library()
+log.info("kudus: loaded %s (%s)", LIBRARY_PATH, LIBRARY_SOURCE)
 
 
 def _fn(name, restype, *argtypes):

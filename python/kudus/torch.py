@@ -1,112 +1,415 @@
 """kudus.torch: train any torch.nn.Module as a Kudus worker.
 
     import kudus.torch
-    worker = kudus.torch.Worker(model, dataset, "tcp://127.0.0.1:7000")
+    worker = kudus.torch.Worker(model, dataset, "tcp://127.0.0.1:7000", num_workers=2)
     worker.run()          # until the scheduler stops the run
 
-The module's parameters become views into one flat float32 buffer that the
-client pulls into, so a pull updates the module in place; gradients are
-gathered into a second flat buffer and pushed. The scheduler leases rows of
-`dataset` (any indexable torch Dataset, sample i = dataset[i]) and the
-worker computes on exactly those rows, under any consistency model.
+The scheduler leases rows of `dataset` (any map-style torch Dataset, sample
+i = dataset[i]) and the worker computes on exactly those rows, under any
+consistency model. With num_workers=0 (the default) each lease's batch is
+built on the training thread, `collate([dataset[i] for i in rows])`. With
+num_workers > 0 the batches come from a torch.utils.data.DataLoader whose
+batch sampler (LeaseSampler) holds the current lease: its worker processes
+load and collate the lease's rows in parallel pieces, pin_memory pins, and
+each lease goes to the loader as soon as the scheduler names it, so it
+loads while the telemetry and the pull of the parameters run. (The next
+lease is known only when the scheduler releases the worker, after its
+push: there is nothing earlier to prefetch.)
+
+The model may live on any device. On the CPU in float32, its parameters
+become views into one flat float32 buffer that the client pulls into, so a
+pull updates the module in place; on another device (or dtype) each pull is
+copied into the parameters and each gradient out of them, one copy per
+tensor (through pinned memory for CUDA). Gradients are gathered into a
+second flat buffer and pushed.
 
 With a cluster started as `--model external`, the module is the model: its
 parameters' names and shapes are declared as the layout, and its initial
 values seed the shards (every worker sends them; the first one counts, so
 seed torch the same way everywhere or not, as you like).
+
+The trained model back: run() ends with the newest model it can get in the
+module (see Worker.run), pull_model(model, scheduler, samples) loads a
+running cluster's current model into any module of the same layout,
+load_checkpoint(model, directory) the model in the shards' checkpoints, and
+`python3 -m kudus export` writes either to a file.
 """
+import logging
 import time
 
 import numpy as np
 import torch
 
-from . import Client
+from . import _TENSOR_NAME_MAX, Client
+from . import snapshot as _snapshot
+
+__all__ = ["Worker", "LeaseSampler", "pull_model", "load_checkpoint", "load_snapshot"]
+
+log = logging.getLogger("kudus")
+
+
+def _layout_name(name):
+    """A parameter's name as the layout holds it (at most 31 bytes)."""
+    return name.encode()[:_TENSOR_NAME_MAX - 1].decode(errors="ignore")
+
+
+def _rows_cols(shape):
+    """The layout's rows x cols of a shape (Client.set_layout's rule)."""
+    shape = tuple(int(d) for d in shape) or (1,)
+    return shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _trainable(model):
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _match(model, tensors, where):
+    """(parameter, offset, count) for every trainable parameter of model,
+    found by name in the layout `tensors` and checked against its shape.
+    ValueError naming the differences otherwise."""
+    by_name = {t.name: t for t in tensors}
+    pairs, problems = [], []
+    for n, p in _trainable(model):
+        t = by_name.pop(_layout_name(n), None)
+        rows, cols = _rows_cols(p.shape)
+        if t is None:
+            problems.append(f"parameter {n} {list(p.shape)} is not in {where}")
+        elif (t.rows, t.cols) != (rows, cols):
+            problems.append(f"parameter {n} is {list(p.shape)} ({rows} x {cols}) in the module "
+                            f"but {t.rows} x {t.cols} in {where}")
+        else:
+            pairs.append((p, t.offset, t.count))
+    for t in by_name.values():
+        problems.append(f"tensor {t.name} ({t.rows} x {t.cols}) of {where} is no parameter of "
+                        "the module")
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise ValueError("kudus.torch: the module's layout differs from the model's: "
+                         + "; ".join(problems[:4]) + more)
+    return pairs
+
+
+def load_snapshot(model, snap, where="the snapshot"):
+    """Copy a kudus.snapshot.Snapshot into the module's parameters, matched
+    by name and shape (one copy per tensor, to any device or dtype)."""
+    pairs = _match(model, snap.tensors, where)
+    with torch.no_grad():
+        for p, offset, count in pairs:
+            p.copy_(torch.from_numpy(snap.params[offset:offset + count]).view(p.shape))
+    return snap.version
+
+
+def pull_model(model, scheduler, samples, name=None, timeout_ms=30000, curve_keys=None):
+    """Load the current model of the cluster at `scheduler` into `model`,
+    any module whose trainable parameters have the layout's names and
+    shapes (ValueError naming the differences otherwise, before anything is
+    pulled). Returns the model version.
+
+    It joins the cluster as a worker for one pull and leaves at once (see
+    kudus.snapshot.pull), so `samples` is the cluster's training-set row
+    count, as its workers declare it. A cluster whose run ended does not
+    answer: read its shards' checkpoints with load_checkpoint instead.
+    """
+    where = f"the cluster at {scheduler}"
+    snap = _snapshot.pull(scheduler, samples, name=name, timeout_ms=timeout_ms,
+                          curve_keys=curve_keys, check=lambda tensors: _match(model, tensors, where))
+    return load_snapshot(model, snap, where)
+
+
+def load_checkpoint(model, directory):
+    """Load the model in the shards' newest checkpoints under `directory`
+    (`kudus local --checkpoint-dir DIR`; each shard writes one at a clean
+    stop, so after a run they hold its final model). Returns the version."""
+    snap = _snapshot.read_checkpoints(directory)
+    return load_snapshot(model, snap, f"the checkpoints in {directory}")
+
+
+class LeaseSampler(torch.utils.data.Sampler):
+    """The batch sampler of a DataLoader over the scheduler's leases: each
+    iteration of the loader yields the batches of the lease last given to
+    set(rows, parts), in order: its rows in `parts` contiguous pieces (one
+    per loader worker process, loaded in parallel)."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.batches = []
+
+    def set(self, rows, parts=1):
+        rows = np.asarray(rows, dtype=np.int64)
+        parts = max(1, min(int(parts), len(rows)))
+        self.batches = [piece.tolist() for piece in np.array_split(rows, parts)]
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def _cat(parts):
+    """Join the collated pieces of one lease along the first dimension."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(_cat(list(p)) for p in zip(*parts)))
+    if isinstance(first, (tuple, list)):
+        return type(first)(_cat(list(p)) for p in zip(*parts))
+    if isinstance(first, dict):
+        return {k: _cat([p[k] for p in parts]) for k in first}
+    raise TypeError(f"kudus.torch: cannot join collated pieces of type {type(first).__name__}; "
+                    "pass split_leases=False")
 
 
 class Worker:
-    """Trains `model` on the rows of `dataset` the scheduler leases."""
+    """Trains `model` on the rows of `dataset` the scheduler leases.
+
+    With num_workers > 0 each lease's rows are loaded by a DataLoader with
+    that many worker processes (persistent for the run), split into up to
+    num_workers contiguous pieces collated in parallel and joined with
+    torch.cat, which gives collate(rows) for collates that stack rows, as
+    torch's default does; split_leases=False has one process collate the
+    whole lease (a collate that pads to the longest row, say). pin_memory
+    and loader_args (further DataLoader arguments: multiprocessing_context,
+    worker_init_fn, ...) go to the DataLoader. A lease is handed to the
+    loader as soon as the scheduler names it, so it loads while the
+    telemetry and the pull run. Each piece costs a round trip to a worker
+    process, so rows already in memory (a TensorDataset) load fastest with
+    num_workers=0; the processes pay off when reading a row costs (decoding
+    an image, say). device is where batches go (default: the device of the
+    model's first parameter).
+    """
 
     def __init__(self, model, dataset, scheduler, name=None, loss_fn=None, monitor=None,
-                 collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None):
+                 collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None,
+                 num_workers=0, pin_memory=False, split_leases=True, loader_args=None,
+                 device=None):
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError("kudus.torch: the scheduler leases rows by index, so the dataset must "
+                            "be map-style (dataset[i]), not an IterableDataset")
         self.model = model
         self.dataset = dataset
         self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
         self.collate = collate or torch.utils.data.default_collate
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        layout = [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in _trainable(model)]
+        layout = [(n, tuple(p.shape)) for n, p in _trainable(model)]
         self.client = Client(scheduler, name, samples=len(dataset), monitor=monitor,
                              layout=layout, timeout_ms=timeout_ms)
+        if device is None:
+            device = self.params[0].device if self.params else torch.device("cpu")
+        self.device = torch.device(device)
+        self.num_workers = int(num_workers)
+        self.pin_memory = bool(pin_memory)
+        self.split_leases = bool(split_leases)
+        self.loader_args = dict(loader_args or {})
         self.flat = None
         self.grad = None
         self.iterations = 0
+        # The rows of the lease of the last gradient computed.
+        self.last_rows = None
+        # The version the module holds, and whether run() pulled it after
+        # training ended (see run).
+        self.version = 0
+        self.final = False
         # Emulated heterogeneity: each iteration's compute is stretched to
         # slowdown times its real length (a sleep that keeps heartbeats).
         self.slowdown = float(slowdown)
         # Called as on_iteration(worker) after every arrival.
         self.on_iteration = on_iteration
+        self._views = False
+        self._sampler = self._loader = self._lease = None
+
+    # Parameters <-> flat buffers ---------------------------------------
+    # Parameters on the CPU in float32 become views into the flat buffer
+    # (False: copy them like any device's, as tests of that path do).
+    _cpu_views = True
 
     def _bind(self):
-        """Make every parameter a view into the flat buffer the client pulls into."""
         n = self.client.param_count
         ours = sum(p.numel() for p in self.params)
         if ours != n:
             raise ValueError(f"kudus.torch: the module has {ours} parameters, the cluster's "
                              f"model {self.client.model} has {n}")
-        self.flat = np.empty(n, np.float32)
-        self.grad = np.zeros(n, np.float32)
-        flat_t = torch.from_numpy(self.flat)
+        self._views = self._cpu_views and all(p.device.type == "cpu" and p.dtype == torch.float32
+                                              for p in self.params)
+        cuda = sorted({p.device for p in self.params if p.device.type == "cuda"}, key=str)
+        self._cuda_devices = cuda
+        # Pinned host buffers make the copies to and from a GPU asynchronous.
+        pin = bool(cuda) and not self._views
+        self._flat_t = torch.empty(n, dtype=torch.float32, pin_memory=pin)
+        self._grad_t = torch.zeros(n, dtype=torch.float32, pin_memory=pin)
+        self.flat = self._flat_t.numpy()
+        self.grad = self._grad_t.numpy()
+        self._slices = []
         offset = 0
         with torch.no_grad():
             for p in self.params:
-                view = flat_t[offset:offset + p.numel()].view_as(p)
-                view.copy_(p.detach())
-                p.data = view
+                self._slices.append((p, self._flat_t[offset:offset + p.numel()],
+                                     self._grad_t[offset:offset + p.numel()]))
                 offset += p.numel()
+            for p, flat, _ in self._slices:
+                flat.copy_(p.detach().reshape(-1))
+                if self._views:
+                    p.data = flat.view_as(p)
+            self._sync()
+
+    def _sync(self):
+        for d in self._cuda_devices:
+            torch.cuda.synchronize(d)
+
+    def _load_params(self):
+        """After a pull: the flat buffer into the parameters (views need nothing)."""
+        if self._views:
+            return
+        with torch.no_grad():
+            for p, flat, _ in self._slices:
+                # Asynchronous only from pinned memory to a GPU, which
+                # _sync waits for; other devices copy synchronously.
+                p.copy_(flat.view_as(p), non_blocking=p.device.type == "cuda")
+
+    def _store_grads(self):
+        """The parameters' gradients into the flat gradient buffer."""
+        for p, _, grad in self._slices:
+            if p.grad is None:
+                grad.zero_()
+            else:
+                grad.copy_(p.grad.reshape(-1), non_blocking=p.device.type == "cuda")
+        # Pushed from the host: the copies must have landed.
+        self._sync()
+
+    # Batches ------------------------------------------------------------
+    def _start_loader(self):
+        """With num_workers > 0, the DataLoader over the leases; its worker
+        processes start here, before the client connects to the cluster."""
+        if self.num_workers <= 0:
+            return
+        self._sampler = LeaseSampler()
+        args = dict(batch_sampler=self._sampler, num_workers=self.num_workers,
+                    collate_fn=self.collate, pin_memory=self.pin_memory, persistent_workers=True,
+                    # Its own generator: the loader's seeds do not draw from
+                    # torch's global one.
+                    generator=torch.Generator())
+        args.update(self.loader_args)
+        self._loader = torch.utils.data.DataLoader(self.dataset, **args)
+        self._lease = iter(self._loader)            # an empty lease: starts the workers
+
+    def _stop_loader(self):
+        if self._loader is None:
+            return
+        shutdown = getattr(self._lease, "_shutdown_workers", None)
+        if shutdown:
+            shutdown()
+        self._sampler = self._loader = self._lease = None
+
+    def _submit(self, rows):
+        """A lease is known: its pieces go to the loader's workers now."""
+        if self._loader is not None:
+            self._sampler.set(rows, self.num_workers if self.split_leases else 1)
+            self._lease = iter(self._loader)
+
+    def _batch(self, rows):
+        if self._loader is None:
+            return self._to_device(self.collate([self.dataset[int(i)] for i in rows]))
+        # Each piece to the device first: a copy from pinned memory there
+        # is asynchronous, and the join happens on the device.
+        return _cat([self._to_device(next(self._lease)) for _ in range(len(self._sampler))])
+
+    def _to_device(self, batch):
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=self.pin_memory and self.device.type == "cuda")
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*(self._to_device(b) for b in batch))
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._to_device(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self._to_device(v) for k, v in batch.items()}
+        return batch
 
     def _gradient(self, rows):
-        batch = self.collate([self.dataset[int(i)] for i in rows])
+        batch = self._batch(rows)
         x, y = batch[0], batch[1]
         self.model.zero_grad(set_to_none=False)
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
-        offset = 0
-        for p in self.params:
-            g = p.grad
-            self.grad[offset:offset + p.numel()] = (g.reshape(-1).numpy() if g is not None else 0)
-            offset += p.numel()
+        self._store_grads()
+        self.last_rows = rows
         return float(loss.detach())
+
+    def _final_pull(self, release):
+        """Training ended on our side (max_iterations) with the cluster
+        still running: pull the model the last release names, which holds
+        our last gradient (SSP: the shards' newest, not its cache)."""
+        c = self.client
+        if release is None or c.stopped:
+            return
+        version = 0 if c.consistency == "ssp" else None
+        if c.pull(self.flat, version):
+            self._load_params()
+            self._sync()
+            self.version = c.version
+            self.final = True
 
     def run(self, max_iterations=None):
         """Register, seed the model when it is external, and train until the
-        scheduler stops the run. Returns the number of iterations."""
+        scheduler stops the run (or for max_iterations). Returns the number
+        of iterations.
+
+        The module then holds the newest model run() could get. After
+        max_iterations the cluster still answers: run() pulls once more, so
+        the module holds every commit up to its last gradient, and
+        `final` is True. When the scheduler stopped the run, the shards
+        stop with it and nothing answers a pull: the module holds the model
+        of this worker's last pull (`version`), without the commits after
+        it (under BSP, the last one), and `final` is False. The run's
+        final model is then in the shards' checkpoints, with
+        --checkpoint-dir: load_checkpoint, or `python3 -m kudus export
+        --checkpoint-dir`.
+        """
         c = self.client
-        if not c.register():
-            return 0
-        release = c.wait_start()
-        if release is None:
-            return 0
-        self._bind()
-        if c.model == "external" and not c.init_params(self.flat):
-            return 0
-        self.model.train()
-        while release is not None and c.pull(self.flat):
-            t0 = time.monotonic()
-            loss = self._gradient(release.rows)
-            if self.slowdown > 1:
-                real_ms = (time.monotonic() - t0) * 1000
-                c.set_emulated_ms(real_ms * self.slowdown)
-                if not c.sleep(real_ms * (self.slowdown - 1)):
+        self.final = False
+        self._start_loader()
+        try:
+            if not c.register():
+                return 0
+            release = c.wait_start()
+            if release is None:
+                return 0
+            self._bind()
+            if c.model == "external" and not c.init_params(self.flat):
+                return 0
+            self.model.train()
+            self._submit(release.rows)
+            while release is not None and c.pull(self.flat):
+                self._load_params()
+                self.version = c.version
+                t0 = time.monotonic()
+                loss = self._gradient(release.rows)
+                if self.slowdown > 1:
+                    real_ms = (time.monotonic() - t0) * 1000
+                    c.set_emulated_ms(real_ms * self.slowdown)
+                    if not c.sleep(real_ms * (self.slowdown - 1)):
+                        break
+                if not c.push(self.grad, len(release.rows)):
                     break
-            if not c.push(self.grad, len(release.rows)):
-                break
-            release = c.arrive(loss)
-            c.telemetry()
-            self.iterations += 1
-            if self.on_iteration:
-                self.on_iteration(self)
-            if max_iterations and self.iterations >= max_iterations:
-                break
-        return self.iterations
+                release = c.arrive(loss)
+                self.iterations += 1
+                last = bool(max_iterations and self.iterations >= max_iterations)
+                if release is not None and not last:
+                    self._submit(release.rows)      # loads while telemetry and the pull run
+                c.telemetry()
+                if self.on_iteration:
+                    self.on_iteration(self)
+                if last:
+                    self._final_pull(release)
+                    break
+            if not self.final:
+                log.info("kudus.torch: the run stopped; the module holds version %d, this "
+                         "worker's last pull", self.version)
+            return self.iterations
+        finally:
+            self._stop_loader()
 
     def close(self):
         self.client.close()
