@@ -1968,6 +1968,44 @@ Test (kd_controller, auto_splits_a_far_straggler_and_merges_it_back)
     kd_controller_destroy (&t.ctl);
 }
 
+//  Auto leaves ALSP when its slower group empties: the straggler that had
+//  a group of its own leaves the run.
+Test (kd_controller, auto_is_one_group_again_when_the_slow_group_leaves)
+{
+    kd_controller_opts_t opts = s_adaptive_opts (KD_CONS_AUTO);
+    const uint64_t period [6] = { 40, 40, 40, 40, 40, 300 };
+    timed_t t;
+    s_timed_start (&t, &opts, 6, period);
+    s_timed_until (&t, 3000);
+    cr_assert_eq (kd_controller_mode (t.ctl), KD_CONS_ALSP);
+    s_timed_leave (&t, 5);
+    cr_expect_eq (kd_controller_mode (t.ctl), KD_CONS_LSP, "auto stayed %s with one group",
+                  kd_consistency_name (kd_controller_mode (t.ctl)));
+    s_timed_until (&t, 4000);
+    cr_expect_eq (kd_controller_group_count (t.ctl), 1);
+    kd_controller_destroy (&t.ctl);
+}
+
+//  A window that passed with one arrival waits for the next arrival: the
+//  controller asks for no tick in the past (the scheduler would spin).
+Test (kd_controller, a_passed_window_asks_for_no_tick)
+{
+    kd_controller_opts_t opts;
+    kd_controller_t *ctl = s_new (KD_CONS_LSP, &opts, NULL);
+    kd_controller_destroy (&ctl);
+    opts.window_ms = 50;
+    ctl = kd_controller_new (&opts);
+    cr_assert (ctl);
+    s_join_all (ctl, 4, 0);
+    s_arrive (ctl, 0, 0, 0, 10);
+    s_take (ctl);
+    cr_expect_eq (kd_controller_deadline (ctl), 60, "the window's end");
+    kd_controller_tick (ctl, 100);
+    s_take (ctl);
+    cr_expect_gt (kd_controller_deadline (ctl), 100, "a deadline in the past");
+    kd_controller_destroy (&ctl);
+}
+
 Test (kd_controller, alsp_first_grouping_from_self_timed_arrivals)
 {
     kd_controller_opts_t opts = s_alsp_opts ();

@@ -667,6 +667,29 @@ Test (kd_msg, data_frame_set_take_and_floats)
     kd_msg_destroy (&msg);
 }
 
+//  "Send HELLO first" has a code of its own; the 409 with that reason,
+//  which earlier builds sent, still reads the same.
+Test (kd_msg, not_registered_is_one_check)
+{
+    kd_msg_t *e = kd_msg_new_error (NULL, KD_ERR_NOT_REGISTERED, "not registered: send HELLO first");
+    cr_expect_eq (kd_msg_uint (e, KD_F_CODE), 428);
+    cr_expect (kd_msg_is_not_registered (e));
+    kd_msg_destroy (&e);
+    e = kd_msg_new_error (NULL, KD_ERR_STATE, "not registered: send HELLO first");
+    cr_expect (kd_msg_is_not_registered (e), "an earlier build's 409");
+    kd_msg_destroy (&e);
+    e = kd_msg_new_error (NULL, KD_ERR_STATE, "training has ended");
+    cr_expect_not (kd_msg_is_not_registered (e));
+    kd_msg_destroy (&e);
+    e = kd_msg_new_error (NULL, KD_ERR_UNAVAILABLE, "not registered");
+    cr_expect_not (kd_msg_is_not_registered (e), "only 428, or 409 with the reason");
+    kd_msg_destroy (&e);
+    kd_msg_t *other = kd_msg_new (KD_MSG_HEARTBEAT);
+    cr_expect_not (kd_msg_is_not_registered (other));
+    cr_expect_not (kd_msg_is_not_registered (NULL));
+    kd_msg_destroy (&other);
+}
+
 Test (kd_msg, new_error_truncates_reason)
 {
     zframe_t *id = zframe_from ("peer");

@@ -92,10 +92,10 @@ Test (kd_stage, a_clock_below_a_named_one_is_swept)
     s_put (5, 2, 2, 100);
     s_put (8, 7, 3, 100);
     s_put (3, 7, 1, 100);
-    kd_stage_named (s_stage, 3, 6);
-    kd_stage_named (s_stage, 5, 2);
-    kd_stage_named (s_stage, 8, 5);
-    kd_stage_named (s_stage, 1u << 20, 1);     //  a rank past the table: ignored
+    kd_stage_named (s_stage, 3, 6, 150);
+    kd_stage_named (s_stage, 5, 2, 150);
+    kd_stage_named (s_stage, 8, 5, 150);
+    kd_stage_named (s_stage, 1u << 20, 1, 150);    //  a rank past the table: ignored
     cr_expect_eq (kd_stage_sweep (s_stage, 200, 0, &orphaned, &expired), 2);
     cr_expect_eq (orphaned, 2);
     cr_expect_eq (expired, 0);
@@ -104,24 +104,36 @@ Test (kd_stage, a_clock_below_a_named_one_is_swept)
     cr_expect (kd_stage_find (s_stage, 8, 7), "a clock above the named one stays");
     cr_expect (kd_stage_find (s_stage, 3, 7));
     cr_expect_eq (kd_stage_peer_count (s_stage, 2), 0);
-    //  Named marks only go up.
-    kd_stage_named (s_stage, 3, 1);
-    cr_expect_eq (kd_stage_sweep (s_stage, 300, 0, &orphaned, &expired), 0);
+    //  Rank 9 had clock 50 committed, died and rejoined at the cluster's
+    //  lowest clock: its new gradient, staged after that commit, lives.
+    kd_stage_named (s_stage, 9, 50, 150);
+    s_put (9, 20, 4, 300);
+    cr_expect_eq (kd_stage_sweep (s_stage, 400, 0, &orphaned, &expired), 0);
+    cr_expect (kd_stage_find (s_stage, 9, 20), "a rejoined worker's gradient was swept");
+    //  Its commit names it; the latest naming counts from then on.
+    kd_stage_remove (s_stage, 9, 20);
+    kd_stage_named (s_stage, 9, 20, 450);
+    s_put (9, 21, 4, 460);
+    cr_expect_eq (kd_stage_sweep (s_stage, 500, 0, &orphaned, &expired), 0);
     //  A new scheduler session numbers clocks afresh: purge forgets marks.
     kd_stage_purge (s_stage);
-    s_put (3, 0, 1, 400);
-    cr_expect_eq (kd_stage_sweep (s_stage, 500, 0, &orphaned, &expired), 0);
+    s_put (3, 0, 1, 600);
+    cr_expect_eq (kd_stage_sweep (s_stage, 700, 0, &orphaned, &expired), 0);
     cr_expect (kd_stage_find (s_stage, 3, 0));
 }
 
-Test (kd_stage, older_than_the_ttl_is_swept)
+Test (kd_stage, passed_over_longer_than_the_ttl_is_swept)
 {
     uint64_t orphaned = 0, expired = 0;
     s_put (1, 0, 1, 1000);
     s_put (2, 0, 1, 5000);
     //  ttl 0: no time limit.
     cr_expect_eq (kd_stage_sweep (s_stage, 100000, 0, &orphaned, &expired), 0);
-    //  At 7000 with ttl 3000 only the first one is over.
+    //  No commit since they were staged (a phase that waits): nothing
+    //  expires, however long it waits.
+    cr_expect_eq (kd_stage_sweep (s_stage, 900, 3000, &orphaned, &expired), 0);
+    //  A commit at 7000 that named neither, with ttl 3000: the first was
+    //  passed over for 6 s, the second for 2 s.
     cr_expect_eq (kd_stage_sweep (s_stage, 7000, 3000, &orphaned, &expired), 1);
     cr_expect_eq (expired, 1);
     cr_expect_eq (orphaned, 0);

@@ -24,7 +24,7 @@
 #define S_WRK   KD_SVC_WORKER
 #define S_LOC   KD_SVC_LOCAL
 #define S_TAIL  KD_SVC_TAIL
-#define S_BEN   KD_SVC_BENCH
+#define S_EXP   KD_SVC_EXPERIMENT
 #define S_PRF   KD_SVC_PERF
 #define S_SVC   KD_SVC_SERVICES
 #define S_DASH  KD_SVC_DASHBOARD
@@ -189,7 +189,7 @@ static const kd_setting_t s_table [] = {
     { "max-parked", KD_CT_INT, "4096", 1, 1000000, NULL, S_SHD,
       "pulls waiting for a version a shard holds at most (one per connection)" },
     { "staged-ttl", KD_CT_DOUBLE, "900", 0, 1e6, NULL, S_SHD,
-      "seconds a staged gradient may wait for its commit before it is dropped (0 = no limit); one whose rank had a later clock committed goes at once" },
+      "seconds of commits that pass a staged gradient over before it is dropped (0 = no limit); one whose rank had a later clock committed goes at once" },
     { "parked-ttl", KD_CT_DOUBLE, "60", 0, 1e6, NULL, S_SHD,
       "seconds a parked pull may wait for its version before it is dropped (0 = no limit); clients ask again well before" },
     { "max-grad-norm", KD_CT_DOUBLE, "0", 0, 1e30, NULL, S_SHD | S_LOC,
@@ -266,18 +266,18 @@ static const kd_setting_t s_table [] = {
     { "quiet", KD_CT_BOOL, "false", 0, 0, NULL, S_LOC,
       "do not echo the services' logs" },
     { "restart", KD_CT_ENUM, "on-failure", 0, 0, "on-failure|no", S_LOC,
-      "start a service or worker again when it dies without being asked to (a shard only with a replica or a checkpoint), as compose's restart: on-failure" },
+      "start a shard, the monitor, an aggregator or a worker again when it dies without being asked to (a shard only with a replica or a checkpoint), as compose's restart: on-failure" },
 
     //  kudus experiment
-    { "out", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
+    { "out", KD_CT_STRING, "", 0, 1024, NULL, S_EXP,
       "experiment: directory for each run's summary, curve and log (default /tmp/kudus-experiments/SCENARIO)" },
-    { "results", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
+    { "results", KD_CT_STRING, "", 0, 1024, NULL, S_EXP,
       "experiment: JSON-lines file of finished runs, appended to and skipped on rerun (default docs/results/SCENARIO.jsonl)" },
-    { "seeds-only", KD_CT_INT, "0", 0, 1000, NULL, S_BEN,
+    { "seeds-only", KD_CT_INT, "0", 0, 1000, NULL, S_EXP,
       "experiment: run only the scenario's first N seeds (0 = all)" },
-    { "models", KD_CT_STRING, "", 0, 1024, NULL, S_BEN,
+    { "models", KD_CT_STRING, "", 0, 1024, NULL, S_EXP,
       "experiment: run only these model entries, comma-separated (empty = all)" },
-    { "build-id", KD_CT_STRING, "", 0, 63, NULL, S_BEN,
+    { "build-id", KD_CT_STRING, "", 0, 63, NULL, S_EXP,
       "experiment: the build named in every record (empty = git describe --always --dirty of the current directory)" },
 
     //  kudus bench (bench/*.c): lists are comma-separated; sizes take K/M

@@ -26,7 +26,7 @@ extern "C" {
 #define KD_SVC_WORKER     0x08
 #define KD_SVC_LOCAL      0x10      //  kudus local / experiment
 #define KD_SVC_TAIL       0x20      //  kudus tail
-#define KD_SVC_BENCH      0x40      //  kudus experiment
+#define KD_SVC_EXPERIMENT 0x40      //  kudus experiment
 #define KD_SVC_PERF       0x80      //  kudus bench (bench/*.c)
 #define KD_SVC_DASHBOARD  0x100     //  kudus dashboard
 #define KD_SVC_LINKD      0x200     //  kudus linkd (kudus local --netns)

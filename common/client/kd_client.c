@@ -544,8 +544,7 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     }
     else
     if (type == KD_MSG_ERROR) {
-        if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
-        &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+        if (kd_msg_is_not_registered (msg))
             kd_peer_unknown (self->peer);
         kd_warn ("scheduler error code=%llu reason=\"%s\"",
                  (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));

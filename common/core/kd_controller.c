@@ -37,7 +37,9 @@
     members of the immediate engine by clock (SSP releases whoever is
     within the bound), and counters answer ALSP's "does every member have
     enough speed samples, is any outside its band".  A group commit or a
-    regroup still walks the ranks once, O(N).
+    regroup still walks the ranks once, O(N), and so does each event while
+    an adaptive phase is open (it asks who is expected when), which makes
+    such a phase O(N^2) at worst.
 */
 #include "kd_controller.h"
 #include <assert.h>
@@ -720,7 +722,11 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
     if (worker->state == S_PENDING) {
         self->n_pending--;
         self->n_active++;
-        self->groups [worker->group].size++;
+        //  A group that had nobody opens its phase now, not at its last
+        //  commit, however long ago that was: the adaptive barrier measures
+        //  the phase from here.
+        if (self->groups [worker->group].size++ == 0)
+            self->groups [worker->group].t_open = now;
         self->groups_dirty = true;
     }
     else
@@ -1007,7 +1013,9 @@ s_group_ready (kd_controller_t *self, uint32_t g, uint64_t now)
     uint64_t window = s_window (self);
     if (window > 0 && group->waiting >= 2 && now >= group->t_first + window)
         return true;
-    if (window > 0)
+    //  A passed window with one arrival waits for the next arrival, an
+    //  event; a deadline in the past would only make the scheduler spin.
+    if (window > 0 && now < group->t_first + window)
         s_wake_at (self, group->t_first + window);
     return false;
 }
@@ -1547,6 +1555,28 @@ s_begin (kd_controller_t *self, uint64_t now)
     }
 }
 
+//  True when some member will move to another group at its next release.
+static bool
+s_moves_pending (kd_controller_t *self)
+{
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (s_is_member (worker) && worker->next_group != worker->group)
+            return true;
+    }
+    return false;
+}
+
+//  Auto: a split whose slower groups emptied (their workers left, or sped
+//  up and moved back) is one group again, whatever regroup made it.
+static void
+s_auto_rejoin (kd_controller_t *self)
+{
+    if (self->opts.model == KD_CONS_AUTO && self->mode == KD_CONS_ALSP && self->n_active > 0
+    &&  s_nonempty (self) <= 1 && !s_moves_pending (self))
+        s_auto_switch (self, KD_CONS_LSP, "one group left, of %u workers", self->n_active);
+}
+
 //  End of an event: release what its time or its changes allow, name
 //  leftover drops, admit joiners, publish groups.  Every event runs the
 //  time rules, so a window or a dwell fires on the first event after it
@@ -1561,6 +1591,7 @@ s_finish (kd_controller_t *self, uint64_t now)
         s_release_bounded (self, now);
     s_flush_drops (self);
     s_admit (self, now);
+    s_auto_rejoin (self);
     if (self->groups_dirty && s_grouped (self))
         s_push_groups (self);
     self->groups_dirty = false;

@@ -124,12 +124,6 @@ kd_peer_set_heartbeat (kd_peer_t *self, int heartbeat_ms)
         self->heartbeat_ms = heartbeat_ms;
 }
 
-const char *
-kd_peer_name (kd_peer_t *self)
-{
-    return self->name;
-}
-
 //  Send HELLO with this peer's identity.
 int
 kd_peer_hello (kd_peer_t *self)

@@ -88,10 +88,6 @@ int
 int
     kd_peer_timeout (kd_peer_t *self);
 
-//  Name this peer registers with.
-const char *
-    kd_peer_name (kd_peer_t *self);
-
 #ifdef __cplusplus
 }
 #endif

@@ -139,93 +139,135 @@ typedef enum {
 
 typedef struct {
     const char *name;               //  wire name, as in the enum
+    const char *direction;          //  who sends it to whom, in words
     s_mask_t required;              //  fields that must be present
-    s_mask_t optional;              //  fields the table documents as optional
+    s_mask_t optional;              //  fields its senders may add
     s_data_t data;                  //  data frame rule
+    unsigned senders [KD_TO_COUNT]; //  roles that may send it to each service
 } s_type_spec_t;
 
-//  The optional mask documents the protocol table.  The decoder accepts any
-//  known field on any type (checked by kind and kept), so that a peer can
-//  add a field without a version bump; only required fields are enforced.
-#define S_TYPE(t, req, opt, d) [KD_MSG_ ## t] = { #t, req, opt, S_DATA_ ## d }
+//  The protocol's schema, written once.  For each type: its direction, its
+//  required and optional fields, its data frame, and the roles that may
+//  send it to the scheduler, a shard and the monitor (kd_role enforces
+//  those under CURVE; a role with no bit for a service is refused there).
+//  The decoder accepts any known field on any type (checked by kind and
+//  kept), so that a peer can add a field without a version bump; only the
+//  required ones are enforced.  docs/protocol.md's message and role tables
+//  state the same, and test_kd_schema compares them.
+#define S_TYPE(t, dir, req, opt, d, to_sch, to_shd, to_mon) \
+    [KD_MSG_ ## t] = { #t, dir, req, opt, S_DATA_ ## d, { to_sch, to_shd, to_mon } }
+#define S_W     KD_ROLE_WORKER
+#define S_S     KD_ROLE_SHARD
+#define S_M     KD_ROLE_MONITOR
+#define S_C     KD_ROLE_SCHEDULER
 
 static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
-    S_TYPE (HELLO,
+    S_TYPE (HELLO, "any -> scheduler",
             S_BIT (ROLE) | S_BIT (NAME),
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
           | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
-          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
-    S_TYPE (WELCOME,
+          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+            S_W | S_S | S_M, 0, 0),
+    S_TYPE (WELCOME, "scheduler -> any",
             S_BIT (RANK) | S_BIT (ROLE),
             S_BIT (MODEL) | S_BIT (HIDDEN) | S_BIT (N_PARAMS) | S_BIT (LO)
           | S_BIT (HI) | S_BIT (LR) | S_BIT (MOMENTUM) | S_BIT (BATCH)
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
-          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
-    S_TYPE (START,
+          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+            0, 0, 0),
+    S_TYPE (START, "scheduler -> worker, monitor",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
-          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE),
-    S_TYPE (HEARTBEAT, 0, S_BIT (RANK), NONE),
-    S_TYPE (ARRIVE,
+          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+            0, 0, 0),
+    S_TYPE (HEARTBEAT, "both ways", 0, S_BIT (RANK), NONE,
+            S_W | S_S | S_M, S_W | S_S | S_M, S_W),
+    S_TYPE (ARRIVE, "worker -> scheduler",
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),
-            S_BIT (LOSS) | S_BIT (REFUSED), NONE),
-    S_TYPE (RELEASE,
+            S_BIT (LOSS) | S_BIT (REFUSED) | S_BIT (STALENESS) | S_BIT (COMPUTE_MS)
+          | S_BIT (EMULATED_MS), NONE,
+            S_W, 0, 0),
+    S_TYPE (RELEASE, "scheduler -> worker",
             S_BIT (VERSION) | S_BIT (CLOCK),
             S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
-          | S_BIT (PART_LO) | S_BIT (PART_HI), NONE),
-    S_TYPE (LEAVE, 0, S_BIT (REASON), NONE),
-    S_TYPE (STOP, 0, S_BIT (REASON), NONE),
-    S_TYPE (PUSH,
-            S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO)
-          | S_BIT (COUNT), S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
-          | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED),
-    S_TYPE (PUSH_OK, S_BIT (CLOCK), 0, NONE),
-    S_TYPE (PULL, S_BIT (VERSION), S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS)
-          | S_BIT (SHM), NONE),
-    S_TYPE (PULL_OK,
+          | S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (ROWS) | S_BIT (MIN_CLOCK), NONE,
+            0, 0, 0),
+    S_TYPE (LEAVE, "worker -> scheduler", 0, S_BIT (REASON), NONE, S_W, 0, 0),
+    S_TYPE (STOP, "scheduler -> any", 0, S_BIT (REASON), NONE, 0, 0, 0),
+    S_TYPE (PUSH, "worker -> shard",
+            S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO) | S_BIT (COUNT),
+            S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
+          | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED,
+            0, S_W | S_S, 0),
+    S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS), NONE,
+            0, 0, 0),
+    S_TYPE (PULL, "worker, monitor -> shard",
+            S_BIT (VERSION),
+            S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS) | S_BIT (SHM), NONE,
+            0, S_W | S_M, 0),
+    S_TYPE (PULL_OK, "shard -> puller",
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
-            S_BIT (TS_MS) | S_BIT (DTYPE) | S_BIT (SHM) | S_BIT (OFFSET) | S_BIT (SEQ), REQUIRED),
-    S_TYPE (COMMIT,
+            S_BIT (TS_MS) | S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (SHM) | S_BIT (OFFSET)
+          | S_BIT (SEQ), REQUIRED,
+            0, 0, 0),
+    S_TYPE (COMMIT, "scheduler -> shard",
             S_BIT (VERSION) | S_BIT (RANKS) | S_BIT (CLOCKS) | S_BIT (WEIGHTS),
             S_BIT (TS_MS) | S_BIT (DROP_RANKS) | S_BIT (DROP_CLOCKS)
-          | S_BIT (SAMPLES) | S_BIT (ROLE), NONE),
-    S_TYPE (COMMIT_OK, S_BIT (VERSION), S_BIT (LOST), NONE),
-    S_TYPE (TELEMETRY,
+          | S_BIT (SAMPLES) | S_BIT (ROLE), NONE,
+            0, S_S, 0),
+    S_TYPE (COMMIT_OK, "shard -> scheduler", S_BIT (VERSION), S_BIT (LOST), NONE, S_S, 0, 0),
+    S_TYPE (TELEMETRY, "worker -> monitor",
             S_BIT (RANK) | S_BIT (CLOCK),
             S_BIT (COMPUTE_MS) | S_BIT (PUSH_MS) | S_BIT (WAIT_MS)
           | S_BIT (PULL_MS) | S_BIT (LOSS) | S_BIT (SAMPLES)
           | S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
-          | S_BIT (VERSION) | S_BIT (REFUSED), NONE),
-    S_TYPE (STATUS,
+          | S_BIT (VERSION) | S_BIT (REFUSED), NONE,
+            0, 0, S_W),
+    S_TYPE (STATUS, "scheduler -> monitor",
             S_BIT (VERSION),
             S_BIT (PHASES) | S_BIT (EPOCH) | S_BIT (WORKERS) | S_BIT (DROPPED)
           | S_BIT (REGROUPS) | S_BIT (CONSISTENCY) | S_BIT (RANKS)
-          | S_BIT (GROUPS) | S_BIT (RELAYS), NONE),
-    S_TYPE (EVAL, S_BIT (VERSION), 0, NONE),
-    S_TYPE (EVAL_OK,
-            S_BIT (VERSION) | S_BIT (ACCURACY),
-            S_BIT (LOSS) | S_BIT (TS_MS), NONE),
-    S_TYPE (ERROR, S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM), NONE),
-    S_TYPE (EVENT, S_BIT (KIND),
+          | S_BIT (GROUPS) | S_BIT (RELAYS) | S_BIT (SAMPLES) | S_BIT (MODEL), NONE,
+            0, 0, 0),
+    S_TYPE (EVAL, "scheduler -> monitor", S_BIT (VERSION), 0, NONE, 0, 0, 0),
+    S_TYPE (EVAL_OK, "monitor -> scheduler",
+            S_BIT (VERSION) | S_BIT (ACCURACY), S_BIT (LOSS) | S_BIT (TS_MS), NONE,
+            S_M, 0, 0),
+    S_TYPE (ERROR, "any -> any", S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM), NONE,
+            S_W | S_S | S_M, S_W | S_S | S_M, S_W),
+    S_TYPE (EVENT, "scheduler -> monitor", S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
-          | S_BIT (VERSION) | S_BIT (LOST), NONE),
-    S_TYPE (INIT, S_BIT (LO) | S_BIT (COUNT), S_BIT (ROLE), REQUIRED),
-    S_TYPE (INIT_OK, S_BIT (VERSION), 0, NONE),
-    S_TYPE (STATS, 0, 0, NONE),
-    S_TYPE (STATS_OK, S_BIT (RANK) | S_BIT (VERSION) | S_BIT (COUNTERS), S_BIT (TS_MS), NONE),
-    S_TYPE (CHAIN, S_BIT (ROLE), S_BIT (ENDPOINT) | S_BIT (SYNC), NONE),
-    S_TYPE (SYNC, S_BIT (KIND),
+          | S_BIT (VERSION) | S_BIT (LOST), NONE,
+            0, 0, 0),
+    S_TYPE (INIT, "worker -> shard", S_BIT (LO) | S_BIT (COUNT), S_BIT (ROLE), REQUIRED,
+            0, S_W | S_S, 0),
+    S_TYPE (INIT_OK, "shard -> worker", S_BIT (VERSION), 0, NONE, 0, 0, 0),
+    S_TYPE (STATS, "monitor -> shard", 0, 0, NONE, 0, S_M, 0),
+    S_TYPE (STATS_OK, "shard -> monitor",
+            S_BIT (RANK) | S_BIT (VERSION) | S_BIT (COUNTERS), S_BIT (TS_MS), NONE,
+            0, 0, 0),
+    S_TYPE (CHAIN, "scheduler -> shard", S_BIT (ROLE), S_BIT (ENDPOINT) | S_BIT (SYNC), NONE,
+            0, 0, 0),
+    S_TYPE (SYNC, "shard -> shard", S_BIT (KIND),
             S_BIT (VERSION) | S_BIT (SAMPLES) | S_BIT (TS_MS) | S_BIT (LO)
           | S_BIT (COUNT) | S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE)
-          | S_BIT (SESSION) | S_BIT (DTYPE), OPTIONAL),
-    S_TYPE (SYNC_OK, S_BIT (VERSION), S_BIT (RANK), NONE),
-    S_TYPE (ROUTE, S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE),
-    S_TYPE (SHM,
-            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
-    S_TYPE (SHM_OK,
-            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE),
-    S_TYPE (RELAY,          S_BIT (ITEMS), 0, REQUIRED),
+          | S_BIT (SESSION) | S_BIT (DTYPE), OPTIONAL,
+            0, S_S, 0),
+    S_TYPE (SYNC_OK, "shard -> shard, scheduler", S_BIT (VERSION), S_BIT (RANK), NONE,
+            S_S, 0, 0),
+    S_TYPE (ROUTE, "scheduler -> worker, monitor", S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE,
+            0, 0, 0),
+    S_TYPE (SHM, "worker -> shard",
+            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE,
+            0, S_W, 0),
+    S_TYPE (SHM_OK, "shard -> worker",
+            S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE,
+            0, 0, 0),
+    //  A barrier aggregator runs with the scheduler's key and vouches for
+    //  the roles of the workers behind it.
+    S_TYPE (RELAY, "aggregator <-> scheduler", S_BIT (ITEMS), 0, REQUIRED,
+            S_C, 0, 0),
 };
 
 //  Array fields of one type that must have the same length, because entry i
@@ -425,10 +467,59 @@ kd_msg_type (kd_msg_t *self)
 }
 
 //  Wire name of a type, or NULL when the type is not one.
+//  The data frame rule of a type.
+int
+kd_msg_type_data (kd_msg_type_t type)
+{
+    return s_type_valid (type) ? (int) s_types [type].data : -1;
+}
+
+//  Who sends a type to whom.
+const char *
+kd_msg_type_direction (kd_msg_type_t type)
+{
+    return s_type_valid (type) ? s_types [type].direction : NULL;
+}
+
+//  A type's required or optional field names, in field order.
+size_t
+kd_msg_type_fields (kd_msg_type_t type, bool required, const char **names, size_t max)
+{
+    if (!s_type_valid (type))
+        return 0;
+    s_mask_t mask = required ? s_types [type].required : s_types [type].optional;
+    size_t n = 0;
+    for (int f = 0; f < KD_F_FIELD_COUNT; f++)
+        if (mask & S_ONE (f)) {
+            if (names && n < max)
+                names [n] = s_fields [f].name;
+            n++;
+        }
+    return n;
+}
+
+//  The roles that may send a type to a service.
+unsigned
+kd_msg_type_senders (kd_msg_type_t type, kd_msg_to_t to)
+{
+    return s_type_valid (type) && (unsigned) to < KD_TO_COUNT ? s_types [type].senders [to] : 0;
+}
+
 const char *
 kd_msg_type_name (kd_msg_type_t type)
 {
     return s_type_valid (type) ? s_types [type].name : NULL;
+}
+
+//  An ERROR that says "send HELLO first".
+bool
+kd_msg_is_not_registered (kd_msg_t *msg)
+{
+    if (!msg || kd_msg_type (msg) != KD_MSG_ERROR)
+        return false;
+    uint64_t code = kd_msg_uint (msg, KD_F_CODE);
+    return code == KD_ERR_NOT_REGISTERED
+        || (code == KD_ERR_STATE && !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14));
 }
 
 //  Look a type up by wire name; 0 if unknown.

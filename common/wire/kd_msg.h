@@ -9,47 +9,13 @@
                        little-endian uint64 keys, strictly increasing
 
     The header's "count" field states how many floats the data frame holds,
-    and the decoder checks the frame's length against it.  docs/protocol.md is
-    the normative description; this table repeats it.
+    and the decoder checks the frame's length against it.
 
-    type        direction               fields (required; [optional])        data
-    ---------   ---------------------   ----------------------------------   ----
-    HELLO       any -> scheduler        role name [endpoint version clock]   -
-    WELCOME     scheduler -> any        rank role [model hidden n_params     -
-                                        lo hi lr momentum batch seed epochs
-                                        heartbeat_ms consistency]
-    START       scheduler -> worker,    endpoints los his [part_lo part_hi   -
-                monitor                 t0_ms version]
-    HEARTBEAT   both ways               [rank]                               -
-    ARRIVE      worker -> scheduler     clock base samples [loss staleness   -
-                                        compute_ms emulated_ms]
-    RELEASE     scheduler -> worker     version clock [staleness dropped     -
-                                        group rows min_clock]
-    LEAVE       worker -> scheduler     [reason]                             -
-    STOP        scheduler -> any        [reason]                             -
-    PUSH        worker -> shard         rank clock base lo count [samples    yes
-                                        keys shm offset]                     (+keys)
-    PUSH_OK     shard -> worker         clock [version staleness]            -
-    PULL        worker|monitor -> shard version [lo count keys shm]          -
-                                                                             (+keys)
-    PULL_OK     shard -> puller         version lo count [ts_ms samples      yes
-                                        shm offset seq]
-    COMMIT      scheduler -> shard      version ranks clocks weights         -
-                                        [ts_ms drop_ranks drop_clocks]
-    COMMIT_OK   shard -> scheduler      version                              -
-    TELEMETRY   worker -> monitor       rank clock [compute_ms push_ms       -
-                                        wait_ms pull_ms loss samples
-                                        staleness dropped group version]
-    STATUS      scheduler -> monitor    version [phases epoch workers        -
-                                        dropped regroups consistency
-                                        ranks groups relays]
-    EVAL        scheduler -> monitor    version                              -
-    EVAL_OK     monitor -> scheduler    version accuracy [loss ts_ms]        -
-    ERROR       any -> any              code reason [shm]                    -
-    SHM         worker -> shard         pid host fd token bytes              -
-    SHM_OK      shard -> worker         pid host fd token bytes              -
-    RELAY       aggregator <->          items                                yes
-                scheduler                                                    (kd_bundle)
+    The schema is written once, as the table s_types in kd_msg.c: for every
+    type its required and optional fields, its data frame rule, its
+    direction, and which roles may send it to which service (kd_role reads
+    that).  docs/protocol.md states the same tables in prose, and
+    test_kd_schema fails when the two disagree.
 
     A RELAY's data frame is not floats but bundled messages (kd_bundle.h).
     A PUSH or PULL_OK with "shm": 1 has no data frame: its values are at
@@ -264,6 +230,7 @@ typedef enum {
     KD_ERR_STATE        = 409,  //  valid message, wrong time (not registered)
     KD_ERR_TOO_LARGE    = 413,  //  a count or frame over its limit
     KD_ERR_UNKNOWN_TYPE = 422,  //  "command invalid"
+    KD_ERR_NOT_REGISTERED = 428, //  send HELLO first (the peer does not know us)
     KD_ERR_LIMIT        = 429,  //  a per-peer limit is reached; try again later
     KD_ERR_INTERNAL     = 500,
     KD_ERR_UNAVAILABLE  = 503,  //  try again later
@@ -291,9 +258,42 @@ kd_msg_type_t
     kd_msg_type (kd_msg_t *self);
 const char *
     kd_msg_type_name (kd_msg_type_t type);
+
+//  The schema, as the role table, the docs test and tools read it.
+//  Roles as bits, and the services a message may be sent to.
+#define KD_ROLE_WORKER      0x01
+#define KD_ROLE_SHARD       0x02
+#define KD_ROLE_MONITOR     0x04
+#define KD_ROLE_SCHEDULER   0x08
+typedef enum {
+    KD_TO_SCHEDULER,            //  the scheduler's ROUTER (and an aggregator's)
+    KD_TO_SHARD,                //  a shard's ROUTER
+    KD_TO_MONITOR,              //  the monitor's intake
+    KD_TO_COUNT
+} kd_msg_to_t;
+
+//  The data frame rule of a type: 0 none, 1 required, 2 optional.
+int
+    kd_msg_type_data (kd_msg_type_t type);
+//  Who sends a type to whom, as docs/protocol.md's "Direction" column.
+const char *
+    kd_msg_type_direction (kd_msg_type_t type);
+//  The names of a type's required (or optional) fields, in field order,
+//  into names (at most max); returns how many there are.
+size_t
+    kd_msg_type_fields (kd_msg_type_t type, bool required, const char **names, size_t max);
+//  The roles (KD_ROLE_* bits) that may send a type to a service.
+unsigned
+    kd_msg_type_senders (kd_msg_type_t type, kd_msg_to_t to);
 //  Look a type up by wire name; 0 if unknown.
 kd_msg_type_t
     kd_msg_type_lookup (const char *name);
+
+//  True when msg is an ERROR saying that its sender does not know us, so
+//  that we must send HELLO again: code 428, or, from a peer of an earlier
+//  build, code 409 with the reason "not registered...".
+bool
+    kd_msg_is_not_registered (kd_msg_t *msg);
 
 //  Field metadata: wire name and kind.
 const char *

@@ -4,57 +4,18 @@
 #include "kd_config.h"
 #include "kd_log.h"
 
-#define S_W     0x01        //  worker
-#define S_S     0x02        //  shard
-#define S_M     0x04        //  monitor
-#define S_C     0x08        //  scheduler
-
-//  The table: for each service, the roles that may send each type.
-typedef struct {
-    unsigned service;       //  KD_SVC_*
-    kd_msg_type_t type;
-    unsigned roles;         //  S_* mask
-} s_rule_t;
-
-static const s_rule_t s_rules [] = {
-    { KD_SVC_SCHEDULER, KD_MSG_HELLO, S_W | S_S | S_M },
-    { KD_SVC_SCHEDULER, KD_MSG_HEARTBEAT, S_W | S_S | S_M },
-    { KD_SVC_SCHEDULER, KD_MSG_ERROR, S_W | S_S | S_M },
-    { KD_SVC_SCHEDULER, KD_MSG_ARRIVE, S_W },
-    { KD_SVC_SCHEDULER, KD_MSG_LEAVE, S_W },
-    { KD_SVC_SCHEDULER, KD_MSG_COMMIT_OK, S_S },
-    { KD_SVC_SCHEDULER, KD_MSG_SYNC_OK, S_S },
-    { KD_SVC_SCHEDULER, KD_MSG_EVAL_OK, S_M },
-    //  A barrier aggregator runs with the scheduler's key and vouches for
-    //  the roles of the workers behind it.
-    { KD_SVC_SCHEDULER, KD_MSG_RELAY, S_C },
-    //  A replica forwards writes down its range's chain (kd_chain).
-    { KD_SVC_SHARD, KD_MSG_PUSH, S_W | S_S },
-    { KD_SVC_SHARD, KD_MSG_INIT, S_W | S_S },
-    { KD_SVC_SHARD, KD_MSG_COMMIT, S_S },
-    { KD_SVC_SHARD, KD_MSG_SYNC, S_S },
-    { KD_SVC_SHARD, KD_MSG_PULL, S_W | S_M },
-    { KD_SVC_SHARD, KD_MSG_SHM, S_W },
-    { KD_SVC_SHARD, KD_MSG_STATS, S_M },
-    { KD_SVC_SHARD, KD_MSG_HEARTBEAT, S_W | S_M | S_S },
-    { KD_SVC_SHARD, KD_MSG_ERROR, S_W | S_M | S_S },
-    { KD_SVC_MONITOR, KD_MSG_TELEMETRY, S_W },
-    { KD_SVC_MONITOR, KD_MSG_HEARTBEAT, S_W },
-    { KD_SVC_MONITOR, KD_MSG_ERROR, S_W },
-};
-
 //  The bit of a role, 0 for observer and anything unknown.
 static unsigned
 s_bit (const char *role)
 {
     if (!strcmp (role, "worker"))
-        return S_W;
+        return KD_ROLE_WORKER;
     if (!strcmp (role, "shard"))
-        return S_S;
+        return KD_ROLE_SHARD;
     if (!strcmp (role, "monitor"))
-        return S_M;
+        return KD_ROLE_MONITOR;
     if (!strcmp (role, "scheduler"))
-        return S_C;
+        return KD_ROLE_SCHEDULER;
     return 0;
 }
 
@@ -63,11 +24,11 @@ kd_role_allows (unsigned service, const char *role, kd_msg_type_t type)
 {
     if (!role || !*role)
         return true;
-    unsigned bit = s_bit (role);
-    for (size_t i = 0; i < sizeof s_rules / sizeof s_rules [0]; i++)
-        if (s_rules [i].service == service && s_rules [i].type == type)
-            return (s_rules [i].roles & bit) != 0;
-    return false;
+    //  The rules are the schema's (kd_msg.c, s_types): written once.
+    kd_msg_to_t to = service == KD_SVC_SCHEDULER ? KD_TO_SCHEDULER
+                   : service == KD_SVC_SHARD ? KD_TO_SHARD
+                   : service == KD_SVC_MONITOR ? KD_TO_MONITOR : KD_TO_COUNT;
+    return (kd_msg_type_senders (type, to) & s_bit (role)) != 0;
 }
 
 bool

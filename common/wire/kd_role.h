@@ -2,19 +2,10 @@
 
     Under CURVE every client key has a role, written into its certificate
     by `kudus keygen` and handed to the service with each message by the
-    ZAP handler (kd_curve).  This class holds the one table of which role
-    may send which message to which service, and refuses the rest with
-    ERROR 403 and a log line naming the key:
-
-        scheduler   HELLO (as its own role), HEARTBEAT, ERROR: worker, shard,
-                    monitor; ARRIVE, LEAVE: worker; COMMIT_OK: shard;
-                    EVAL_OK: monitor; RELAY: scheduler (a barrier
-                    aggregator, which runs with the scheduler's key; each
-                    relayed message is checked against the role the
-                    aggregator saw)
-        shard       PUSH, INIT: worker; PULL: worker, monitor;
-                    STATS: monitor; HEARTBEAT, ERROR: worker, monitor
-        monitor     TELEMETRY, HEARTBEAT, ERROR: worker
+    ZAP handler (kd_curve).  This class refuses, with ERROR 403 and a log
+    line naming the key, what the protocol's schema (the senders column of
+    s_types in kd_msg.c, stated in docs/protocol.md's role table) does not
+    allow that role to send to that service.
 
     An observer may send nothing: it only subscribes to the stream.  A
     message from a key without a role (no CURVE, the trusted network; or a

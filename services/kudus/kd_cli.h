@@ -20,9 +20,9 @@ int
 int
     kd_dashboard_main (int argc, char **argv);
 
-//  kudus linkd: link delay in user space for --netns (kd_relay.c).
+//  kudus linkd: link delay in user space for --netns (kd_linkd.c).
 int
-    kd_relay_main (int argc, char **argv);
+    kd_linkd_main (int argc, char **argv);
 
 //  kudus keygen DIR: the CURVE keys of a cluster.
 int

@@ -3,7 +3,7 @@
 #include "kd_cli.h"
 #include "kd_aggregator.h"
 
-//  kudus bench: bench/kd_bench.c.
+//  kudus bench: services/kudus/bench/kd_bench.c.
 int
     kd_bench_main (int argc, char **argv);
 
@@ -44,7 +44,7 @@ main (int argc, char **argv)
     if (!strcmp (cmd, "dashboard"))
         return kd_dashboard_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "linkd"))
-        return kd_relay_main (argc - 1, argv + 1);
+        return kd_linkd_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "aggregate"))
         return kd_aggregator_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "bench"))

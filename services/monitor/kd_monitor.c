@@ -71,6 +71,9 @@ typedef struct {
 
 typedef struct {
     kd_config_t *config;        //  settings
+    uint64_t request_timeout_ms;    //  request-timeout-ms, read once: every loop
+    int64_t snapshot_ms;        //  snapshot-ms, read once
+    uint64_t eval_interval_ms;  //  eval-interval in ms, read once
     zsock_t *router;            //  telemetry intake
     kd_guard_t *guard;          //  its connection and malformed-input limits
     zsock_t *pub;               //  the live stream
@@ -731,7 +734,7 @@ s_eval_check (self_t *self)
     //  A shard that restarted or refused loses our pull: give the round up
     //  rather than wait for ever, and let the next check start a new one.
     if (self->evaluating
-    &&  now - self->eval_started > (uint64_t) kd_config_int (self->config, "request-timeout-ms")) {
+    &&  now - self->eval_started > self->request_timeout_ms) {
         kd_warn ("evaluation pull timed out want=%llu", (unsigned long long) self->eval_want);
         self->evaluating = false;
     }
@@ -743,7 +746,7 @@ s_eval_check (self_t *self)
     }
     //  Snapshots take the current version at once: a parked pull would
     //  hold up the final evaluation once training stops.
-    int64_t snapshot_ms = kd_config_int (self->config, "snapshot-ms");
+    int64_t snapshot_ms = self->snapshot_ms;
     if (snapshot_ms > 0 && now >= self->next_snapshot) {
         s_eval_begin (self, 0, S_ROUND_SNAPSHOT);
         self->next_snapshot = now + (uint64_t) snapshot_ms;
@@ -752,7 +755,7 @@ s_eval_check (self_t *self)
     //  Periodic: the next version after the last one evaluated.
     if (now >= self->next_eval && self->version > self->evaluated) {
         s_eval_begin (self, self->evaluated + 1, S_ROUND_EVAL);
-        self->next_eval = now + (uint64_t) (kd_config_double (self->config, "eval-interval") * 1000);
+        self->next_eval = now + self->eval_interval_ms;
     }
 }
 
@@ -926,8 +929,7 @@ s_on_scheduler (self_t *self)
             break;
         case KD_MSG_HEARTBEAT: break;
         case KD_MSG_ERROR:
-            if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
-            &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+            if (kd_msg_is_not_registered (msg))
                 kd_peer_unknown (self->peer);
             kd_warn ("scheduler error code=%llu reason=\"%s\"",
                      (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
@@ -1037,6 +1039,10 @@ kd_monitor_run (kd_config_t *config)
     int rc = 1;
     self_t *self = (self_t *) zmalloc (sizeof *self);
     self->config = config;
+    //  Settings the loop reads on every turn are bound here, once.
+    self->request_timeout_ms = (uint64_t) kd_config_int (config, "request-timeout-ms");
+    self->snapshot_ms = kd_config_int (config, "snapshot-ms");
+    self->eval_interval_ms = (uint64_t) (kd_config_double (config, "eval-interval") * 1000);
     char err [512];
     int64_t max_msg = kd_config_int (config, "max-msg-bytes");
     openblas_set_num_threads ((int) kd_config_int (config, "threads"));

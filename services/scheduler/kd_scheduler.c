@@ -138,6 +138,9 @@ typedef struct {
     bool monitor_keyed;         //  the monitor evaluates keyed models (HELLO KEYS 1)
     char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
+    double max_seconds;         //  max-seconds, read once: the tick checks it
+    double epochs;              //  epochs, read once: every commit checks it
+    double target_accuracy;     //  target-accuracy, read once: every evaluation
     uint64_t t0_ms;             //  wall ms at START
     double t0_mono;             //  monotonic ms at START
     double t_end;               //  monotonic ms when training ended
@@ -1535,7 +1538,7 @@ s_check_epochs (self_t *self)
     kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
     if (!sampler || self->state != S_TRAINING)
         return;
-    double epochs = kd_config_double (self->config, "epochs");
+    double epochs = self->epochs;
     uint64_t done = kd_sampler_epochs_completed (sampler);
     if (done != self->epochs_done) {
         kd_info ("epoch complete epochs=%llu applied_rows=%llu", (unsigned long long) done,
@@ -1675,7 +1678,7 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
             n++;
         }
     double rolling = n > 0 ? sum / (double) n : accuracy;
-    double target = kd_config_double (self->config, "target-accuracy");
+    double target = self->target_accuracy;
     if (self->state == S_TRAINING && target > 0 && rolling >= target) {
         self->stop_accuracy = rolling;
         kd_info ("target met rolling_accuracy=%.4f evaluations=%zu target=%.4f", rolling, n, target);
@@ -1736,7 +1739,7 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
     s_peer_key (self, rid, hex, sizeof hex);
     s_member_t *m = (s_member_t *) zhashx_lookup (self->by_id, hex);
     if (!m || !m->alive) {
-        s_error (self, rid, KD_ERR_STATE, "not registered: send HELLO first");
+        s_error (self, rid, KD_ERR_NOT_REGISTERED, "not registered: send HELLO first");
         return;
     }
     m->last_seen = kd_now_ms ();
@@ -1916,7 +1919,7 @@ s_on_tick (self_t *self)
     if (self->state == S_TRAINING) {
         kd_controller_tick (self->ctl, now);
         s_drain (self);
-        double limit = kd_config_double (self->config, "max-seconds");
+        double limit = self->max_seconds;
         if (limit > 0 && (kd_now_msf () - self->t0_mono) / 1000.0 >= limit)
             s_finish (self, "max-seconds");
     }
@@ -1940,6 +1943,12 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.window_ms = (uint32_t) kd_config_int (c, "window-ms");
     opts.barrier = (kd_barrier_t) kd_barrier_parse (kd_config_str (c, "barrier"));
     opts.slack = kd_config_double (c, "barrier-slack");
+    //  quota-ratio is the K rule's; under the adaptive barrier it does
+    //  nothing, and a user who set it should hear so.
+    if (opts.barrier == KD_BARRIER_ADAPTIVE && opts.quota == 0 && opts.window_ms == 0
+    &&  kd_config_is_set (c, "quota-ratio"))
+        kd_warn ("quota-ratio=%g has no effect under the adaptive barrier; add --barrier quota for the K rule",
+                 opts.quota_ratio);
     opts.group_ratio = kd_config_double (c, "group-ratio");
     opts.min_group = (uint32_t) kd_config_int (c, "min-group");
     opts.max_groups = (uint32_t) kd_config_int (c, "max-groups");
@@ -1993,7 +2002,13 @@ int
 kd_scheduler_run (kd_config_t *config)
 {
     int rc = 1;
-    self_t self_s = { .config = config }, *self = &self_s;
+    //  Settings read on hot paths are bound to typed fields once, here.
+    self_t self_s = {
+        .config = config,
+        .max_seconds = kd_config_double (config, "max-seconds"),
+        .epochs = kd_config_double (config, "epochs"),
+        .target_accuracy = kd_config_double (config, "target-accuracy")
+    }, *self = &self_s;
     //  sparse-lr is the built-in worker's keyed model: its layout comes
     //  from the workers, as an external model's does.
     self->external = !strcmp (kd_config_str (config, "model"), "external")

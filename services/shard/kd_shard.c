@@ -151,6 +151,7 @@ typedef struct {
     uint64_t generation;        //  changes whenever params is written
     uint64_t reap_at;           //  ms: look for exited attached workers
     uint64_t sweep_at;          //  ms: drop what no commit can name any more
+    uint64_t last_commit_ms;    //  ms of the last commit applied
     uint64_t staged_ttl_ms;     //  staged-ttl: a staged gradient's longest stay
     uint64_t parked_ttl_ms;     //  parked-ttl: a parked pull's longest wait
     uint64_t orphaned;          //  staged gradients dropped: a later clock was named
@@ -932,16 +933,23 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
     if (kd_msg_has (msg, KD_F_SAMPLES) && version >= self->version)
         self->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     //  Each rank's clocks are named in order: what a commit names, and
-    //  every earlier clock of its rank still staged, is dead (the sweep
+    //  every earlier clock of its rank staged before it, is dead (the sweep
     //  drops the latter).
+    //  Only a commit applied now marks its ranks' clocks as named: a
+    //  duplicate or a resent commit (a chain's promotion resends what the
+    //  dead primary did not acknowledge), or a drop-only one, which cannot
+    //  be told from a resend, may come after a rejoined worker staged a
+    //  lower clock that a later commit will name.
+    uint64_t now = kd_now_ms ();
+    if (apply)
+        self->last_commit_ms = now;
     for (size_t i = 0; i < n && i < nc; i++) {
         kd_stage_remove (self->staged, ranks [i], clocks [i]);
-        kd_stage_named (self->staged, ranks [i], clocks [i]);
+        if (apply)
+            kd_stage_named (self->staged, ranks [i], clocks [i], now);
     }
-    for (size_t i = 0; i < nd && i < ndc; i++) {
+    for (size_t i = 0; i < nd && i < ndc; i++)
         kd_stage_remove (self->staged, dranks [i], dclocks [i]);
-        kd_stage_named (self->staged, dranks [i], dclocks [i]);
-    }
     kd_msg_t *ok = kd_msg_new (KD_MSG_COMMIT_OK);
     kd_msg_set_uint (ok, KD_F_VERSION, self->version);
     if (self->lost)
@@ -993,8 +1001,7 @@ s_on_scheduler (self_t *self)
             self->stop = true;
             break;
         case KD_MSG_ERROR:
-            if (kd_msg_uint (msg, KD_F_CODE) == KD_ERR_STATE
-            &&  !strncmp (kd_msg_str (msg, KD_F_REASON), "not registered", 14))
+            if (kd_msg_is_not_registered (msg))
                 kd_peer_unknown (self->peer);
             kd_warn ("scheduler error code=%llu reason=\"%s\"",
                      (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
@@ -1194,10 +1201,12 @@ s_forward_of (self_t *self, kd_msg_t *msg, zframe_t *data)
     return fwd;
 }
 
-//  Whom a staged gradient counts against: the peer's CURVE key, which a
-//  reconnect keeps; without CURVE, its address and the rank it pushes for,
-//  so that neither a new connection nor another worker on the same host
-//  changes the count.  Over inproc (no address) it is the connection.
+//  Whom a staged gradient counts against: the peer's CURVE key (or without
+//  CURVE its address) and the rank it pushes for.  A reconnect keeps both,
+//  so it does not reset the count; the rank keeps apart the workers of one
+//  host, and under CURVE the workers that share one worker key (kudus
+//  keygen issues one per role).  Over inproc (no address) it is the
+//  connection.
 static uint64_t
 s_peer_key (self_t *self, zframe_t *id, uint64_t rank)
 {
@@ -1207,11 +1216,12 @@ s_peer_key (self_t *self, zframe_t *id, uint64_t rank)
     uint64_t h = 1469598103934665603ull;
     for (const char *p = who; *p; p++)
         h = (h ^ (uint8_t) *p) * 1099511628211ull;
-    return *self->src.user ? h : kd_mix64 (h ^ (rank * 0x9e3779b97f4a7c15ull));
+    return kd_mix64 (h ^ (rank * 0x9e3779b97f4a7c15ull));
 }
 
 //  Drop what no commit can name any more: staged gradients of a clock at
-//  or below one already named for their rank, or older than staged-ttl,
+//  or below one already named for their rank, or passed over by commits
+//  for longer than staged-ttl,
 //  and parked pulls waiting longer than parked-ttl (a client that still
 //  wants its pull has asked again long before: it retries within its
 //  request timeout).  Counted, and logged once per sweep that drops any.
@@ -1220,7 +1230,7 @@ s_sweep (self_t *self)
 {
     uint64_t now = kd_now_ms ();
     uint64_t orphaned = 0, expired = 0, parked = 0;
-    kd_stage_sweep (self->staged, now, self->staged_ttl_ms, &orphaned, &expired);
+    kd_stage_sweep (self->staged, self->last_commit_ms, self->staged_ttl_ms, &orphaned, &expired);
     if (self->parked_ttl_ms > 0) {
         s_parked_t *p = (s_parked_t *) zlistx_first (self->parked);
         while (p) {
@@ -1237,7 +1247,7 @@ s_sweep (self_t *self)
     self->expired += expired;
     self->parked_expired += parked;
     kd_warn ("aged out staged=%llu (a later clock of the rank was committed) "
-             "staged_expired=%llu (older than staged-ttl) parked=%llu (older than parked-ttl)",
+             "staged_expired=%llu (passed over by commits for staged-ttl) parked=%llu (older than parked-ttl)",
              (unsigned long long) orphaned, (unsigned long long) expired, (unsigned long long) parked);
 }
 

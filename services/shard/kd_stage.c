@@ -24,6 +24,7 @@ struct _kd_stage_t {
     zhashx_t *by_peer;          //  peer (hex) -> gradients it staged
     uint64_t *named;            //  by rank: last named clock + 1, 0 = none;
                                 //  allocated at the first commit
+    uint64_t *named_at;         //  by rank: ms of that naming
     size_t cursor;              //  kd_stage_next's position
 };
 
@@ -94,6 +95,7 @@ kd_stage_destroy (kd_stage_t **self_p)
     kd_stage_purge (self);
     free (self->slots);
     free (self->named);
+    free (self->named_at);
     zhashx_destroy (&self->by_peer);
     free (self);
     *self_p = NULL;
@@ -156,17 +158,20 @@ kd_stage_remove (kd_stage_t *self, uint64_t rank, uint64_t clock)
 
 //  A commit named (rank, clock).
 void
-kd_stage_named (kd_stage_t *self, uint64_t rank, uint64_t clock)
+kd_stage_named (kd_stage_t *self, uint64_t rank, uint64_t clock, uint64_t now_ms)
 {
     assert (self);
     if (rank >= KD_STAGE_MAX_RANKS)
         return;
     if (!self->named) {
         self->named = (uint64_t *) calloc (KD_STAGE_MAX_RANKS, sizeof (uint64_t));
-        assert (self->named);
+        self->named_at = (uint64_t *) calloc (KD_STAGE_MAX_RANKS, sizeof (uint64_t));
+        assert (self->named && self->named_at);
     }
-    if (clock + 1 > self->named [rank])
-        self->named [rank] = clock + 1;
+    //  The latest naming counts, not the highest: after a rejoin the rank's
+    //  clocks start lower again.
+    self->named [rank] = clock + 1;
+    self->named_at [rank] = now_ms;
 }
 
 //  Forget every gradient and every named clock.
@@ -181,14 +186,16 @@ kd_stage_purge (kd_stage_t *self)
     self->bytes = 0;
     if (self->by_peer)
         zhashx_purge (self->by_peer);
-    if (self->named)
+    if (self->named) {
         memset (self->named, 0, KD_STAGE_MAX_RANKS * sizeof (uint64_t));
+        memset (self->named_at, 0, KD_STAGE_MAX_RANKS * sizeof (uint64_t));
+    }
 }
 
 //  Drop what no commit can name any more.  The dead keys are collected
 //  first and removed after the walk, since removal moves slots.
 size_t
-kd_stage_sweep (kd_stage_t *self, uint64_t now_ms, uint64_t ttl_ms,
+kd_stage_sweep (kd_stage_t *self, uint64_t commit_ms, uint64_t ttl_ms,
                 uint64_t *orphaned, uint64_t *expired)
 {
     assert (self && orphaned && expired);
@@ -202,8 +209,9 @@ kd_stage_sweep (kd_stage_t *self, uint64_t now_ms, uint64_t ttl_ms,
         if (!slot->frame)
             continue;
         bool named = self->named && slot->rank < KD_STAGE_MAX_RANKS
-                  && slot->clock < self->named [slot->rank];
-        bool old = ttl_ms > 0 && now_ms > slot->staged_at && now_ms - slot->staged_at > ttl_ms;
+                  && slot->clock < self->named [slot->rank]
+                  && slot->staged_at < self->named_at [slot->rank];
+        bool old = ttl_ms > 0 && commit_ms > slot->staged_at && commit_ms - slot->staged_at > ttl_ms;
         if (named || old) {
             dead [n][0] = slot->rank;
             dead [n++][1] = slot->clock;

@@ -15,8 +15,11 @@
     back with higher clocks.  The controller names each rank's clocks in
     order (a late gradient is named no later than the next clock of its
     worker), so once a commit names (rank, c), every gradient of rank
-    staged at a clock <= c is dead.  kd_stage_sweep drops those, and, as a
-    backstop, any gradient older than a time to live.
+    staged before that commit at a clock <= c is dead.  Staged before: a
+    worker that died and rejoined starts again at the cluster's lowest
+    clock, below what its rank had named, and its new gradients live.
+    kd_stage_sweep drops the dead ones, and, as a backstop, any gradient
+    older than a time to live.
 */
 #ifndef KD_STAGE_H_INCLUDED
 #define KD_STAGE_H_INCLUDED
@@ -68,10 +71,10 @@ void
 void
     kd_stage_remove (kd_stage_t *self, uint64_t rank, uint64_t clock);
 
-//  A commit named (rank, clock): it and every earlier clock of rank can
-//  never be named again.
+//  A commit named (rank, clock) at now_ms: it, and every earlier clock of
+//  rank staged before now_ms, can never be named again.
 void
-    kd_stage_named (kd_stage_t *self, uint64_t rank, uint64_t clock);
+    kd_stage_named (kd_stage_t *self, uint64_t rank, uint64_t clock, uint64_t now_ms);
 
 //  Forget every gradient and every named clock (a new scheduler session
 //  numbers clocks afresh).
@@ -79,11 +82,14 @@ void
     kd_stage_purge (kd_stage_t *self);
 
 //  Drop the gradients no commit can name any more: those at or below
-//  their rank's last named clock, and those staged longer than ttl_ms ago
-//  (0: no time limit).  Adds the counts to *orphaned and *expired.
-//  Returns how many were dropped.
+//  their rank's last named clock and staged before that naming, and those
+//  that commits have passed over for ttl_ms: a commit came more than ttl_ms
+//  after they were staged and did not name them (0: no time limit).  A
+//  phase that only waits makes no commit, so nothing it waits for expires.
+//  commit_ms is the time of the last commit.  Adds the counts to *orphaned
+//  and *expired.  Returns how many were dropped.
 size_t
-    kd_stage_sweep (kd_stage_t *self, uint64_t now_ms, uint64_t ttl_ms,
+    kd_stage_sweep (kd_stage_t *self, uint64_t commit_ms, uint64_t ttl_ms,
                     uint64_t *orphaned, uint64_t *expired);
 
 //  Gradients staged, their bytes, and those of one peer.

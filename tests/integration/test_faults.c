@@ -32,6 +32,10 @@
 #define S_MAX_TELE      20000   //  victim telemetry records
 #define S_STATUS_MS     "100"   //  scheduler STATUS and monitor publish
                                 //  interval: 100 ms resolution for figures
+#define S_BUSY_MARGIN_MS 5000   //  a death declared later than the heartbeats
+                                //  allow, by this much, fails: room for a busy
+                                //  2-core machine, where the check and the
+                                //  event it publishes run late
 
 static char *s_dir;
 static int s_port;
@@ -545,7 +549,7 @@ Test (faults, kill9_worker_mid_barrier)
     cr_expect (detection_ms >= (uint64_t) ((liveness - 1) * hb),
                "declared dead after %llu ms, before %d heartbeats of %d ms were missed",
                (unsigned long long) detection_ms, liveness - 1, hb);
-    cr_expect (detection_ms <= (uint64_t) ((liveness + 2) * hb + 1000),
+    cr_expect (detection_ms <= (uint64_t) ((liveness + 2) * hb + S_BUSY_MARGIN_MS),
                "declared dead only after %llu ms", (unsigned long long) detection_ms);
     cr_expect (advance_ms > 0 && resumed, "phases did not advance after the kill: plateau %lld, now %lld",
                (long long) plateau, (long long) w.version);
@@ -675,7 +679,7 @@ Test (faults, sigstop_worker_rejoins_with_same_rank_and_its_stale_gradient_is_dr
     S_CHECK (dead >= 0, "no worker-dead event for rank %lld during the stop; events: %s",
              (long long) victim_rank, s_event_list (&w));
     S_CHECK (dead < 0 || (detection_ms >= (uint64_t) ((liveness - 1) * hb)
-                          && detection_ms <= (uint64_t) ((liveness + 2) * hb + 1000)),
+                          && detection_ms <= (uint64_t) ((liveness + 2) * hb + S_BUSY_MARGIN_MS)),
              "declared dead after %llu ms", (unsigned long long) detection_ms);
     S_CHECK (tele_stopped == 0, "a stopped worker sent %d telemetry messages", tele_stopped);
     S_CHECK (workers_stopped == n - 1, "stats show %lld workers while fw-1 is stopped",

@@ -1,4 +1,4 @@
-/*  kd_relay: `kudus linkd`, link delay in user space for `kudus local
+/*  kd_linkd: `kudus linkd`, link delay in user space for `kudus local
     --netns` (this kernel has no netem).
 
     It runs in a node's namespace in front of the node's listening services:
@@ -175,7 +175,7 @@ s_tune (int fd)
 }
 
 int
-kd_relay_main (int argc, char **argv)
+kd_linkd_main (int argc, char **argv)
 {
     int rc = 0;
     kd_config_t *config = kd_config_from_args (KD_SVC_LINKD, "kudus linkd", "kudus linkd",

@@ -11,7 +11,7 @@
     - rate: tbf on both ends of its veth (upload and download);
     - loss: random drops on eth0, both ways (iptables' statistic match);
     - delay: in user space, because this kernel has no netem: every
-      listening service sits behind `kudus linkd` (kd_relay), which holds
+      listening service sits behind `kudus linkd` (kd_linkd), which holds
       each chunk for the delay of both ends' links before passing it on.
 
     Clean-up is exact: destroying the network kills whatever still runs in

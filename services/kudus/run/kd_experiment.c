@@ -920,7 +920,7 @@ int
 kd_experiment_main (int argc, char **argv)
 {
     int rc = 0;
-    kd_config_t *c = kd_config_from_args (KD_SVC_LOCAL | KD_SVC_BENCH, "kudus experiment FILE",
+    kd_config_t *c = kd_config_from_args (KD_SVC_LOCAL | KD_SVC_EXPERIMENT, "kudus experiment FILE",
                                           "kudus experiment", argc, argv, &rc);
     if (!c)
         return rc;

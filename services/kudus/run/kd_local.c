@@ -6,11 +6,13 @@
     doubling backoff, as compose's `restart: on-failure` does, so a run
     keeps training while a replica is down; each restart is logged and
     counted in the summary (`restarts`).  A shard comes back only when it
-    has something to come back from (a replica or a checkpoint).
+    has something to come back from (a replica or a checkpoint); the
+    scheduler not at all, since a new one would start its epochs, run time
+    and summary over.
 
     With --netns, each service runs in a network namespace of its own, on
     a bridge, behind a shaped link (kd_netns), and every listening service
-    sits behind `kudus linkd` when links have a delay (kd_relay).
+    sits behind `kudus linkd` when links have a delay (kd_linkd).
 
     Each child's stdout and stderr come back through a pipe and are echoed
     with the child's name in front, so one log holds the whole story.  We
@@ -154,8 +156,9 @@ s_start (s_child_t *child)
 {
     s_args_t *args = &child->args;
     int node = child->node;
+    //  Close-on-exec: no child inherits the other children's pipes.
     int fds [2];
-    if (pipe (fds) != 0)
+    if (pipe2 (fds, O_CLOEXEC) != 0)
         return -1;
     pid_t pid = fork ();
     if (pid < 0) {
@@ -938,6 +941,9 @@ kd_local_main (int argc, char **argv)
             s_child_t *ch = &children [i];
             if (ch->kind == S_KIND_WORKER && (ch->pid > 0 || ch->restart_at))
                 live_workers++;
+            //  Nothing comes back once the run is over.
+            if (ch->restart_at && sched_status >= 0)
+                ch->restart_at = 0;
             if (ch->pid == 0 && ch->restart_at && now >= ch->restart_at) {
                 if (s_restart (ch, quiet, now) != 0) {
                     failure = ch->name;
@@ -954,9 +960,8 @@ kd_local_main (int argc, char **argv)
             bool restart = restart_on && !clean && sched_status < 0
                         && (ch->kind != S_KIND_SHARD || shard_can_restart);
             if (ch->kind == S_KIND_SCHEDULER) {
-                //  A restarted scheduler resumes from the shards' version.
-                if (restart && s_plan_restart (ch, now))
-                    continue;
+                //  Not restarted: a new scheduler would start its epochs,
+                //  its run time and its summary over.
                 sched_status = ch->status;
                 sched_exit_at = now;
                 continue;
