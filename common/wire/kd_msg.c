@@ -21,7 +21,9 @@
 #include <assert.h>
 #include <errno.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,22 @@ typedef unsigned __int128 s_mask_t;
 
 #define S_BIT(f)        ((s_mask_t) 1 << (KD_F_ ## f))
 #define S_ONE(f)        ((s_mask_t) 1 << (f))
+
+//  Lowest field in a non-empty set, and the size of a set.  Loops visit
+//  the set bits only: a message has a handful of fields of the hundred,
+//  and every message is encoded, decoded and destroyed once.
+static inline int
+s_mask_first (s_mask_t m)
+{
+    uint64_t lo = (uint64_t) m;
+    return lo ? __builtin_ctzll (lo) : 64 + __builtin_ctzll ((uint64_t) (m >> 64));
+}
+
+static inline int
+s_mask_count (s_mask_t m)
+{
+    return __builtin_popcountll ((uint64_t) m) + __builtin_popcountll ((uint64_t) (m >> 64));
+}
 #define S_FLOAT_BYTES   4           //  bytes per value in the data frame
 #define S_MAX_STACK     64          //  deepest nesting the validator tracks
 #define S_NAME_SHOWN    32          //  bytes of a peer's string in a reason
@@ -433,7 +451,12 @@ kd_msg_t *
 kd_msg_new (kd_msg_type_t type)
 {
     assert (s_type_valid (type));
-    kd_msg_t *self = (kd_msg_t *) zmalloc (sizeof (kd_msg_t));
+    //  The values of absent fields are never read (s_slot zeroes one
+    //  before it is filled), so only the rest of the struct is cleared.
+    kd_msg_t *self = (kd_msg_t *) malloc (sizeof (kd_msg_t));
+    assert (self);
+    memset (self, 0, offsetof (kd_msg_t, values));
+    memset (&self->routing_id, 0, sizeof (kd_msg_t) - offsetof (kd_msg_t, routing_id));
     self->type = type;
     return self;
 }
@@ -447,9 +470,8 @@ kd_msg_destroy (kd_msg_t **self_p)
     if (!self)
         return;
     //  Only present fields own memory; the rest are zero already.
-    for (int f = 0; f < KD_F_FIELD_COUNT; f++)
-        if (self->present & S_ONE (f))
-            s_clear (self, (kd_field_t) f);
+    while (self->present)
+        s_clear (self, (kd_field_t) s_mask_first (self->present));
     zframe_destroy (&self->routing_id);
     zframe_destroy (&self->data);
     zframe_destroy (&self->keys);
@@ -918,9 +940,8 @@ s_encodable (kd_msg_t *self)
     if (keyed != (self->keys != NULL)
     ||  (keyed && kd_msg_uint (self, KD_F_KEYS) != zframe_size (self->keys) / sizeof (uint64_t)))
         return false;
-    for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
-        if (!(self->present & S_ONE (f)))
-            continue;
+    for (s_mask_t m = self->present; m; m &= m - 1) {
+        int f = s_mask_first (m);
         s_value_t *v = &self->values [f];
         switch (s_fields [f].kind) {
             case KD_FT_STR:
@@ -1008,18 +1029,15 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
 
     //  "v" and "t" come first so that a reader streaming the map learns the
     //  version before anything else; the map itself is unordered.
-    int fields = 0;
-    for (int f = 0; f < KD_F_FIELD_COUNT; f++)
-        fields += (int) ((self->present >> f) & 1);
+    int fields = s_mask_count (self->present);
     int prc = msgpack_pack_map (&pk, 2 + fields);
     prc |= s_pack_str (&pk, "v", 1);
     prc |= msgpack_pack_uint64 (&pk, KD_PROTOCOL_VERSION);
     prc |= s_pack_str (&pk, "t", 1);
     const char *name = s_types [self->type].name;
     prc |= s_pack_str (&pk, name, strlen (name));
-    for (int f = 0; f < KD_F_FIELD_COUNT; f++) {
-        if (!(self->present & S_ONE (f)))
-            continue;
+    for (s_mask_t m = self->present; m; m &= m - 1) {
+        int f = s_mask_first (m);
         prc |= s_pack_str (&pk, s_fields [f].name, s_fields [f].name_len);
         prc |= s_pack_value (&pk, s_fields [f].kind, &self->values [f]);
     }
@@ -1217,11 +1235,39 @@ s_str_is (const msgpack_object *obj, const char *name, size_t name_len)
         && memcmp (obj->via.str.ptr, name, name_len) == 0;
 }
 
+//  Field names hashed by length and first and last byte, so that a
+//  decoded key costs one or two compares instead of a scan of the table.
+#define S_NAME_BUCKETS  256
+static int16_t s_name_head [S_NAME_BUCKETS];
+static int16_t s_name_next [KD_F_FIELD_COUNT];
+static pthread_once_t s_names_once = PTHREAD_ONCE_INIT;
+
+static unsigned
+s_name_hash (const char *name, size_t len)
+{
+    unsigned char first = len ? (unsigned char) name [0] : 0;
+    unsigned char last = len ? (unsigned char) name [len - 1] : 0;
+    return ((unsigned) len * 31u + first * 7u + last) % S_NAME_BUCKETS;
+}
+
+static void
+s_names_index (void)
+{
+    for (int b = 0; b < S_NAME_BUCKETS; b++)
+        s_name_head [b] = -1;
+    for (int f = KD_F_FIELD_COUNT - 1; f >= 0; f--) {
+        unsigned b = s_name_hash (s_fields [f].name, s_fields [f].name_len);
+        s_name_next [f] = s_name_head [b];
+        s_name_head [b] = (int16_t) f;
+    }
+}
+
 //  Field whose wire name is the string key, or -1 for an unknown key.
 static int
 s_field_lookup (const msgpack_object_str *key)
 {
-    for (int f = 0; f < KD_F_FIELD_COUNT; f++)
+    pthread_once (&s_names_once, s_names_index);
+    for (int f = s_name_head [s_name_hash (key->ptr, key->size)]; f >= 0; f = s_name_next [f])
         if (key->size == s_fields [f].name_len
         &&  memcmp (key->ptr, s_fields [f].name, key->size) == 0)
             return f;
@@ -1472,9 +1518,7 @@ s_decode_header (const uint8_t *bytes, size_t size, kd_msg_t **out,
     const s_type_spec_t *spec = &s_types [type];
     s_mask_t missing = spec->required & ~msg->present;
     if (missing) {
-        int f = 0;
-        while (!(missing & S_ONE (f)))
-            f++;
+        int f = s_mask_first (missing);
         s_fail (err, KD_ERR_MALFORMED, "%s lacks required field '%s'",
                 spec->name, s_fields [f].name);
         goto cleanup;

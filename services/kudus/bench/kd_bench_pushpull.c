@@ -543,14 +543,16 @@ kd_bench_pushpull (kd_bench_t *b)
                     med [m] = kd_bench_median (gbps [m], repeat);
                     med_us [m] = kd_bench_median (us [m], repeat);
                 }
+                //  GB/s with four significant digits: on a loaded machine a
+                //  4 KiB push may move less than a thousandth of one.
                 char v [16][32];
                 snprintf (v [0], 32, "%zu", size);
                 snprintf (v [1], 32, "%zu", shards);
                 snprintf (v [2], 32, "%zu", inflight);
-                snprintf (v [3], 32, "%.3f", med [S_PUSH]);
-                snprintf (v [4], 32, "%.3f", med [S_PULL]);
-                snprintf (v [5], 32, "%.3f", med [S_PUSHPULL]);
-                snprintf (v [6], 32, "%.3f", med [S_ECHO]);
+                snprintf (v [3], 32, "%.4g", med [S_PUSH]);
+                snprintf (v [4], 32, "%.4g", med [S_PULL]);
+                snprintf (v [5], 32, "%.4g", med [S_PUSHPULL]);
+                snprintf (v [6], 32, "%.4g", med [S_ECHO]);
                 snprintf (v [7], 32, "%.3f", memcpy_gbps);
                 snprintf (v [8], 32, "%.3f", med [S_PUSHPULL] / med [S_ECHO]);
                 snprintf (v [9], 32, "%.4f", med [S_PUSHPULL] / memcpy_gbps);
@@ -561,7 +563,7 @@ kd_bench_pushpull (kd_bench_t *b)
                 if (c.dtype == KD_DTYPE_F32)
                     fp32_pushpull = med [S_PUSHPULL];
                 char shm [4][32];
-                snprintf (shm [0], 32, "%.3f", med [S_SHM]);
+                snprintf (shm [0], 32, "%.4g", med [S_SHM]);
                 snprintf (shm [1], 32, "%.3f", med [S_SHM] / med [S_ECHO]);
                 snprintf (shm [2], 32, "%.4f", med [S_SHM] / memcpy_gbps);
                 snprintf (shm [3], 32, "%.1f", med_us [S_SHM]);
