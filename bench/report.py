@@ -344,6 +344,49 @@ def model_table(g):
     return lines
 
 
+def samples_to(run, target):
+    """Applied samples when the rolling accuracy first reached target, or None."""
+    for _, samples, acc in run.get("curve") or []:
+        if acc is not None and samples is not None and acc >= target:
+            return samples
+    return None
+
+
+def split_lines(g):
+    """Time to target split into its two factors: the samples a model had
+    to apply to get there (statistical efficiency) and how fast it applied
+    them (throughput), each as a median over seeds and as a ratio to BSP's.
+    A model that loses on the first wastes its gradients; on the second, it
+    waits."""
+    bsp = g.of("bsp")
+    if not bsp:
+        return []
+    def factors(runs):
+        n, rate = [], []
+        for r in runs:
+            t, s = t_to(r, g.target), samples_to(r, g.target)
+            if t != INF and s:
+                n.append(s)
+                rate.append(s / t)
+        return median(n), median(rate)
+    bn, brate = factors(bsp)
+    if not bn or not brate:
+        return []
+    out = ["Time to %.2f split into samples applied until then and samples applied per second "
+           "(runs that reached it; medians over seeds):" % g.target, "",
+           "| model | samples to %.2f | × BSP | samples/s | × BSP | updates/s | staleness p99 |" % g.target,
+           "|---|---|---|---|---|---|---|"]
+    for m in g.models:
+        runs = g.of(m)
+        n, rate = factors(runs)
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            m, "-" if n is None else "{:,.0f}".format(n), "-" if n is None else "%.2f" % (n / bn),
+            "-" if rate is None else "{:,.0f}".format(rate), "-" if rate is None else "%.2f" % (rate / brate),
+            fmt_num(median([r.get("updates_per_second") for r in runs]), "%.1f"),
+            fmt_num(median([r.get("staleness_p99") for r in runs]), "%.0f")))
+    return out
+
+
 def comparisons(name, sweep=FIRST_SWEEP):
     """(model, reference) pairs whose per-seed ratios a scenario reports
     (besides every model against BSP); from the second sweep on, those of
@@ -866,6 +909,10 @@ def group_lines(g, plot, args, tmp, rel_plots):
     if sl:
         out += ["Per-seed paired ratios of the time to %.2f:" % g.target, ""] + sl + [""]
     out += share_lines(g) + [""]
+    if sweep_of(g.runs[0]) != FIRST_SWEEP:
+        sp = split_lines(g)
+        if sp:
+            out += sp + [""]
     if plot:
         stem = "%s-%s" % (name, opt) if opt != PRIMARY_OPT else name
         acc_png = os.path.join(args.plots, stem + "-accuracy.png")
