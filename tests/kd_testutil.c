@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include "kd_spawn.h"
 #include "kd_util.h"
 #include "kd_msg.h"
 #include <errno.h>
@@ -83,22 +84,12 @@ kd_test_spawn (const char *const *argv, const char *log_path)
 {
     char path [1024];
     snprintf (path, sizeof path, "%s/%s", KUDUS_BIN_DIR, argv [0]);
-    pid_t pid = fork ();
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        if (log_path) {
-            int fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2 (fd, STDOUT_FILENO);
-                dup2 (fd, STDERR_FILENO);
-                close (fd);
-            }
-        }
-        execv (path, (char *const *) argv);
-        fprintf (stderr, "cannot run %s: %s\n", path, strerror (errno));
-        _exit (127);
-    }
-    return pid;
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.path = path;
+    how.argv = argv;
+    how.out_file = how.err_file = log_path;
+    how.append = true;
+    return kd_spawn (&how);
 }
 
 bool

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <msgpack.h>
 #include "kd_internal.h"
+#include "kd_spawn.h"
 #include "kd_testutil.h"
 
 #define S_TIMEOUT_MS    180000      //  a smoke run must end by then
@@ -48,17 +49,12 @@ s_run (const char *const *args, const char *out_path, const char *err_path)
     for (int i = 0; args [i] && n < 31; i++)
         argv [n++] = args [i];
     argv [n] = NULL;
-    pid_t pid = fork ();
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = argv;
+    how.out_file = out_path;
+    how.err_file = err_path;
+    pid_t pid = kd_spawn (&how);
     cr_assert (pid >= 0);
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        int out = open (out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open (err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2 (out, STDOUT_FILENO);
-        dup2 (err, STDERR_FILENO);
-        execv (argv [0], (char *const *) argv);
-        _exit (127);
-    }
     int status = 0;
     if (!kd_test_wait (pid, S_TIMEOUT_MS, &status)) {
         kd_test_kill (pid);
@@ -181,16 +177,12 @@ Test (bench, pushpull_interrupted_says_so_and_reaps_its_children)
     const char *argv [] = { kd_test_bin ("kudus"), "bench", "pushpull", "--sizes", "4K,64K,1M",
                             "--shards", "1,2", "--inflight", "1,4", "--repeat", "30",
                             "--base-port", port, NULL };
-    pid_t pid = fork ();
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = argv;
+    how.out_file = out;
+    how.err_file = err;
+    pid_t pid = kd_spawn (&how);
     cr_assert (pid >= 0);
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        int o = open (out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open (err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2 (o, STDOUT_FILENO);
-        dup2 (e, STDERR_FILENO);
-        execv (argv [0], (char *const *) argv);
-        _exit (127);
-    }
     //  Let it start its cluster and time some runs.
     pid_t kids [64];
     int n_kids = 0;

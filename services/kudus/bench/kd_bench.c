@@ -2,6 +2,7 @@
     list settings, medians, child processes, and result lines.
 */
 #include "kd_bench.h"
+#include "kd_spawn.h"
 #include <ctype.h>
 #include <malloc.h>
 #include <errno.h>
@@ -177,18 +178,13 @@ kd_bench_spawn (kd_bench_t *bench, const char *const *argv)
         snprintf (path, sizeof path, "%s", argv [0]);
     else
         snprintf (path, sizeof path, "%s/%s", bench->bindir, argv [0]);
-    pid_t pid = fork ();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        //  A bench killed by a timeout must not leave services behind.
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        dup2 (STDERR_FILENO, STDOUT_FILENO);
-        execv (path, (char *const *) argv);
-        fprintf (stderr, "kudus bench: cannot run %s: %s\n", path, strerror (errno));
-        _exit (127);
-    }
-    return pid;
+    //  A bench killed by a timeout must not leave services behind: the
+    //  default death signal is SIGKILL.
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.path = path;
+    how.argv = argv;
+    how.out_to_err = true;
+    return kd_spawn (&how);
 }
 
 void

@@ -23,6 +23,7 @@
 */
 #include "kd_cli.h"
 #include "kd_scenario.h"
+#include "kd_spawn.h"
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -414,20 +415,12 @@ static void
 s_exec_local (s_run_t *run, char **argv)
 {
     double t0 = kd_now_msf ();
-    pid_t pid = fork ();
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGTERM);
-        int fd = open (run->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2 (fd, STDOUT_FILENO);
-            dup2 (fd, STDERR_FILENO);
-            close (fd);
-        }
-        signal (SIGINT, SIG_IGN);   //  Ctrl-C reaches us; we send SIGTERM
-        execv (argv [0], argv);
-        fprintf (stderr, "cannot run %s: %s\n", argv [0], strerror (errno));
-        _exit (127);
-    }
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = (const char *const *) argv;
+    how.out_file = how.err_file = run->log;
+    how.death_signal = SIGTERM;
+    how.ignore_sigint = true;       //  Ctrl-C reaches us; we send SIGTERM
+    pid_t pid = kd_spawn (&how);
     run->exit_code = 127;
     if (pid < 0)
         return;

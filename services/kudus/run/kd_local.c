@@ -24,6 +24,7 @@
 #define _GNU_SOURCE    //  vasprintf
 #include "kd_cli.h"
 #include "kd_netns.h"
+#include "kd_spawn.h"
 #include "kd_stream.h"
 #include <ctype.h>
 #include <fcntl.h>
@@ -149,6 +150,18 @@ s_args_free (s_args_t *a)
     a->argc = 0;
 }
 
+//  In a child before exec: enter its node's network namespace.
+static int
+s_enter_node (void *arg)
+{
+    int node = *(int *) arg;
+    if (kd_netns_enter (s_net, (size_t) node) == 0)
+        return 0;
+    fprintf (stderr, "cannot enter network namespace %s: %s\n",
+             kd_netns_name (s_net, (size_t) node), strerror (errno));
+    return -1;
+}
+
 //  Fork and exec a child's command line with its output on a pipe.
 //  Returns 0 or -1.
 static int
@@ -160,27 +173,20 @@ s_start (s_child_t *child)
     int fds [2];
     if (pipe2 (fds, O_CLOEXEC) != 0)
         return -1;
-    pid_t pid = fork ();
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = (const char *const *) args->argv;
+    how.out_fd = how.err_fd = fds [1];
+    how.death_signal = SIGTERM;
+    how.ignore_sigint = true;       //  Ctrl-C reaches us; we send SIGTERM
+    if (node >= 0 && s_net) {
+        how.before_exec = s_enter_node;
+        how.arg = &child->node;
+    }
+    pid_t pid = kd_spawn (&how);
     if (pid < 0) {
         close (fds [0]);
         close (fds [1]);
         return -1;
-    }
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGTERM);
-        dup2 (fds [1], STDOUT_FILENO);
-        dup2 (fds [1], STDERR_FILENO);
-        close (fds [0]);
-        close (fds [1]);
-        signal (SIGINT, SIG_IGN);   //  Ctrl-C reaches us; we send SIGTERM
-        if (node >= 0 && s_net && kd_netns_enter (s_net, (size_t) node)) {
-            fprintf (stderr, "cannot enter network namespace %s: %s\n",
-                     kd_netns_name (s_net, (size_t) node), strerror (errno));
-            _exit (127);
-        }
-        execv (args->argv [0], args->argv);
-        fprintf (stderr, "cannot run %s: %s\n", args->argv [0], strerror (errno));
-        _exit (127);
     }
     close (fds [1]);
     fcntl (fds [0], F_SETFL, O_NONBLOCK);

@@ -5,6 +5,7 @@
 */
 #define _GNU_SOURCE
 #include "kd_netns.h"
+#include "kd_spawn.h"
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
@@ -54,22 +55,17 @@ s_run_v (char *out, size_t out_size, const char *fmt, va_list ap)
         argv [argc++] = tok;
     argv [argc] = NULL;
     int fds [2];
-    if (pipe (fds))
+    if (pipe2 (fds, O_CLOEXEC))
         return 127;
-    pid_t pid = fork ();
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = (const char *const *) argv;
+    how.search = true;
+    how.out_fd = how.err_fd = fds [1];
+    pid_t pid = kd_spawn (&how);
     if (pid < 0) {
         close (fds [0]);
         close (fds [1]);
         return 127;
-    }
-    if (pid == 0) {
-        dup2 (fds [1], STDOUT_FILENO);
-        dup2 (fds [1], STDERR_FILENO);
-        close (fds [0]);
-        close (fds [1]);
-        execvp (argv [0], argv);
-        fprintf (stderr, "cannot run %s: %s", argv [0], strerror (errno));
-        _exit (127);
     }
     close (fds [1]);
     size_t len = 0;
