@@ -36,6 +36,8 @@ def main():
         sys.exit("summary.py: no rows in %s" % args.results)
     run = args.run or rows[-1]["run_id"]
     rows = [r for r in rows if r.get("run_id") == run]
+    sparse = [r for r in rows if r.get("bench") == "sparse-pslite"]
+    rows = [r for r in rows if "size_bytes" in r]
     by = {}
     for r in rows:
         by[(r["system"], r["trial"], int(r["size_bytes"]))] = r
@@ -79,6 +81,33 @@ def main():
         if floor and med["mr"] is not None:
             verdicts.append("shm %s: %.2fx ps-lite (target >= %.1f): %s" % (
                 size_name(s), med["mr"], floor, "met" if med["mr"] >= floor else "missed"))
+    if sparse:
+        sp = {(r["system"], r["trial"]): r for r in sparse}
+        ratios, cells = [], {"ps-lite": ([], []), "kudus": ([], [])}
+        for t in sorted({r["trial"] for r in sparse}):
+            p, k = sp.get(("ps-lite", t)), sp.get(("kudus", t))
+            if not p or not k:
+                continue
+            for who, r in (("ps-lite", p), ("kudus", k)):
+                cells[who][0].append(float(r["first_push_ms"]))
+                cells[who][1].append(float(r["first_pull_ms"]))
+            ratios.append((float(p["first_push_ms"]) + float(p["first_pull_ms"]))
+                          / (float(k["first_push_ms"]) + float(k["first_pull_ms"])))
+        if ratios:
+            keys = sparse[0].get("keys")
+            print("\nps-lite's sparse benchmark (tests/test_kv_app_benchmark: %s keys, one float "
+                  "each, one push and one pull, each timed once) against Kudus's keyed push and pull "
+                  "of the same shape (kudus bench sparse --sparse-parts pslite --repeat 1), %d "
+                  "paired trials, medians:\n" % ("{:,}".format(keys) if keys else "?", len(ratios)))
+            print("| system | push ms | pull ms |")
+            print("|---|---|---|")
+            for who in ("ps-lite", "kudus"):
+                print("| %s | %.0f | %.0f |" % ("Kudus" if who == "kudus" else who,
+                                                statistics.median(cells[who][0]),
+                                                statistics.median(cells[who][1])))
+            med = statistics.median(ratios)
+            verdicts.append("keyed push+pull: %.2fx ps-lite's speed (target >= 1.5): %s"
+                            % (med, "met" if med >= 1.5 else "missed"))
     print()
     for v in verdicts:
         print("- " + v)

@@ -349,6 +349,8 @@ static const kd_setting_t s_table [] = {
       "bench phase: the monitor's test-set evaluation, off (only at the end), on (every 0.5 s) or both" },
     { "pull-keys", KD_CT_INT, "10000", 1, 10000000, NULL, S_PRF,
       "bench sparse: keys of a keyed pull, against a dense pull of as many floats" },
+    { "sparse-parts", KD_CT_STRING, "pull,bytes", 0, 64, NULL, S_PRF,
+      "bench sparse: parts to run: pull (keyed against dense), bytes (sparse-lr per iteration), pslite (ps-lite's sparse benchmark's shape, pull-keys keys)" },
     { "threads", KD_CT_INT, "1", 1, 64, NULL, S_PRF,
       "bench compute: OpenBLAS threads, as a worker would use" },
     { "bench-floats", KD_CT_INT, "0", 0, 67108864, NULL, S_SHD,

@@ -350,6 +350,30 @@ Test (bench, sparse_json_smoke)
     free (text);
 }
 
+Test (bench, sparse_pslite_shape_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/pslite.json", s_dir);
+    snprintf (err, sizeof err, "%s/pslite.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "sparse", "--json", "--sparse-parts", "pslite", "--pull-keys", "20000",
+                            "--repeat", "3", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench sparse --sparse-parts pslite exited %d", rc);
+    const char *keys [] = { "keys", "first_push_ms", "first_pull_ms", "push_ms", "pull_ms",
+                            "push_wire_bytes", NULL };
+    cr_expect_eq (s_check_lines (out, "sparse-pslite", keys, NULL), 1);
+    char *text = kd_test_slurp (out);
+    cr_assert (text);
+    cr_expect_eq (kd_test_json_number (text, "keys"), 20000);
+    cr_expect_eq (kd_test_json_number (text, "push_wire_bytes"), 20000 * 12);
+    free (text);
+    const char *typo [] = { "sparse", "--sparse-parts", "pull,psltie", "--base-port", port, NULL };
+    cr_expect_eq (s_run (typo, out, err), 2);
+}
+
 Test (bench, bad_settings_are_refused)
 {
     char out [256], err [256];

@@ -310,3 +310,17 @@ kd_bench_dealer (int port, int timeout_ms)
     }
     return sock;
 }
+
+bool
+kd_bench_has (const char *list, const char *word)
+{
+    size_t len = strlen (word);
+    for (const char *at = list; at && *at; ) {
+        const char *end = strchr (at, ',');
+        size_t n = end ? (size_t) (end - at) : strlen (at);
+        if (n == len && !strncmp (at, word, len))
+            return true;
+        at = end ? end + 1 : NULL;
+    }
+    return false;
+}

@@ -71,6 +71,9 @@ void
 //  entry is malformed or there are more than max.
 int
     kd_bench_list (const char *text, uint64_t *out, int max);
+//  True when the comma-separated list names word.
+bool
+    kd_bench_has (const char *list, const char *word);
 
 //  Median and q-quantile of n values (sorts them in place).
 double
