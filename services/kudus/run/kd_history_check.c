@@ -159,7 +159,7 @@ s_grow (void *array, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap)
         return array;
-    *cap = *cap ? 2 * *cap : 64;
+    *cap = *cap ? 2 * *cap : 2;    //  most (rank, clock) have one lease
     array = realloc (array, *cap * size);
     assert (array);
     return array;
