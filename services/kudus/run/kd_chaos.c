@@ -372,7 +372,7 @@ s_ready (self_t *self, const kd_fault_t *f, int *pid, char *who, size_t who_size
     return true;
 }
 
-//  Fire a fault at process pid (who).  Returns its note.
+//  Fire a fault at process pid (who).
 static void
 s_fire (self_t *self, const kd_fault_t *f, int pid, const char *who)
 {
@@ -673,18 +673,23 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
             break;
         }
         uint64_t now_ms = kd_now_ms (), now_us = kd_history_now_us ();
-        s_scan (self);
-        s_follow_shards (self);
-        if (now_ms >= next_sample) {
-            s_sample (self);
-            next_sample = now_ms + sample_ms;
-        }
         if (paused && now_ms >= resume_at) {
             kill (paused, SIGCONT);
             paused = 0;
         }
         const kd_fault_t *f = kd_fault_plan_at (plan, next);
-        if (f && !paused && now_us >= t0 + f->at_ms * 1000) {
+        bool due = f && !paused && now_us >= t0 + f->at_ms * 1000;
+        //  /proc is walked only when we need to know who runs: it costs a
+        //  read per process of the machine.
+        if (due || now_ms >= next_sample) {
+            s_scan (self);
+            s_follow_shards (self);
+        }
+        if (now_ms >= next_sample) {
+            s_sample (self);
+            next_sample = now_ms + sample_ms;
+        }
+        if (due) {
             int pid;
             char who [48], why [160] = "";
             bool ready = s_ready (self, f, &pid, who, sizeof who, why, sizeof why);
