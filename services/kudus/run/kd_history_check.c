@@ -109,6 +109,7 @@ struct _kd_history_check_t {
     uint64_t t_start, t_end;    //  us
     uint64_t rows, ranges, replicas;    //  rows per epoch, key ranges, replicas
     char reason [32];           //  why it ended
+    char consistency [16];      //  the run's model
     uint64_t epochs_completed;  //  as its sampler counted
     //  kudus local and kd_chaos
     size_t restarts;            //  restarts kudus local made
@@ -347,6 +348,7 @@ s_on_scheduler (kd_history_check_t *self, const char *ev, json_object *o)
         self->rows = s_u (o, "rows");
         self->ranges = s_u (o, "ranges");
         self->replicas = s_u (o, "replicas");
+        snprintf (self->consistency, sizeof self->consistency, "%s", s_s (o, "consistency"));
     }
     else
     if (!strcmp (ev, "lease")) {
@@ -987,6 +989,10 @@ kd_history_check_print (kd_history_check_t *self, FILE *out)
         fprintf (out, "kudus chaos: FAIL, %zu failure(s):\n", self->n_failures);
         for (size_t i = 0; i < self->n_failures; i++)
             fprintf (out, "  - %s\n", self->failures [i]);
+        if (self->rows_twice && (!strcmp (self->consistency, "asp") || !strcmp (self->consistency, "ssp")))
+            fprintf (out, "kudus chaos: note: under ASP and SSP a worker that dies (or is declared dead) "
+                     "after its pushes reached the shards but before its ARRIVE has its rows trained "
+                     "twice: the exception docs/consistency.md states\n");
         if (*self->command)
             fprintf (out, "kudus chaos: reproduce with: %s\n", self->command);
     }
