@@ -86,6 +86,22 @@ s_on_signal (int sig)
 //  --------------------------------------------------------------------------
 //  The cluster's processes
 
+//  DIR/FILE into path.  Returns 0, or -1 when it does not fit.
+static int
+s_path (char *path, size_t size, const char *dir, const char *file)
+{
+    //  Copied, not formatted: GCC cannot bound a directory inside self_t
+    //  and warns of truncation at -O2 (the release build) on any format.
+    size_t d = strlen (dir), f = strlen (file);
+    path [0] = 0;
+    if (d + 1 + f + 1 > size)
+        return -1;
+    memcpy (path, dir, d);
+    path [d] = '/';
+    memcpy (path + d + 1, file, f + 1);
+    return 0;
+}
+
 //  The start of /proc/PID/FILE into buf, NUL-terminated; its length, or -1.
 static ssize_t
 s_proc_read (int pid, const char *file, char *buf, size_t size)
@@ -217,7 +233,9 @@ s_follow_shards (self_t *self)
         s_shard_t *s = &self->shard [i];
         if (s->fd < 0) {
             char path [1100];
-            snprintf (path, sizeof path, "%s/shard-%d.jsonl", self->out, i);
+            char file [32];
+            snprintf (file, sizeof file, "shard-%d.jsonl", i);
+            s_path (path, sizeof path, self->out, file);
             s->fd = open (path, O_RDONLY | O_CLOEXEC);
             if (s->fd < 0)
                 continue;
@@ -452,7 +470,7 @@ s_start_local (self_t *self, int extra_argc, char **extra_argv, double run_s)
     exe [n > 0 ? n : 0] = 0;
     char *args [128];
     int a = 0;
-    char num [8][64], path [3][1100];
+    char num [8][64], path [2][1100];
     args [a++] = exe;
     args [a++] = "local";
     snprintf (num [0], sizeof num [0], "%d", self->shards);
@@ -461,13 +479,12 @@ s_start_local (self_t *self, int extra_argc, char **extra_argv, double run_s)
     snprintf (num [3], sizeof num [3], "%d", self->port);
     snprintf (num [4], sizeof num [4], "%lld", (long long) kd_config_int (c, "seed"));
     snprintf (num [5], sizeof num [5], "%.3f", run_s);
-    snprintf (path [0], sizeof path [0], "%s", self->out);
-    snprintf (path [1], sizeof path [1], "%s/summary.json", self->out);
+    s_path (path [0], sizeof path [0], self->out, "summary.json");
     const char *pairs [][2] = {
         { "--shards", num [0] }, { "--replicas", num [1] }, { "--workers", num [2] },
         { "--base-port", num [3] }, { "--seed", num [4] }, { "--max-seconds", num [5] },
         { "--epochs", "1000" }, { "--consistency", kd_config_str (c, "consistency") },
-        { "--history-dir", path [0] }, { "--summary", path [1] }, { "--restart", "on-failure" }
+        { "--history-dir", self->out }, { "--summary", path [0] }, { "--restart", "on-failure" }
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs [0]; i++) {
         args [a++] = (char *) pairs [i][0];
@@ -480,8 +497,8 @@ s_start_local (self_t *self, int extra_argc, char **extra_argv, double run_s)
     for (int i = 0; i < extra_argc && a < 126; i++)
         args [a++] = extra_argv [i];
     args [a] = NULL;
-    snprintf (path [2], sizeof path [2], "%s/cluster.log", self->out);
-    int log = open (path [2], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    s_path (path [1], sizeof path [1], self->out, "cluster.log");
+    int log = open (path [1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log < 0)
         return -1;
     pid_t pid = fork ();
@@ -505,7 +522,7 @@ static uint64_t
 s_training_started (self_t *self)
 {
     char path [1100];
-    snprintf (path, sizeof path, "%s/scheduler.jsonl", self->out);
+    s_path (path, sizeof path, self->out, "scheduler.jsonl");
     FILE *f = fopen (path, "r");
     char line [1024];
     uint64_t t = 0;
@@ -528,8 +545,8 @@ s_clean_out (const char *dir)
         size_t len = strlen (e->d_name);
         if (len > 6 && !strcmp (e->d_name + len - 6, ".jsonl")) {
             char path [2048];
-            snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink (path);
+            if (s_path (path, sizeof path, dir, e->d_name) == 0)
+                unlink (path);
         }
     }
     if (d)
@@ -541,7 +558,7 @@ static void
 s_leftovers (self_t *self)
 {
     char path [1100], line [1024];
-    snprintf (path, sizeof path, "%s/local.jsonl", self->out);
+    s_path (path, sizeof path, self->out, "local.jsonl");
     uint64_t until = kd_now_ms () + S_LEFTOVER_WAIT_MS;
     for (bool again = true; again; ) {
         again = false;
@@ -622,7 +639,7 @@ s_check (const char *dir)
     size_t failures = kd_history_check_run (check);
     kd_history_check_print (check, stdout);
     char path [1100];
-    snprintf (path, sizeof path, "%s/report.json", dir);
+    s_path (path, sizeof path, dir, "report.json");
     FILE *f = fopen (path, "w");
     if (f) {
         kd_history_check_write_json (check, f);
@@ -795,7 +812,7 @@ kd_chaos_main (int argc, char **argv)
     }
     s_clean_out (self->out);
     char path [1100];
-    snprintf (path, sizeof path, "%s/schedule.json", self->out);
+    s_path (path, sizeof path, self->out, "schedule.json");
     FILE *f = fopen (path, "w");
     if (f) {
         kd_fault_plan_write_json (plan, f);
@@ -812,7 +829,7 @@ kd_chaos_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 0;
     }
-    snprintf (path, sizeof path, "%s/chaos.jsonl", self->out);
+    s_path (path, sizeof path, self->out, "chaos.jsonl");
     self->history = kd_history_new (path);
     if (!self->history) {
         fprintf (stderr, "kudus chaos: cannot write %s: %s\n", path, strerror (errno));

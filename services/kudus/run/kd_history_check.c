@@ -479,8 +479,8 @@ kd_history_check_load (kd_history_check_t *self, const char *dir, char *err, siz
         if (strcmp (source, "scheduler") && strcmp (source, "local") && strcmp (source, "chaos")
         &&  strncmp (source, "shard-", 6))
             continue;
-        snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen (path, "r");
+        int fit = snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fit > 0 && (size_t) fit < sizeof path ? fopen (path, "r") : NULL;
         if (!f)
             continue;
         ssize_t n;
