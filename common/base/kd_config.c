@@ -30,6 +30,7 @@
 #define S_DASH  KD_SVC_DASHBOARD
 #define S_LINK  KD_SVC_LINKD
 #define S_AGG   KD_SVC_AGGREGATOR
+#define S_CHS   KD_SVC_CHAOS
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
 static const kd_setting_t s_table [] = {
@@ -134,6 +135,10 @@ static const kd_setting_t s_table [] = {
       "stop after this many seconds of training (0 = no limit)" },
     { "summary", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_LOC,
       "write the final JSON summary to this file" },
+    { "history", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_SHD,
+      "append the run's history here, one JSON line per lease, commit and apply (docs/chaos.md; '' = off)" },
+    { "history-dir", KD_CT_STRING, "", 0, 1000, NULL, S_LOC,
+      "write every service's history (scheduler.jsonl, shard-N.jsonl) and the restarts (local.jsonl) into this directory ('' = off)" },
 
     //  Consistency
     { "consistency", KD_CT_ENUM, "bsp", 0, 0, "bsp|asp|ssp|lsp|alsp|auto", S_SCH | S_LOC,
@@ -267,6 +272,39 @@ static const kd_setting_t s_table [] = {
       "do not echo the services' logs" },
     { "restart", KD_CT_ENUM, "on-failure", 0, 0, "on-failure|no", S_LOC,
       "start a shard, the monitor, an aggregator or a worker again when it dies without being asked to (a shard only with a replica or a checkpoint), as compose's restart: on-failure" },
+
+    //  kudus chaos: a seeded fault schedule against a local cluster; flags
+    //  after "--" go to kudus local as they are
+    { "seed", KD_CT_INT, "1", 0, 9007199254740991.0, NULL, S_CHS,
+      "chaos: seed of the fault schedule, and of the training (the same seed, the same schedule)" },
+    { "seconds", KD_CT_DOUBLE, "60", 5, 1e6, NULL, S_CHS,
+      "chaos: how long faults are injected; training goes on for settle-seconds after" },
+    { "minutes", KD_CT_DOUBLE, "0", 0, 1e5, NULL, S_CHS,
+      "chaos: the same in minutes (0 = use seconds)" },
+    { "settle-seconds", KD_CT_DOUBLE, "15", 1, 3600, NULL, S_CHS,
+      "chaos: training after the last fault, so the cluster is quiet when it stops" },
+    { "fault-gap", KD_CT_DOUBLE, "6", 1, 3600, NULL, S_CHS,
+      "chaos: mean seconds between faults (each gap drawn in [gap/2, 3gap/2])" },
+    { "faults", KD_CT_STRING, "worker,primary,backup,monitor,pause,flood", 1, 256, NULL, S_CHS,
+      "chaos: fault kinds to draw from: worker, primary, backup, monitor (kill -9), pause (SIGSTOP, SIGCONT), flood (malformed messages)" },
+    { "out", KD_CT_STRING, "", 0, 900, NULL, S_CHS,
+      "chaos: directory for the schedule, the histories, the cluster's log and the report (default /tmp/kudus-chaos-SEED)" },
+    { "shards", KD_CT_INT, "2", 1, 16, NULL, S_CHS,
+      "chaos: key ranges" },
+    { "replicas", KD_CT_INT, "2", 2, 4, NULL, S_CHS,
+      "chaos: replicas of each range (2 at least, so a primary may die)" },
+    { "workers", KD_CT_INT, "4", 1, 64, NULL, S_CHS,
+      "chaos: built-in workers" },
+    { "consistency", KD_CT_ENUM, "bsp", 0, 0, "bsp|asp|ssp|lsp|alsp|auto", S_CHS,
+      "chaos: synchronization model of the run" },
+    { "base-port", KD_CT_INT, "7000", 1024, 64000, NULL, S_CHS,
+      "chaos: first port of the cluster (as kudus local's)" },
+    { "bin-dir", KD_CT_STRING, "", 0, 1024, NULL, S_CHS,
+      "chaos: where the service binaries are (default: beside kudus)" },
+    { "sample-ms", KD_CT_INT, "1000", 100, 60000, NULL, S_CHS,
+      "chaos: how often the descriptors and RSS of every service are sampled" },
+    { "dry-run", KD_CT_BOOL, "false", 0, 0, NULL, S_CHS,
+      "chaos: print and save the schedule, run nothing" },
 
     //  kudus experiment
     { "out", KD_CT_STRING, "", 0, 1024, NULL, S_EXP,

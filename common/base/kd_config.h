@@ -32,8 +32,9 @@ extern "C" {
 #define KD_SVC_LINKD      0x200     //  kudus linkd (kudus local --netns)
 #define KD_SVC_GENCTR     0x400     //  kudus gen-ctr
 #define KD_SVC_AGGREGATOR 0x800     //  kudus aggregate (the barrier tree)
+#define KD_SVC_CHAOS      0x1000    //  kudus chaos (a seeded fault schedule)
 #define KD_SVC_SERVICES   0x0f
-#define KD_SVC_ALL        0xfff
+#define KD_SVC_ALL        0x1fff
 
 typedef enum {
     KD_CT_INT,          //  int64 within [min, max]

@@ -14,6 +14,7 @@
 #include "kd_log.h"
 #include "kd_util.h"
 #include "kd_config.h"
+#include "kd_history.h"
 #include "kd_msg.h"
 #include "kd_range.h"
 #include "kd_dataset.h"

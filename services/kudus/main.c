@@ -2,6 +2,7 @@
 */
 #include "kd_cli.h"
 #include "kd_aggregator.h"
+#include "kd_chaos.h"
 
 //  kudus bench: services/kudus/bench/kd_bench.c.
 int
@@ -14,6 +15,7 @@ s_usage (FILE *out)
         "usage: kudus COMMAND [--setting VALUE ...]\n\n"
         "commands:\n"
         "  local           run a local cluster on loopback and train\n"
+        "  chaos           a seeded fault schedule against a local cluster, checked\n"
         "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
         "  dashboard       a live web page of the monitor's stream\n"
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
@@ -37,6 +39,8 @@ main (int argc, char **argv)
     const char *cmd = argv [1];
     if (!strcmp (cmd, "local"))
         return kd_local_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "chaos"))
+        return kd_chaos_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "experiment"))
         return kd_experiment_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "tail"))

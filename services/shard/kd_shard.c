@@ -157,6 +157,10 @@ typedef struct {
     uint64_t orphaned;          //  staged gradients dropped: a later clock was named
     uint64_t expired;           //  staged gradients dropped: older than staged-ttl
     uint64_t parked_expired;    //  parked pulls dropped: older than parked-ttl
+    kd_history_t *history;      //  --history: what we applied (or NULL)
+    uint64_t *hist_u [2];       //  scratch: the ranks and clocks applied
+    size_t hist_cap;            //  entries each scratch array holds
+    char *hist_buf;             //  scratch: those as JSON text
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -858,6 +862,41 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
     kd_optimizer_step (self->opt, self->params, g);
 }
 
+//  The history's line for a step we took: the version it made and the
+//  gradients in it (only those we held: a missing one is counted apart).
+static void
+s_history_apply (self_t *self, uint64_t version, const uint64_t *ranks, const uint64_t *clocks,
+                 size_t n, size_t missing)
+{
+    if (!self->history)
+        return;
+    size_t size = KD_HISTORY_MAX_LINE / 2, len = 0;
+    char *b = self->hist_buf;
+    len += (size_t) snprintf (b, size, "\"ranks\":");
+    kd_history_uints (b, size, &len, ranks, n);
+    if (len < size)
+        len += (size_t) snprintf (b + len, size - len, ",\"clocks\":");
+    kd_history_uints (b, size, &len, clocks, n);
+    kd_history_line (self->history, "apply",
+                     "\"lo\":%llu,\"version\":%llu,\"primary\":%s,\"missing\":%zu,%s",
+                     (unsigned long long) self->lo, (unsigned long long) version,
+                     self->primary ? "true" : "false", missing,
+                     len < size - 16 ? b : "\"truncated\":true");
+}
+
+//  Room for n entries in the history's scratch arrays.
+static void
+s_history_reserve (self_t *self, size_t n)
+{
+    if (n <= self->hist_cap)
+        return;
+    for (int k = 0; k < 2; k++) {
+        self->hist_u [k] = (uint64_t *) realloc (self->hist_u [k], n * sizeof (uint64_t));
+        assert (self->hist_u [k]);
+    }
+    self->hist_cap = n;
+}
+
 //  COMMIT: apply the named gradients as one step.  Commits arrive in order
 //  on one connection, so a gap or a missing gradient only happens after we
 //  lost state (a restart, restored from a checkpoint): we then apply what
@@ -892,6 +931,9 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
                  (unsigned long long) version, (unsigned long long) self->version,
                  (unsigned long long) (version - self->version));
         self->lost += version - self->version;
+        kd_history_line (self->history, "resync", "\"lo\":%llu,\"version\":%llu,\"have\":%llu",
+                         (unsigned long long) self->lo, (unsigned long long) version,
+                         (unsigned long long) self->version);
         self->version = version;
         self->version_ts = kd_msg_has (msg, KD_F_TS_MS) ? kd_msg_uint (msg, KD_F_TS_MS) : kd_wall_ms ();
     }
@@ -913,14 +955,21 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
             assert (self->step_grads && self->step_weights);
         }
         size_t found = 0;
+        if (self->history)
+            s_history_reserve (self, n);
         for (size_t i = 0; i < n; i++) {
             zframe_t *g = s_staged_find (self, ranks [i], clocks [i]);
             if (!s_staged_ok (self, g))
                 continue;
+            if (self->history) {
+                self->hist_u [0][found] = ranks [i];
+                self->hist_u [1][found] = clocks [i];
+            }
             self->step_grads [found] = (const float *) zframe_data (g);
             self->step_weights [found++] = weights [i];
         }
         s_apply_step (self, found, self->step_grads, self->step_weights);
+        s_history_apply (self, version, self->hist_u [0], self->hist_u [1], found, missing);
         self->version = version;
         self->version_ts = kd_msg_has (msg, KD_F_TS_MS) ? kd_msg_uint (msg, KD_F_TS_MS)
                                                          : kd_wall_ms ();
@@ -1033,6 +1082,7 @@ s_push_direct (self_t *self, kd_msg_t *msg, uint64_t rank, uint64_t clock, const
     else {
         double one = 1.0;
         s_apply_step (self, 1, &g, &one);
+        s_history_apply (self, self->version + 1, &rank, &clock, 1, 0);
         self->version++;
         self->version_ts = kd_wall_ms ();
         self->samples += kd_msg_uint (msg, KD_F_SAMPLES);
@@ -1656,6 +1706,9 @@ s_on_chain (self_t *self, kd_msg_t *msg)
     const char *successor = kd_msg_str (msg, KD_F_ENDPOINT);
     if (self->primary && self->placed && !was_primary)
         kd_info ("promoted to primary version=%llu", (unsigned long long) self->version);
+    kd_history_line (self->history, "role", "\"lo\":%llu,\"primary\":%s,\"version\":%llu",
+                     (unsigned long long) self->lo, self->primary ? "true" : "false",
+                     (unsigned long long) self->version);
     if (self->primary)
         self->synced = true;
     if (was_primary && !self->primary) {
@@ -1772,6 +1825,8 @@ s_on_sync (self_t *self, kd_msg_t *msg)
         self->synced = true;
         kd_info ("synced from predecessor version=%llu staged=%zu", (unsigned long long) self->version,
                  kd_stage_count (self->staged));
+        kd_history_line (self->history, "sync", "\"lo\":%llu,\"version\":%llu",
+                         (unsigned long long) self->lo, (unsigned long long) self->version);
         kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
         kd_msg_set_routing_id (ok, id);
         kd_msg_set_uint (ok, KD_F_VERSION, self->version);
@@ -1928,6 +1983,17 @@ kd_shard_run (kd_config_t *config)
         }
     }
 
+    if (*kd_config_str (config, "history")) {
+        self->history = kd_history_new (kd_config_str (config, "history"));
+        if (!self->history) {
+            kd_error ("setting 'history': cannot open %s: %s", kd_config_str (config, "history"),
+                      strerror (errno));
+            return 2;
+        }
+        self->hist_buf = (char *) malloc (KD_HISTORY_MAX_LINE / 2);
+        assert (self->hist_buf);
+        kd_history_line (self->history, "open", "\"name\":\"%s\"", kd_config_str (config, "name"));
+    }
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, max_msg);
     kd_curve_server (kd_curve_process (), self->router);
@@ -2038,6 +2104,10 @@ kd_shard_run (kd_config_t *config)
         crc = crc32 (crc, (const Bytef *) self->params + done, (uInt) chunk);
         done += chunk;
     }
+    kd_history_line (self->history, "final",
+                     "\"lo\":%llu,\"version\":%llu,\"primary\":%s,\"params_crc\":\"%08lx\"",
+                     (unsigned long long) self->lo, (unsigned long long) self->version,
+                     self->primary ? "true" : "false", (unsigned long) crc);
     kd_info ("replica %s version=%llu lo=%llu params_crc=%08lx chain_bytes=%llu bytes_in=%llu",
              self->primary ? "primary" : "backup", (unsigned long long) self->version,
              (unsigned long long) self->lo, (unsigned long) crc,
@@ -2059,6 +2129,10 @@ cleanup:
     free (self->last_push);
     free (self->step_grads);
     free (self->step_weights);
+    kd_history_destroy (&self->history);
+    free (self->hist_buf);
+    free (self->hist_u [0]);
+    free (self->hist_u [1]);
     zlistx_destroy (&self->parked);
     kd_chain_destroy (&self->chain);
     kd_attach_destroy (&self->attach);

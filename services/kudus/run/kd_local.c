@@ -58,6 +58,7 @@ typedef enum {
 } s_kind_t;
 
 static kd_netns_t *s_net = NULL;       //  --netns: the emulated network
+static kd_history_t *s_history = NULL; //  --history-dir: starts, exits, restarts
 
 typedef struct {
     char *argv [S_MAX_ARGS];    //  NULL-terminated
@@ -193,6 +194,8 @@ s_start (s_child_t *child)
     child->pid = pid;
     child->fd = fds [0];
     child->seen_exit = false;
+    kd_history_line (s_history, "spawn", "\"name\":\"%s\",\"child\":%d,\"restarts\":%u",
+                     child->name, (int) pid, child->restarts);
     child->started_at = kd_now_ms ();
     if (!child->first_start)
         child->first_start = child->started_at;
@@ -250,6 +253,10 @@ s_reap (s_child_t *children, size_t n)
         if (children [i].pid > 0) {
             int status;
             if (waitpid (children [i].pid, &status, WNOHANG) == children [i].pid) {
+                kd_history_line (s_history, "exit", "\"name\":\"%s\",\"child\":%d,\"code\":%d,\"signal\":%d",
+                                 children [i].name, (int) children [i].pid,
+                                 WIFEXITED (status) ? WEXITSTATUS (status) : -1,
+                                 WIFSIGNALED (status) ? WTERMSIG (status) : 0);
                 children [i].pid = 0;
                 children [i].status = status;
             }
@@ -328,6 +335,8 @@ s_restart (s_child_t *ch, bool quiet, uint64_t now)
     }
     fprintf (stderr, "kudus local: restarted %s pid=%d (restart %u)\n", ch->name, (int) ch->pid,
              ch->restarts);
+    kd_history_line (s_history, "restart", "\"name\":\"%s\",\"child\":%d,\"restarts\":%u",
+                     ch->name, (int) ch->pid, ch->restarts);
     return 0;
 }
 
@@ -745,6 +754,24 @@ kd_local_main (int argc, char **argv)
     sigaction (SIGTERM, &sa, NULL);
     signal (SIGPIPE, SIG_IGN);
 
+    //  The history of the run (docs/chaos.md): the scheduler's and each
+    //  shard's file, and ours with every start, exit and restart.
+    const char *history_dir = kd_config_str (c, "history-dir");
+    if (*history_dir) {
+        char path [1100];
+        snprintf (path, sizeof path, "%s/local.jsonl", history_dir);
+        s_history = kd_history_new (path);
+        if (!s_history) {
+            fprintf (stderr, "kudus local: setting 'history-dir': cannot write %s: %s\n", path, strerror (errno));
+            kd_netns_destroy (&s_net);
+            kd_curve_destroy (&curve);
+            if (temp_keys)
+                kd_curve_keys_remove (temp_keys);
+            free (temp_keys);
+            kd_config_destroy (&c);
+            return 1;
+        }
+    }
     s_child_t *children = (s_child_t *) calloc (S_MAX_CHILDREN, sizeof (s_child_t));
     size_t n_children = 0;
     s_args_t a = { .argc = 0 };
@@ -813,6 +840,9 @@ kd_local_main (int argc, char **argv)
     s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", pub_ep);
     s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers + external);
     s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
+    if (*history_dir) {
+        s_arg (&a, "--history"); s_arg (&a, "%s/scheduler.jsonl", history_dir);
+    }
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
         s_pass (&a, c, sched_settings [i]);
@@ -845,6 +875,9 @@ kd_local_main (int argc, char **argv)
         if (*kd_config_str (c, "checkpoint-dir")) {
             s_arg (&a, "--checkpoint-dir"); s_arg (&a, "%s/%s", kd_config_str (c, "checkpoint-dir"), name);
             s_pass (&a, c, "checkpoint-every");
+        }
+        if (*history_dir) {
+            s_arg (&a, "--history"); s_arg (&a, "%s/%s.jsonl", history_dir, name);
         }
         s_pass (&a, c, "max-grad-norm");
         s_pass (&a, c, "grad-norm-action");
@@ -1028,6 +1061,7 @@ kd_local_main (int argc, char **argv)
             close (children [i].fd);
         }
     kd_netns_destroy (&s_net);
+    kd_history_destroy (&s_history);
     zsock_destroy (&sub);
     if (rc == 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0)) {
         if (WIFEXITED (sched_status))

@@ -1,0 +1,100 @@
+/*  test_kd_fault_plan: the schedule of `kudus chaos` is a function of its
+    seed.
+
+    The same seed and shape give the same plan, byte for byte as JSON;
+    another seed another plan; every fault falls inside the soak, in order,
+    with a target the cluster has; an unknown kind is refused.
+*/
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kd_fault_plan.h"
+
+#define S_ALL "worker,primary,backup,monitor,pause,flood"
+
+//  A plan's JSON as a new string.
+static char *
+s_json (kd_fault_plan_t *plan)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream (&text, &len);
+    kd_fault_plan_write_json (plan, f);
+    fclose (f);
+    return text;
+}
+
+TestSuite (kd_fault_plan, .timeout = 20);
+
+Test (kd_fault_plan, the_same_seed_gives_the_same_schedule)
+{
+    char err [256];
+    kd_fault_plan_t *a = kd_fault_plan_new (4, 60, 6, 2, 2, 4, S_ALL, err, sizeof err);
+    kd_fault_plan_t *b = kd_fault_plan_new (4, 60, 6, 2, 2, 4, S_ALL, err, sizeof err);
+    kd_fault_plan_t *c = kd_fault_plan_new (5, 60, 6, 2, 2, 4, S_ALL, err, sizeof err);
+    cr_assert (a && b && c, "%s", err);
+    char *ja = s_json (a), *jb = s_json (b), *jc = s_json (c);
+    cr_expect_str_eq (ja, jb);
+    cr_expect_str_neq (ja, jc);
+    free (ja);
+    free (jb);
+    free (jc);
+    kd_fault_plan_destroy (&a);
+    kd_fault_plan_destroy (&b);
+    kd_fault_plan_destroy (&c);
+    cr_expect_null (a);
+}
+
+Test (kd_fault_plan, faults_fall_inside_the_soak_on_targets_that_exist)
+{
+    char err [256];
+    for (uint64_t seed = 1; seed <= 50; seed++) {
+        kd_fault_plan_t *p = kd_fault_plan_new (seed, 120, 4, 3, 2, 5, S_ALL, err, sizeof err);
+        cr_assert (p, "%s", err);
+        //  About one fault per gap: 120 s / 4 s, give or take.
+        cr_expect (kd_fault_plan_size (p) >= 15 && kd_fault_plan_size (p) <= 60,
+                   "seed %llu: %zu faults", (unsigned long long) seed, kd_fault_plan_size (p));
+        uint64_t prev = 0;
+        for (size_t i = 0; i < kd_fault_plan_size (p); i++) {
+            const kd_fault_t *f = kd_fault_plan_at (p, i);
+            cr_expect (f->at_ms >= KD_FAULT_WARMUP_MS && f->at_ms <= 120000 && f->at_ms >= prev);
+            prev = f->at_ms;
+            const char *dash = strrchr (f->target, '-');
+            int n = dash ? atoi (dash + 1) : -1;
+            if (!strncmp (f->target, "worker-", 7))
+                cr_expect (n >= 0 && n < 5, "%s", f->target);
+            else
+            if (!strncmp (f->target, "range-", 6))
+                cr_expect (n >= 0 && n < 3, "%s", f->target);
+            else
+            if (!strncmp (f->target, "shard-", 6))
+                cr_expect (n >= 0 && n < 6, "%s", f->target);
+            else
+                cr_expect (!strcmp (f->target, "monitor") || !strcmp (f->target, "scheduler"), "%s", f->target);
+            if (f->kind == KD_FAULT_PAUSE) {
+                cr_expect (f->duration_ms >= KD_FAULT_PAUSE_MIN_MS && f->duration_ms <= KD_FAULT_PAUSE_MAX_MS);
+                cr_expect (strcmp (f->target, "scheduler"), "the scheduler is never paused");
+            }
+            if (f->kind == KD_FAULT_FLOOD)
+                cr_expect (f->count >= KD_FAULT_FLOOD_MIN && f->count <= KD_FAULT_FLOOD_MAX);
+            else
+                cr_expect (f->kind == KD_FAULT_PAUSE || strcmp (f->target, "scheduler"),
+                           "the scheduler is never killed");
+        }
+        kd_fault_plan_destroy (&p);
+    }
+}
+
+Test (kd_fault_plan, only_the_kinds_asked_for_and_no_unknown_kind)
+{
+    char err [256];
+    kd_fault_plan_t *p = kd_fault_plan_new (9, 300, 2, 2, 2, 4, "worker,pause", err, sizeof err);
+    cr_assert (p, "%s", err);
+    for (size_t i = 0; i < kd_fault_plan_size (p); i++) {
+        kd_fault_kind_t k = kd_fault_plan_at (p, i)->kind;
+        cr_expect (k == KD_FAULT_KILL_WORKER || k == KD_FAULT_PAUSE, "kind %s", kd_fault_kind_name (k));
+    }
+    kd_fault_plan_destroy (&p);
+    cr_expect_null (kd_fault_plan_new (9, 60, 6, 2, 2, 4, "worker,meteor", err, sizeof err));
+    cr_expect (strstr (err, "meteor"), "%s", err);
+}
