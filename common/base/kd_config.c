@@ -135,7 +135,7 @@ static const kd_setting_t s_table [] = {
       "stop after this many seconds of training (0 = no limit)" },
     { "summary", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_LOC,
       "write the final JSON summary to this file" },
-    { "history", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_SHD,
+    { "history-file", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_SHD,
       "append the run's history here, one JSON line per lease, commit and apply (docs/chaos.md; '' = off)" },
     { "history-dir", KD_CT_STRING, "", 0, 1000, NULL, S_LOC,
       "write every service's history (scheduler.jsonl, shard-N.jsonl) and the restarts (local.jsonl) into this directory ('' = off)" },

@@ -1983,10 +1983,10 @@ kd_shard_run (kd_config_t *config)
         }
     }
 
-    if (*kd_config_str (config, "history")) {
-        self->history = kd_history_new (kd_config_str (config, "history"));
+    if (*kd_config_str (config, "history-file")) {
+        self->history = kd_history_new (kd_config_str (config, "history-file"));
         if (!self->history) {
-            kd_error ("setting 'history': cannot open %s: %s", kd_config_str (config, "history"),
+            kd_error ("setting 'history-file': cannot open %s: %s", kd_config_str (config, "history-file"),
                       strerror (errno));
             return 2;
         }

@@ -2,7 +2,7 @@
     cluster, and the check of its history.
 
     The cluster is `kudus local` itself, run as our child: it restarts
-    what dies (--restart on-failure) and passes --history to the scheduler
+    what dies (--restart on-failure) and passes --history-file to the scheduler
     and the shards (--history-dir).  We find its services among its
     children in /proc by their --name, fire each fault of the plan when
     training has run for its time, and follow the shards' histories to
@@ -21,6 +21,7 @@
     kd_local.c), so killing it ends the run.
 */
 #define _GNU_SOURCE    //  asprintf
+#include "kd_spawn.h"
 #include "kd_cli.h"
 #include "kd_chaos.h"
 #include "kd_fault_plan.h"
@@ -501,15 +502,13 @@ s_start_local (self_t *self, int extra_argc, char **extra_argv, double run_s)
     int log = open (path [1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log < 0)
         return -1;
-    pid_t pid = fork ();
-    if (pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGTERM);
-        dup2 (log, STDOUT_FILENO);
-        dup2 (log, STDERR_FILENO);
-        signal (SIGINT, SIG_IGN);
-        execv (exe, args);
-        _exit (127);
-    }
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.path = exe;
+    how.argv = (const char *const *) args;
+    how.out_fd = how.err_fd = log;
+    how.death_signal = SIGTERM;
+    how.ignore_sigint = true;       //  Ctrl-C reaches us; we stop kudus local
+    pid_t pid = kd_spawn (&how);
     close (log);
     if (pid < 0)
         return -1;

@@ -841,7 +841,7 @@ kd_local_main (int argc, char **argv)
     s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers + external);
     s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
     if (*history_dir) {
-        s_arg (&a, "--history"); s_arg (&a, "%s/scheduler.jsonl", history_dir);
+        s_arg (&a, "--history-file"); s_arg (&a, "%s/scheduler.jsonl", history_dir);
     }
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
@@ -877,7 +877,7 @@ kd_local_main (int argc, char **argv)
             s_pass (&a, c, "checkpoint-every");
         }
         if (*history_dir) {
-            s_arg (&a, "--history"); s_arg (&a, "%s/%s.jsonl", history_dir, name);
+            s_arg (&a, "--history-file"); s_arg (&a, "%s/%s.jsonl", history_dir, name);
         }
         s_pass (&a, c, "max-grad-norm");
         s_pass (&a, c, "grad-norm-action");
