@@ -61,6 +61,7 @@ struct _kd_client_t {
     uint64_t samples;           //  training rows we can read (HELLO)
     bool has_rank;              //  a rank hint was set
     bool evaluator;             //  registered as an evaluator: pulls and reports only
+    bool told_no_monitor;       //  a report found no monitor, and we said so
     kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
     size_t n_declared;          //  tensors in it (0: none)
     bool declared_keyed;        //  ... and it is a keyed model
@@ -402,11 +403,6 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
     self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
     self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
     self->welcomed = true;
-    //  An evaluator reports where the scheduler says the monitor is,
-    //  unless told otherwise.
-    const char *monitor = kd_msg_str (msg, KD_F_ENDPOINT);
-    if (self->evaluator && !self->monitor && *monitor && kd_client_set_monitor (self, monitor) == 0)
-        kd_info ("reporting to monitor endpoint=%s", monitor);
     kd_info ("registered rank=%llu model=%s params=%zu batch=%zu consistency=%s",
              (unsigned long long) self->rank, self->model, self->n_params, batch, self->consistency);
 }
@@ -545,8 +541,16 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
         return NULL;
     kd_peer_heard (self->peer);
     kd_msg_type_t type = kd_msg_type (msg);
-    if (type == KD_MSG_WELCOME)
+    if (type == KD_MSG_WELCOME) {
         s_on_welcome (self, msg);
+        //  An evaluator reports where the scheduler says the monitor is,
+        //  unless told otherwise.  A monitor that registers after us is
+        //  named by a WELCOME again.
+        const char *monitor = kd_msg_str (msg, KD_F_ENDPOINT);
+        if (self->evaluator && self->welcomed && !self->monitor && *monitor
+        &&  kd_client_set_monitor (self, monitor) == 0)
+            kd_info ("reporting to monitor endpoint=%s", monitor);
+    }
     else
     if (type == KD_MSG_START)
         s_on_start (self, msg);
@@ -1677,8 +1681,12 @@ kd_client_report_eval (kd_client_t *self, const char *metric, double value, doub
 {
     assert (self);
     assert (metric);
+    //  Said once: until the monitor registers, every report finds none.
     if (!self->monitor) {
-        kd_error ("kd_client_report_eval: no monitor to report to (kd_client_set_monitor)");
+        if (!self->told_no_monitor)
+            kd_warn ("kd_client_report_eval: no monitor to report to yet (kd_client_set_monitor, "
+                     "or a monitor registered with the scheduler)");
+        self->told_no_monitor = true;
         return -1;
     }
     kd_msg_t *r = kd_msg_new (KD_MSG_REPORT);

@@ -1507,6 +1507,9 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     //  So does an evaluator: a WELCOME names the model it scores.
     if ((role != S_ROLE_SHARD && role != S_ROLE_EVALUATOR) || self->n_params > 0)
         s_send_welcome (self, m);
+    //  Evaluators welcomed before the monitor came learn where it is.
+    if (role == S_ROLE_MONITOR && self->n_params > 0)
+        s_each_evaluator (self, s_send_welcome);
     //  A worker that was declared dead while computing may have pushed that
     //  gradient after its death was handled (a SIGSTOP, a partition): drop
     //  it again now, after the push, so no shard keeps it for ever.
