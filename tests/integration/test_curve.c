@@ -282,7 +282,7 @@ Test (curve, missing_or_empty_keys_refuse_to_start)
     //  Real keys, but nobody in allowed/.
     s_keygen ();
     const char *listed [] = { KD_CURVE_CLIENT_CERT, "scheduler.cert", "shard.cert", "monitor.cert",
-                              "observer.cert" };
+                              "observer.cert", "evaluator.cert" };
     for (size_t i = 0; i < sizeof listed / sizeof listed [0]; i++) {
         snprintf (no_clients, sizeof no_clients, "%s/%s/%s", s_keys, KD_CURVE_ALLOWED_DIR, listed [i]);
         cr_assert_eq (unlink (no_clients), 0, "keygen wrote no %s", no_clients);
