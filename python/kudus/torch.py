@@ -44,6 +44,7 @@ in a thread (start/stop) or as the process's loop (run).
 """
 import logging
 import math
+import os
 import threading
 import time
 
@@ -67,6 +68,18 @@ def _rows_cols(shape):
     """The layout's rows x cols of a shape (Client.set_layout's rule)."""
     shape = tuple(int(d) for d in shape) or (1,)
     return shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _cluster(scheduler, monitor):
+    """The scheduler's and monitor's endpoints as given, else from the
+    environment `kudus run` sets (KUDUS_SCHEDULER, KUDUS_MONITOR)."""
+    if scheduler:
+        return scheduler, monitor
+    scheduler = os.environ.get("KUDUS_SCHEDULER")
+    if not scheduler:
+        raise ValueError("kudus.torch: no scheduler endpoint: pass one, or start the program with "
+                         "`kudus run --workers N -- python3 ...`, which sets KUDUS_SCHEDULER")
+    return scheduler, monitor or os.environ.get("KUDUS_MONITOR")
 
 
 def _trainable(model):
@@ -190,9 +203,13 @@ class Worker:
     num_workers=0; the processes pay off when reading a row costs (decoding
     an image, say). device is where batches go (default: the device of the
     model's first parameter).
+
+    Without a scheduler endpoint the worker takes the one `kudus run` puts
+    in its environment (KUDUS_SCHEDULER, with KUDUS_MONITOR for telemetry
+    and KUDUS_RANK for its rank and name, worker-RANK).
     """
 
-    def __init__(self, model, dataset, scheduler, name=None, loss_fn=None, monitor=None,
+    def __init__(self, model, dataset, scheduler=None, name=None, loss_fn=None, monitor=None,
                  collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None,
                  num_workers=0, pin_memory=False, split_leases=True, loader_args=None,
                  device=None):
@@ -205,8 +222,15 @@ class Worker:
         self.collate = collate or torch.utils.data.default_collate
         self.params = [p for _, p in _trainable(model)]
         layout = [(n, tuple(p.shape)) for n, p in _trainable(model)]
+        # Started by `kudus run`: the cluster and our rank are in the
+        # environment.
+        rank = os.environ.get("KUDUS_RANK") if not scheduler else None
+        scheduler, monitor = _cluster(scheduler, monitor)
+        if rank is not None and not name:
+            name = f"worker-{rank}"
         self.client = Client(scheduler, name, samples=len(dataset), monitor=monitor,
-                             layout=layout, timeout_ms=timeout_ms)
+                             layout=layout, timeout_ms=timeout_ms,
+                             rank=int(rank) if rank is not None else None)
         if device is None:
             device = self.params[0].device if self.params else torch.device("cpu")
         self.device = torch.device(device)
@@ -449,7 +473,7 @@ class Evaluator:
     after each. The run's STOP ends it.
     """
 
-    def __init__(self, model, test_data, scheduler, metric="accuracy", every=5.0, name=None,
+    def __init__(self, model, test_data, scheduler=None, metric="accuracy", every=5.0, name=None,
                  monitor=None, batch_size=1000, loss_fn=None, device=None, timeout_ms=None,
                  curve_keys=None, on_eval=None):
         if isinstance(metric, str):
@@ -470,6 +494,7 @@ class Evaluator:
         self.device = torch.device(device) if device is not None else (
             params[0].device if params else torch.device("cpu"))
         self.on_eval = on_eval
+        scheduler, monitor = _cluster(scheduler, monitor)
         self.client = Client(scheduler, name, monitor=monitor, timeout_ms=timeout_ms,
                              curve_keys=curve_keys, evaluator=True)
         self.where = f"the cluster at {scheduler}"
@@ -556,6 +581,8 @@ class Evaluator:
             self.run()
         except Exception as e:      # kept for stop() to raise in the caller
             self.error = e
+        finally:
+            self.client.close()
 
     def start(self):
         """Run in a daemon thread."""

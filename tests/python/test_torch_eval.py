@@ -4,7 +4,8 @@ its reports as it takes its own evaluations: the stream's stats and eval
 messages, Prometheus, --target-accuracy stopping the run and the summary's
 time_to_accuracy. For a built-in model, `kudus local --evaluator` starts
 kudus-worker --evaluator beside the monitor's own evaluation, and the two
-agree on every version both scored.
+agree on every version both scored. And `kudus run` (section 5) starts a
+cluster and copies of a script that finds it in its environment.
 
 Run by ctest (test_python_eval) with Debian's python3-pytest and
 python3-torch; KUDUS_BIN_DIR names the build directory.
@@ -18,8 +19,8 @@ import pytest
 import torch
 
 import kudus.torch
-from conftest import BIN
-from test_torch_day import budget, deadline, tiny  # noqa: F401 (fixtures)
+from conftest import BIN, free_base_port
+from test_torch_day import budget, deadline, tiny, tree_env  # noqa: F401 (fixtures)
 
 
 class Tail:
@@ -131,3 +132,49 @@ def test_evaluator_refuses_a_bad_metric():
     with pytest.raises(ValueError):
         kudus.torch.Evaluator(torch.nn.Linear(2, 2), (torch.zeros(1, 2), torch.zeros(1)), "tcp://127.0.0.1:1",
                               metric="f1")
+
+
+TRAIN = '''
+import os
+import sys
+
+import torch
+
+import kudus.torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny  # noqa: E402
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+x, y = tiny.data()
+# No endpoint: `kudus run` put the cluster in the environment.
+worker = kudus.torch.Worker(tiny.Net(), torch.utils.data.TensorDataset(x, y))
+if os.environ["KUDUS_RANK"] == "0":
+    kudus.torch.Evaluator(tiny.Net(), tiny.data(300, seed=1), every=0.3, name="run-eval").start()
+n = worker.run()
+worker.close()
+print(f"copy {os.environ['KUDUS_RANK']} of {os.environ['KUDUS_WORKERS']}: {n} iterations", flush=True)
+'''
+
+
+@budget(180)
+def test_kudus_run_starts_the_copies_and_the_cluster(tmp_path, tiny):
+    """`kudus run --workers 2 -- python3 train.py`: two copies of a script
+    that names no endpoint train the cluster's model to its epochs, one of
+    them evaluating it, and the summary comes back."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    summary = tmp_path / "summary.json"
+    out = subprocess.run([os.path.join(BIN, "kudus"), "run", "--workers", "2", "--epochs", "10", "--lr", "0.05",
+                          "--base-port", str(free_base_port()), "--quiet", "true", "--summary", str(summary),
+                          "--", "/usr/bin/python3", str(tmp_path / "train.py")],
+                         capture_output=True, text=True, timeout=150, env=tree_env())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "copy 0 of 2:" in out.stdout and "copy 1 of 2:" in out.stdout
+    assert "kudus: summary" in out.stdout
+    with open(summary) as f:
+        s = json.load(f)
+    assert s["model"] == "external" and s["stop_reason"] == "epochs"
+    assert sorted((w["rank"], w["name"]) for w in s["per_worker"]) == [(0, "worker-0"), (1, "worker-1")]
+    # Rank 0 evaluated the model while it trained.
+    assert s["test_accuracy"] is not None
