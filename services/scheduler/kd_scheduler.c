@@ -1487,14 +1487,13 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         self->monitor = m;
         self->monitor_keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
     }
-    //  The monitor's intake is where evaluators report.
-    if (role == S_ROLE_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT)) {
+    //  A shard's endpoint is where workers push; the monitor's, its
+    //  intake, is where evaluators report.
+    if (role == S_ROLE_SHARD || (role == S_ROLE_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT))) {
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
     }
     if (role == S_ROLE_SHARD) {
-        free (m->endpoint);
-        m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
         m->version = kd_msg_uint (msg, KD_F_VERSION);
         m->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     }

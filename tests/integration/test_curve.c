@@ -792,6 +792,10 @@ Test (curve, each_key_acts_only_in_its_role)
                   "the evaluator key could not register as an evaluator");
     cr_expect_eq (s_try (evaluator, shard, s_with (KD_MSG_PULL)), 0, "the evaluator key could not pull");
     cr_expect_eq (s_try (evaluator, intake, s_with (KD_MSG_REPORT)), -1, "the evaluator's report was answered");
+    //  ... and a report without a metric's name is malformed, to anyone.
+    kd_msg_t *nameless = s_with (KD_MSG_REPORT);
+    kd_msg_set_str (nameless, KD_F_METRIC, "");
+    cr_expect_eq (s_try (evaluator, intake, nameless), KD_ERR_MALFORMED, "a nameless metric was taken");
     //  Each refusal names the key in the log.
     char *worker_key = s_public_key (KD_CURVE_CLIENT_CERT);
     char *observer_key = s_public_key ("observer.cert");
