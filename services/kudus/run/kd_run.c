@@ -153,8 +153,12 @@ kd_run_main (int argc, char **argv)
         else
         if (!one_side_ended)
             one_side_ended = kd_now_ms ();
-        if (!stopping && (s_signal || (one_side_ended && kd_now_ms () - one_side_ended > S_GRACE_MS))) {
-            if (!s_signal)
+        //  A cluster that failed (a bad setting, a port in use) is not
+        //  coming: its copies are stopped at once.
+        bool local_failed = !local_running && !(WIFEXITED (local_status) && WEXITSTATUS (local_status) == 0);
+        bool overdue = one_side_ended && kd_now_ms () - one_side_ended > S_GRACE_MS;
+        if (!stopping && (s_signal || local_failed || overdue)) {
+            if (overdue && !s_signal)
                 fprintf (stderr, "kudus run: %s still running %d s after the %s ended; stopping\n",
                          local_running ? "the cluster is" : "copies of the command are",
                          S_GRACE_MS / 1000, local_running ? "command" : "run");
