@@ -14,12 +14,22 @@ cluster whose model is the workers' own, then any number of these:
 Each worker declares the CNN's layout, seeds the shards with its initial
 values (the first one counts), trains on the rows it is leased (with
 --num-workers N, loaded by a DataLoader's N processes), and at the end
-prints the test accuracy of the model in its module. The run's final model
-is in the shards' checkpoints:
+prints the test accuracy of the model in its module. With --evaluate
+SECONDS it also runs a kudus.torch.Evaluator, which scores the cluster's
+model on the test set that often while it trains and reports it to the
+monitor: the stream, the dashboard's curve, Prometheus, --target-accuracy
+and the summary's time_to_accuracy then work for this model too. Under
+`kudus run` it needs no endpoint:
+
+    build/kudus run --workers 2 --epochs 2 --lr 0.05 --target-accuracy 0.85 -- \
+        python3 examples/torch_cnn.py --evaluate 2
+
+The run's final model is in the shards' checkpoints:
 
     python3 -m kudus export --checkpoint-dir ckpt --like examples/torch_cnn.py:CNN --out cnn.pt
 """
 import argparse
+import os
 import sys
 
 import torch
@@ -55,12 +65,17 @@ def test_accuracy(model, device):
 
 def main(argv):
     parser = argparse.ArgumentParser(description="A Kudus worker training a CNN on Fashion-MNIST.")
-    parser.add_argument("scheduler", help="the scheduler, tcp://HOST:PORT")
-    parser.add_argument("name", help="this worker's name, unique in the cluster")
+    parser.add_argument("scheduler", nargs="?",
+                        help="the scheduler, tcp://HOST:PORT (default: KUDUS_SCHEDULER, as kudus run sets it)")
+    parser.add_argument("name", nargs="?",
+                        help="this worker's name, unique in the cluster (default under kudus run: worker-RANK)")
     parser.add_argument("monitor", nargs="?", help="the monitor's intake, for telemetry")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader processes (0: none)")
     parser.add_argument("--device", default="cpu", help="where the module lives (cpu, cuda, ...)")
     parser.add_argument("--save", help="torch.save the module's state_dict here at the end")
+    parser.add_argument("--evaluate", type=float, metavar="SECONDS",
+                        help="also score the cluster's model on the test set every SECONDS and report it "
+                             "to the monitor (an evaluator; under kudus run, only in copy 0)")
     args = parser.parse_args(argv[1:])
     torch.set_num_threads(1)
     torch.manual_seed(1)
@@ -69,7 +84,14 @@ def main(argv):
     model = CNN().to(args.device)
     worker = kudus.torch.Worker(model, train, args.scheduler, args.name, monitor=args.monitor,
                                 num_workers=args.num_workers, pin_memory=args.device.startswith("cuda"))
+    evaluator = None
+    if args.evaluate and os.environ.get("KUDUS_RANK", "0") == "0":
+        tx, ty = fashion_mnist("t10k")
+        evaluator = kudus.torch.Evaluator(CNN().to(args.device), (torch.from_numpy(tx), torch.from_numpy(ty)),
+                                          args.scheduler, every=args.evaluate, monitor=args.monitor).start()
     iterations = worker.run()
+    if evaluator:
+        evaluator.stop()
     print(f"torch_cnn: {iterations} iterations, model version {worker.version}"
           f"{'' if worker.final else ' (its last pull)'}, "
           f"test accuracy {test_accuracy(model, args.device):.4f}", flush=True)

@@ -73,8 +73,8 @@ Test (kd_curve, keygen_writes_layout_with_private_secrets)
     cr_expect_str_neq (zcert_public_txt (client), zcert_public_txt (server));
     //  The workers' key, and one more per role, each naming its role.
     cr_expect_str_eq (zcert_meta (client, "role"), "worker");
-    const char *roles [] = { "scheduler", "shard", "monitor", "observer" };
-    for (int i = 0; i < 4; i++) {
+    const char *roles [] = { "scheduler", "shard", "monitor", "observer", "evaluator" };
+    for (int i = 0; i < 5; i++) {
         snprintf (path, sizeof path, "%s/%s.cert", s_keys, roles [i]);
         zcert_t *mine = zcert_load (path);
         snprintf (path, sizeof path, "%s/allowed/%s.cert", s_keys, roles [i]);
@@ -132,7 +132,7 @@ Test (kd_curve, missing_and_bad_keys_are_refused_with_the_file_named)
     kd_curve_t *curve = kd_curve_new_dir (s_keys, KD_CURVE_SERVER | KD_CURVE_CLIENT, err, sizeof err);
     cr_assert (curve, "%s", err);
     cr_expect (kd_curve_enabled (curve));
-    cr_expect_eq (kd_curve_allowed_count (curve), 5, "one key per role");
+    cr_expect_eq (kd_curve_allowed_count (curve), 6, "one key per role");
     kd_curve_destroy (&curve);
 
     //  A second copy of the same client key would make zcertstore assert.
@@ -151,16 +151,16 @@ Test (kd_curve, missing_and_bad_keys_are_refused_with_the_file_named)
     //  A file that is no certificate is skipped, not counted.
     s_write (allowed, "copy.cert", "metadata\n    name = \"not a certificate\"\n");
     curve = kd_curve_new_dir (s_keys, KD_CURVE_SERVER, err, sizeof err);
-    cr_expect (curve && kd_curve_allowed_count (curve) == 5, "%s", err);
+    cr_expect (curve && kd_curve_allowed_count (curve) == 6, "%s", err);
     kd_curve_destroy (&curve);
     char path [700];
     snprintf (path, sizeof path, "%s/copy.cert", allowed);
     unlink (path);
 
     //  No authorized client at all: a server would be useless.
-    const char *roles [] = { "client", "scheduler", "shard", "monitor", "observer" };
-    char *role_texts [5];
-    for (int i = 0; i < 5; i++) {
+    const char *roles [] = { "client", "scheduler", "shard", "monitor", "observer", "evaluator" };
+    char *role_texts [6];
+    for (int i = 0; i < 6; i++) {
         snprintf (path, sizeof path, "%s/%s.cert", allowed, roles [i]);
         role_texts [i] = kd_test_slurp (path);
         cr_assert (role_texts [i], "no %s", path);
@@ -172,7 +172,7 @@ Test (kd_curve, missing_and_bad_keys_are_refused_with_the_file_named)
     curve = kd_curve_new_dir (s_keys, KD_CURVE_CLIENT, err, sizeof err);
     cr_expect (curve, "%s", err);
     kd_curve_destroy (&curve);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         char name [32];
         snprintf (name, sizeof name, "%s.cert", roles [i]);
         s_write (allowed, name, role_texts [i]);

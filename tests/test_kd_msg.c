@@ -92,6 +92,8 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_SHM, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
     { KD_MSG_SHM_OK, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
     { KD_MSG_RELAY, { KD_F_ITEMS, END }, { END }, true },
+    { KD_MSG_REPORT, { KD_F_VERSION, KD_F_METRIC, KD_F_VALUE, END },
+      { KD_F_LOSS, KD_F_TS_MS, KD_F_NAME, END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -471,7 +473,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
         "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
         "INIT", "INIT_OK", "STATS", "STATS_OK", "CHAIN", "SYNC", "SYNC_OK", "ROUTE",
-        "SHM", "SHM_OK", "RELAY"
+        "SHM", "SHM_OK", "RELAY", "REPORT"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -530,6 +532,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_BYTES, "bytes", KD_FT_UINT }, { KD_F_OFFSET, "offset", KD_FT_UINT },
         { KD_F_SEQ, "seq", KD_FT_UINT }, { KD_F_ITEMS, "items", KD_FT_UINT },
         { KD_F_RELAYS, "relays", KD_FT_UINTS },
+        { KD_F_METRIC, "metric", KD_FT_STR }, { KD_F_VALUE, "value", KD_FT_FLOAT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

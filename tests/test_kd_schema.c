@@ -180,7 +180,7 @@ s_role_bit (const char *name)
 {
     return !strcmp (name, "worker") ? KD_ROLE_WORKER : !strcmp (name, "shard") ? KD_ROLE_SHARD
          : !strcmp (name, "monitor") ? KD_ROLE_MONITOR : !strcmp (name, "scheduler") ? KD_ROLE_SCHEDULER
-         : 0;
+         : !strcmp (name, "evaluator") ? KD_ROLE_EVALUATOR : 0;
 }
 
 Test (kd_schema, the_role_table_is_the_schema)

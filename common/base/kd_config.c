@@ -219,8 +219,11 @@ static const kd_setting_t s_table [] = {
       "seed of the planted model and of the rows: the same seed writes the same file" },
 
     //  Monitor
-    { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_LOC,
-      "seconds between test-set evaluations (0 = every new version)" },
+    { "eval-interval", KD_CT_DOUBLE, "0.5", 0, 3600, NULL, S_MON | S_WRK | S_LOC,
+      "seconds between test-set evaluations, the monitor's and an evaluator's (0 = every new version)" },
+    { "evaluator", KD_CT_BOOL, "false", 0, 0, NULL, S_WRK | S_LOC,
+      "kudus-worker: be an evaluator (pull, score the test set, report to the monitor; "
+      "no training); kudus local: start one beside the workers" },
     { "snapshot-ms", KD_CT_INT, "0", 0, 60000, NULL, S_MON | S_LOC,
       "copy the model this often for the accuracy curve, evaluated at the end (0 = off)" },
     { "test-file", KD_CT_STRING, "", 0, 1024, NULL, S_MON | S_LOC,

@@ -33,6 +33,7 @@
 typedef struct {
     bool done;                  //  replied in the current round
     uint64_t version;           //  version it last returned
+    uint64_t ts_ms;             //  commit time of that version (wall ms), 0 unknown
     uint64_t borrowed;          //  clock + 1 of the last push that borrowed
     kd_shmlink_t *shm;          //  shared memory with the shard, or NULL
     int shm_state;              //  S_SHM_*
@@ -59,6 +60,8 @@ struct _kd_client_t {
     int heartbeat_ms;           //  heartbeat interval until WELCOME
     uint64_t samples;           //  training rows we can read (HELLO)
     bool has_rank;              //  a rank hint was set
+    bool evaluator;             //  registered as an evaluator: pulls and reports only
+    bool told_no_monitor;       //  a report found no monitor, and we said so
     kd_tensor_t declared [S_MAX_TENSORS];   //  external model's layout we declare
     size_t n_declared;          //  tensors in it (0: none)
     bool declared_keyed;        //  ... and it is a keyed model
@@ -89,6 +92,7 @@ struct _kd_client_t {
     //  The iteration
     uint64_t clock;             //  clock we compute
     uint64_t version;           //  version of the model pulled (min over shards)
+    uint64_t version_ts;        //  its commit time (wall ms), 0 unknown
     uint64_t released_version;  //  version named by the last RELEASE
     uint64_t min_clock;         //  min_clock named by the last RELEASE
     uint64_t last_staleness;    //  staleness of our last applied gradient
@@ -274,7 +278,8 @@ kd_client_set_curve_keys (kd_client_t *self, const char *dir)
 {
     assert (self);
     char err [512];
-    kd_curve_t *curve = kd_curve_new_dir (dir, KD_CURVE_CLIENT, err, sizeof err);
+    kd_curve_t *curve = kd_curve_new_as (dir, KD_CURVE_CLIENT, self->evaluator ? "evaluator" : "worker",
+                                         err, sizeof err);
     if (!curve) {
         kd_error ("kd_client: CURVE keys: %s", err);
         return -1;
@@ -339,6 +344,25 @@ kd_client_keyed (kd_client_t *self)
 {
     assert (self);
     return self->keyed;
+}
+
+void
+kd_client_set_evaluator (kd_client_t *self)
+{
+    assert (self);
+    assert (!self->peer);
+    self->evaluator = true;
+    //  Shared memory is a worker's (SHM is not an evaluator's to send).
+    self->no_shm = true;
+}
+
+//  True, after logging it, when an evaluator calls what only a worker may.
+static bool
+s_worker_only (kd_client_t *self, const char *call)
+{
+    if (self->evaluator)
+        kd_error ("%s: an evaluator only pulls and reports", call);
+    return self->evaluator;
 }
 
 int
@@ -517,8 +541,16 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
         return NULL;
     kd_peer_heard (self->peer);
     kd_msg_type_t type = kd_msg_type (msg);
-    if (type == KD_MSG_WELCOME)
+    if (type == KD_MSG_WELCOME) {
         s_on_welcome (self, msg);
+        //  An evaluator reports where the scheduler says the monitor is,
+        //  unless told otherwise.  A monitor that registers after us is
+        //  named by a WELCOME again.
+        const char *monitor = kd_msg_str (msg, KD_F_ENDPOINT);
+        if (self->evaluator && self->welcomed && !self->monitor && *monitor
+        &&  kd_client_set_monitor (self, monitor) == 0)
+            kd_info ("reporting to monitor endpoint=%s", monitor);
+    }
     else
     if (type == KD_MSG_START)
         s_on_start (self, msg);
@@ -652,7 +684,8 @@ kd_client_register (kd_client_t *self, int timeout_ms)
     if (self->welcomed)
         return 0;
     if (!self->peer) {
-        self->peer = kd_peer_new (self->scheduler, "worker", self->name, self->max_msg,
+        self->peer = kd_peer_new (self->scheduler, self->evaluator ? "evaluator" : "worker", self->name,
+                                  self->max_msg,
                                   self->heartbeat_ms, self->liveness, self->curve);
         if (!self->peer) {
             kd_error ("kd_client: cannot connect to scheduler endpoint=%s", self->scheduler);
@@ -688,6 +721,12 @@ kd_client_wait_start (kd_client_t *self, kd_release_t *release, int timeout_ms)
     //  and lease.
     while (!self->started && !s_over (self) && kd_now_ms () < deadline)
         kd_msg_destroy (&(kd_msg_t *) { s_wait_scheduler (self, KD_MSG_START, 200) });
+    //  An evaluator gets no lease: START is all it waits for.
+    if (self->evaluator) {
+        if (release)
+            *release = (kd_release_t) { .version = 0 };
+        return self->started && !s_over (self) ? 0 : -1;
+    }
     kd_msg_t *msg = NULL;
     while (self->started && !msg && !s_over (self) && kd_now_ms () < deadline)
         msg = s_wait_scheduler (self, KD_MSG_RELEASE, 200);
@@ -1153,6 +1192,7 @@ s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
     if (kd_shardset_take_pull (self->book, i, reply, pull->version, pull->params))
         return -1;
     self->shards [i].version = kd_msg_uint (reply, KD_F_VERSION);
+    self->shards [i].ts_ms = kd_msg_uint (reply, KD_F_TS_MS);
     self->shards [i].torn = 0;
     return 0;
 }
@@ -1163,11 +1203,14 @@ s_pull_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
 static void
 s_pulled (kd_client_t *self)
 {
-    uint64_t v = UINT64_MAX;
+    uint64_t v = UINT64_MAX, ts = 0;
     for (size_t i = 0; i < self->n_shards; i++)
-        if (self->shards [i].version < v)
+        if (self->shards [i].version < v) {
             v = self->shards [i].version;
+            ts = self->shards [i].ts_ms;
+        }
     self->version = v;
+    self->version_ts = ts;
     self->t_pulled = kd_now_msf ();
 }
 
@@ -1241,7 +1284,8 @@ kd_client_init_params (kd_client_t *self, const float *params)
 {
     assert (self);
     assert (params);
-    if (!self->started || s_dense_only (self, "kd_client_init_params"))
+    if (!self->started || s_dense_only (self, "kd_client_init_params")
+    ||  s_worker_only (self, "kd_client_init_params"))
         return -1;
     return s_shard_round (self, s_init_request, KD_MSG_INIT_OK, s_init_reply, (void *) params);
 }
@@ -1334,7 +1378,7 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
 {
     assert (self);
     assert (gradient);
-    if (!self->started || s_dense_only (self, "kd_client_push"))
+    if (!self->started || s_dense_only (self, "kd_client_push") || s_worker_only (self, "kd_client_push"))
         return -1;
     self->t_push = kd_now_msf ();
     self->push_tau = 0;
@@ -1485,7 +1529,8 @@ kd_client_push_keys (kd_client_t *self, const uint64_t *keys, size_t n, const fl
     assert (self);
     assert ((keys && values) || n == 0);
     s_keyed_arg_t arg = { .values = values };
-    if (s_keyed_split (self, "kd_client_push_keys", keys, n, &arg))
+    if (s_worker_only (self, "kd_client_push_keys")
+    ||  s_keyed_split (self, "kd_client_push_keys", keys, n, &arg))
         return -1;
     self->t_push = kd_now_msf ();
     self->push_tau = 0;
@@ -1537,7 +1582,7 @@ int
 kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
 {
     assert (self);
-    if (!self->started)
+    if (!self->started || s_worker_only (self, "kd_client_arrive"))
         return -1;
     double t_wait = kd_now_msf ();
     self->t_wait = t_wait;
@@ -1628,6 +1673,35 @@ kd_client_telemetry (kd_client_t *self)
     kd_msg_set_uint (t, KD_F_GROUP, self->group);
     kd_msg_set_uint (t, KD_F_VERSION, self->version);
     return kd_msg_send (&t, self->monitor);
+}
+
+int
+kd_client_report_eval (kd_client_t *self, const char *metric, double value, double loss,
+                       uint64_t version)
+{
+    assert (self);
+    assert (metric);
+    //  Said once: until the monitor registers, every report finds none.
+    if (!self->monitor) {
+        if (!self->told_no_monitor)
+            kd_warn ("kd_client_report_eval: no monitor to report to yet (kd_client_set_monitor, "
+                     "or a monitor registered with the scheduler)");
+        self->told_no_monitor = true;
+        return -1;
+    }
+    kd_msg_t *r = kd_msg_new (KD_MSG_REPORT);
+    kd_msg_set_uint (r, KD_F_VERSION, version);
+    kd_msg_set_str (r, KD_F_METRIC, metric);
+    kd_msg_set_float (r, KD_F_VALUE, value);
+    if (isfinite (loss))
+        kd_msg_set_float (r, KD_F_LOSS, loss);
+    //  The time the version was committed: the run's time to accuracy
+    //  counts to it, not to when we got round to scoring it.
+    if (version == self->version && self->version_ts)
+        kd_msg_set_uint (r, KD_F_TS_MS, self->version_ts);
+    if (self->peer)
+        kd_msg_set_str (r, KD_F_NAME, kd_peer_name (self->peer));
+    return kd_msg_send (&r, self->monitor);
 }
 
 int

@@ -38,7 +38,8 @@ static const struct {
     const char *role, *file;
 } s_role_files [] = {
     { "worker", KD_CURVE_CLIENT_CERT }, { "scheduler", "scheduler.cert" },
-    { "shard", "shard.cert" }, { "monitor", "monitor.cert" }, { "observer", "observer.cert" }
+    { "shard", "shard.cert" }, { "monitor", "monitor.cert" }, { "observer", "observer.cert" },
+    { "evaluator", "evaluator.cert" }
 };
 #define S_ROLES (sizeof s_role_files / sizeof s_role_files [0])
 

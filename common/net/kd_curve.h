@@ -7,7 +7,8 @@
         DIR/server.cert_secret     server secret certificate (0600, servers only)
         DIR/client.cert[_secret]   the workers' key pair (role worker)
         DIR/ROLE.cert[_secret]     a key pair per other role: scheduler,
-                                   shard, monitor, observer (read-only)
+                                   shard, monitor, observer (read-only),
+                                   evaluator (pulls and reports only)
         DIR/allowed/               public certificates of authorized clients
 
     Each client certificate carries its role in its metadata ("role").

@@ -84,6 +84,12 @@ kd_peer_socket (kd_peer_t *self)
     return self->sock;
 }
 
+const char *
+kd_peer_name (kd_peer_t *self)
+{
+    return self->name;
+}
+
 void
 kd_peer_set_endpoint (kd_peer_t *self, const char *endpoint)
 {

@@ -33,6 +33,9 @@ void
 //  The DEALER socket, for polling and receiving.
 zsock_t *
     kd_peer_socket (kd_peer_t *self);
+//  The name we register with (the one given, or ROLE-HOST-PID).
+const char *
+    kd_peer_name (kd_peer_t *self);
 
 //  Fields sent with every HELLO.
 void

@@ -33,7 +33,9 @@ kd_service_main (int argc, char **argv, unsigned service, const char *program,
     //  A barrier aggregator is part of the scheduler: it has its key.
     kd_curve_set_identity (service == KD_SVC_SCHEDULER || service == KD_SVC_AGGREGATOR ? "scheduler"
                          : service == KD_SVC_SHARD ? "shard"
-                         : service == KD_SVC_MONITOR ? "monitor" : "worker");
+                         : service == KD_SVC_MONITOR ? "monitor"
+                         : service == KD_SVC_WORKER && kd_config_bool (config, "evaluator") ? "evaluator"
+                         : "worker");
     kd_curve_t *curve = kd_curve_new (config, roles, err, sizeof err);
     if (!curve || kd_curve_start_auth (curve)) {
         kd_error ("%s; refusing to start", curve ? "curve: cannot start the ZAP handler" : err);

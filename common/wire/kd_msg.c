@@ -147,6 +147,8 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (SEQ,           "seq",          UINT),
     S_FIELD (ITEMS,         "items",        UINT),
     S_FIELD (RELAYS,        "relays",       UINTS),
+    S_FIELD (METRIC,        "metric",       STR),
+    S_FIELD (VALUE,         "value",        FLOAT),
 };
 
 typedef enum {
@@ -178,6 +180,7 @@ typedef struct {
 #define S_S     KD_ROLE_SHARD
 #define S_M     KD_ROLE_MONITOR
 #define S_C     KD_ROLE_SCHEDULER
+#define S_E     KD_ROLE_EVALUATOR
 
 static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (HELLO, "any -> scheduler",
@@ -185,22 +188,23 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
           | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
           | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
-            S_W | S_S | S_M, 0, 0),
+            S_W | S_S | S_M | S_E, 0, 0),
     S_TYPE (WELCOME, "scheduler -> any",
             S_BIT (RANK) | S_BIT (ROLE),
             S_BIT (MODEL) | S_BIT (HIDDEN) | S_BIT (N_PARAMS) | S_BIT (LO)
           | S_BIT (HI) | S_BIT (LR) | S_BIT (MOMENTUM) | S_BIT (BATCH)
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
-          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+          | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS)
+          | S_BIT (ENDPOINT), NONE,
             0, 0, 0),
-    S_TYPE (START, "scheduler -> worker, monitor",
+    S_TYPE (START, "scheduler -> worker, monitor, evaluator",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
           | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
             0, 0, 0),
     S_TYPE (HEARTBEAT, "both ways", 0, S_BIT (RANK), NONE,
-            S_W | S_S | S_M, S_W | S_S | S_M, S_W),
+            S_W | S_S | S_M | S_E, S_W | S_S | S_M, S_W),
     S_TYPE (ARRIVE, "worker -> scheduler",
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),
             S_BIT (LOSS) | S_BIT (REFUSED) | S_BIT (STALENESS) | S_BIT (COMPUTE_MS)
@@ -211,7 +215,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
           | S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (ROWS) | S_BIT (MIN_CLOCK), NONE,
             0, 0, 0),
-    S_TYPE (LEAVE, "worker -> scheduler", 0, S_BIT (REASON), NONE, S_W, 0, 0),
+    S_TYPE (LEAVE, "worker, evaluator -> scheduler", 0, S_BIT (REASON), NONE, S_W | S_E, 0, 0),
     S_TYPE (STOP, "scheduler -> any", 0, S_BIT (REASON), NONE, 0, 0, 0),
     S_TYPE (PUSH, "worker -> shard",
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO) | S_BIT (COUNT),
@@ -220,10 +224,10 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             0, S_W | S_S, 0),
     S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS), NONE,
             0, 0, 0),
-    S_TYPE (PULL, "worker, monitor -> shard",
+    S_TYPE (PULL, "worker, monitor, evaluator -> shard",
             S_BIT (VERSION),
             S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS) | S_BIT (SHM), NONE,
-            0, S_W | S_M, 0),
+            0, S_W | S_M | S_E, 0),
     S_TYPE (PULL_OK, "shard -> puller",
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
             S_BIT (TS_MS) | S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (SHM) | S_BIT (OFFSET)
@@ -253,7 +257,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (VERSION) | S_BIT (ACCURACY), S_BIT (LOSS) | S_BIT (TS_MS), NONE,
             S_M, 0, 0),
     S_TYPE (ERROR, "any -> any", S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM), NONE,
-            S_W | S_S | S_M, S_W | S_S | S_M, S_W),
+            S_W | S_S | S_M | S_E, S_W | S_S | S_M | S_E, S_W | S_E),
     S_TYPE (EVENT, "scheduler -> monitor", S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)
           | S_BIT (VERSION) | S_BIT (LOST), NONE,
@@ -274,7 +278,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             0, S_S, 0),
     S_TYPE (SYNC_OK, "shard -> shard, scheduler", S_BIT (VERSION), S_BIT (RANK), NONE,
             S_S, 0, 0),
-    S_TYPE (ROUTE, "scheduler -> worker, monitor", S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE,
+    S_TYPE (ROUTE, "scheduler -> worker, monitor, evaluator", S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE,
             0, 0, 0),
     S_TYPE (SHM, "worker -> shard",
             S_BIT (PID) | S_BIT (HOST) | S_BIT (FD) | S_BIT (TOKEN) | S_BIT (BYTES), 0, NONE,
@@ -286,6 +290,12 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     //  the roles of the workers behind it.
     S_TYPE (RELAY, "aggregator <-> scheduler", S_BIT (ITEMS), 0, REQUIRED,
             S_C, 0, 0),
+    //  An evaluator's score of a model version it pulled: the monitor
+    //  publishes it, and stands on it when it cannot evaluate the model.
+    S_TYPE (REPORT, "evaluator -> monitor",
+            S_BIT (VERSION) | S_BIT (METRIC) | S_BIT (VALUE),
+            S_BIT (LOSS) | S_BIT (TS_MS) | S_BIT (NAME), NONE,
+            0, 0, S_E),
 };
 
 //  Array fields of one type that must have the same length, because entry i

@@ -78,6 +78,7 @@ typedef enum {
     KD_MSG_SHM,             //  worker -> shard: attach my push region (same host)
     KD_MSG_SHM_OK,          //  shard -> worker: attached; here is my snapshot region
     KD_MSG_RELAY,           //  aggregator <-> scheduler: workers' messages, bundled
+    KD_MSG_REPORT,          //  evaluator -> monitor: a metric of one model version
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -94,9 +95,9 @@ typedef enum {
 } kd_field_kind_t;
 
 typedef enum {
-    KD_F_ROLE,          //  str    "worker", "shard" or "monitor"
+    KD_F_ROLE,          //  str    "worker", "shard", "monitor" or "evaluator"
     KD_F_NAME,          //  str    stable instance name, for rejoin
-    KD_F_ENDPOINT,      //  str    advertised endpoint of a shard
+    KD_F_ENDPOINT,      //  str    advertised endpoint of a shard or the monitor
     KD_F_RANK,          //  uint
     KD_F_VERSION,       //  uint   model version
     KD_F_CLOCK,         //  uint   worker iteration number
@@ -175,6 +176,8 @@ typedef enum {
     KD_F_ITEMS,         //  uint   RELAY: messages bundled in the data frame
     KD_F_RELAYS,        //  uints  STATUS: the barrier tree: aggregators, RELAYs in,
                         //         messages in them, RELAYs out, messages in them
+    KD_F_METRIC,        //  str    REPORT: the metric's name ("accuracy", "loss", ...)
+    KD_F_VALUE,         //  float  REPORT: its value
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 
@@ -265,6 +268,7 @@ const char *
 #define KD_ROLE_SHARD       0x02
 #define KD_ROLE_MONITOR     0x04
 #define KD_ROLE_SCHEDULER   0x08
+#define KD_ROLE_EVALUATOR   0x10
 typedef enum {
     KD_TO_SCHEDULER,            //  the scheduler's ROUTER (and an aggregator's)
     KD_TO_SHARD,                //  a shard's ROUTER

@@ -16,6 +16,8 @@ s_bit (const char *role)
         return KD_ROLE_MONITOR;
     if (!strcmp (role, "scheduler"))
         return KD_ROLE_SCHEDULER;
+    if (!strcmp (role, "evaluator"))
+        return KD_ROLE_EVALUATOR;
     return 0;
 }
 

@@ -17,10 +17,10 @@ static const struct {
     s_kind_t kind;
     unsigned topics;
 } s_fields [KD_S_FIELD_COUNT] = {
-    [KD_S_T_MS]          = { "t_ms",          S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_EVENT) },
+    [KD_S_T_MS]          = { "t_ms",          S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_EVENT) | S_T (KD_ST_EVAL) },
     [KD_S_ELAPSED_S]     = { "elapsed_s",     S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_VERSION]       = { "version",       S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_GROUPS) | S_T (KD_ST_EVENT)
-                                                     | S_T (KD_ST_SHARD) },
+                                                     | S_T (KD_ST_SHARD) | S_T (KD_ST_EVAL) },
     [KD_S_EPOCH]         = { "epoch",         S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_SAMPLES]       = { "samples",       S_UINT,  S_T (KD_ST_STATS) | S_T (KD_ST_WORKER) },
     [KD_S_SAMPLES_PER_S] = { "samples_per_s", S_FLOAT, S_T (KD_ST_STATS) | S_T (KD_ST_WORKER) },
@@ -40,7 +40,7 @@ static const struct {
     [KD_S_TEST_AUC]      = { "test_auc",      S_FLOAT, S_T (KD_ST_STATS) },
     [KD_S_RANK]          = { "rank",          S_UINT,  S_T (KD_ST_WORKER) | S_T (KD_ST_EVENT) | S_T (KD_ST_SHARD) },
     [KD_S_CLOCK]         = { "clock",         S_UINT,  S_T (KD_ST_WORKER) },
-    [KD_S_LOSS]          = { "loss",          S_FLOAT, S_T (KD_ST_WORKER) },
+    [KD_S_LOSS]          = { "loss",          S_FLOAT, S_T (KD_ST_WORKER) | S_T (KD_ST_EVAL) },
     [KD_S_COMPUTE_MS]    = { "compute_ms",    S_FLOAT, S_T (KD_ST_WORKER) },
     [KD_S_PUSH_MS]       = { "push_ms",       S_FLOAT, S_T (KD_ST_WORKER) },
     [KD_S_WAIT_MS]       = { "wait_ms",       S_FLOAT, S_T (KD_ST_WORKER) },
@@ -53,7 +53,7 @@ static const struct {
     [KD_S_GROUPS]        = { "groups",        S_UINTS, S_T (KD_ST_GROUPS) },
     [KD_S_KIND]          = { "kind",          S_STR,   S_T (KD_ST_EVENT) },
     [KD_S_DETAIL]        = { "detail",        S_STR,   S_T (KD_ST_EVENT) },
-    [KD_S_NAME]          = { "name",          S_STR,   S_T (KD_ST_EVENT) },
+    [KD_S_NAME]          = { "name",          S_STR,   S_T (KD_ST_EVENT) | S_T (KD_ST_EVAL) },
     [KD_S_ROLE]          = { "role",          S_STR,   S_T (KD_ST_EVENT) },
     [KD_S_PUSHES]        = { "pushes",        S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_PULLS]         = { "pulls",         S_UINT,  S_T (KD_ST_SHARD) },
@@ -69,11 +69,13 @@ static const struct {
     [KD_S_DISCONNECTS]   = { "disconnects",   S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_CONNECTIONS]   = { "connections",   S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_PARKED]        = { "parked",        S_UINT,  S_T (KD_ST_SHARD) },
+    [KD_S_METRIC]        = { "metric",        S_STR,   S_T (KD_ST_EVAL) },
+    [KD_S_VALUE]         = { "value",         S_FLOAT, S_T (KD_ST_EVAL) },
 };
 
 static const char *s_topics [KD_ST_TOPIC_COUNT] = {
     [KD_ST_STATS] = "stats", [KD_ST_WORKER] = "worker", [KD_ST_GROUPS] = "groups",
-    [KD_ST_EVENT] = "event", [KD_ST_SHARD] = "shard"
+    [KD_ST_EVENT] = "event", [KD_ST_SHARD] = "shard", [KD_ST_EVAL] = "eval"
 };
 
 typedef struct {

@@ -16,6 +16,8 @@
         shard   rank version pushes pulls commits bytes_in bytes_out staged
                 checkpoints refused clipped limited disconnects connections parked
                 age_ms [checkpoint_age_s]
+        eval    t_ms version name metric value [loss]: one evaluation, the
+                monitor's own (name "monitor") or an evaluator's report
 
     The encoder writes the fields that were set (the map's size is counted,
     never written by hand).  The decoder checks every bound before it
@@ -44,6 +46,7 @@ typedef enum {
     KD_ST_GROUPS,
     KD_ST_EVENT,
     KD_ST_SHARD,
+    KD_ST_EVAL,
     KD_ST_TOPIC_COUNT                   //  one past the last topic
 } kd_stream_topic_t;
 
@@ -59,6 +62,7 @@ typedef enum {
     KD_S_PUSHES, KD_S_PULLS, KD_S_COMMITS, KD_S_BYTES_IN, KD_S_BYTES_OUT, KD_S_STAGED,
     KD_S_CHECKPOINTS, KD_S_CHECKPOINT_AGE_S,
     KD_S_REFUSED, KD_S_CLIPPED, KD_S_LIMITED, KD_S_DISCONNECTS, KD_S_CONNECTIONS, KD_S_PARKED,
+    KD_S_METRIC, KD_S_VALUE,
     KD_S_FIELD_COUNT                    //  one past the last field
 } kd_stream_field_t;
 

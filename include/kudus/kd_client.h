@@ -24,6 +24,23 @@
     malformed or unexpected message is logged and ignored.  Lease rows are
     checked against kd_client_set_samples when it was called.
 
+    An evaluator (kd_client_set_evaluator) is the same client in a role
+    that may only pull and report: it registers, waits for START, then
+    pulls whatever version the shards hold and reports a metric of it to
+    the monitor with kd_client_report_eval.  It has no rank of its own, no
+    lease and no place in any barrier; STOP ends it like a worker.
+
+        kd_client_set_evaluator (client);
+        kd_client_register (client, -1);
+        kd_client_wait_start (client, NULL, -1);
+        while (kd_client_pull_version (client, params, 0) == 0) {
+            double accuracy = my_accuracy (params);
+            kd_client_report_eval (client, "accuracy", accuracy, NAN,
+                                   kd_client_version (client));
+            if (kd_client_sleep (client, 5000))
+                break;                              //  the run stopped
+        }
+
     The client is not thread safe: one thread drives it.  It uses CZMQ,
     whose first socket installs SIGINT and SIGTERM handlers (zsys), and it
     logs to stderr.
@@ -72,7 +89,15 @@ void
 //  scheduler can size its lease book).
 void
     kd_client_set_samples (kd_client_t *self, uint64_t samples);
+//  Register as an evaluator, not a worker: the client may then pull and
+//  report (kd_client_report_eval), and kd_client_push, kd_client_push_keys,
+//  kd_client_arrive and kd_client_init_params return -1.  Under CURVE it
+//  uses the evaluator's key: call it before kd_client_set_curve_keys, and
+//  before kd_client_register.
+void
+    kd_client_set_evaluator (kd_client_t *self);
 //  The monitor's intake endpoint for kd_client_telemetry; none by default.
+//  An evaluator that sets none reports where WELCOME says the monitor is.
 int
     kd_client_set_monitor (kd_client_t *self, const char *endpoint);
 //  The rank to ask for (a hint the scheduler honours when it is free).
@@ -126,6 +151,7 @@ int
 
 //  Wait up to timeout_ms (-1: for ever) for START, connect to every shard,
 //  and wait for the first RELEASE, returned in *release.  Returns 0 or -1.
+//  An evaluator waits for START only; *release (may be NULL) is zeroed.
 int
     kd_client_wait_start (kd_client_t *self, kd_release_t *release, int timeout_ms);
 
@@ -227,6 +253,19 @@ void
 //  drops and group.  Best effort: never blocks.  Returns 0 or -1.
 int
     kd_client_telemetry (kd_client_t *self);
+
+//  Report an evaluation to the monitor (REPORT): metric ("accuracy",
+//  "loss", "auc" or any name under 32 bytes) had value on the model at
+//  version (kd_client_version after the pull that fetched it), with its
+//  test loss beside it, or NAN.  The monitor publishes every report on its
+//  stream ("eval"); for a model it cannot evaluate itself (external) a
+//  report is the run's test figure: "stats", Prometheus, and, for any
+//  metric but "loss" with a value in [0, 1], --target-accuracy and the
+//  summary's time_to_accuracy.  Best effort, like kd_client_telemetry:
+//  never blocks.  Returns 0, or -1 when there is no monitor to report to.
+int
+    kd_client_report_eval (kd_client_t *self, const char *metric, double value, double loss,
+                           uint64_t version);
 
 //  Leave the cluster now: the scheduler stops counting us at once.
 //  reason is logged by the scheduler.  Returns 0 or -1.

@@ -156,6 +156,9 @@ _new = _fn("kd_client_new", _P, ctypes.c_char_p, ctypes.c_char_p)
 _destroy = _fn("kd_client_destroy", None, ctypes.POINTER(_P))
 _set_samples = _fn("kd_client_set_samples", None, _P, ctypes.c_uint64)
 _set_monitor = _fn("kd_client_set_monitor", ctypes.c_int, _P, ctypes.c_char_p)
+_set_evaluator = _fn("kd_client_set_evaluator", None, _P)
+_report_eval = _fn("kd_client_report_eval", ctypes.c_int, _P, ctypes.c_char_p, ctypes.c_double,
+                   ctypes.c_double, ctypes.c_uint64)
 _set_rank = _fn("kd_client_set_rank", None, _P, ctypes.c_uint64)
 _set_timeout = _fn("kd_client_set_timeout", None, _P, ctypes.c_int)
 _set_heartbeat = _fn("kd_client_set_heartbeat", None, _P, ctypes.c_int)
@@ -215,11 +218,16 @@ class Client:
     """
 
     def __init__(self, scheduler, name=None, samples=0, monitor=None, layout=None,
-                 rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None, shm=True):
+                 rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None, shm=True,
+                 evaluator=False):
         self._c = _new(scheduler.encode(), name.encode() if name else None)
         if not self._c:
             raise KudusError(f"kudus: cannot create a client for scheduler {scheduler!r}")
         self._arrays = []
+        # An evaluator pulls and reports (report_eval), nothing else; it
+        # registers with the evaluator's CURVE key, so this comes first.
+        if evaluator:
+            _set_evaluator(self._c)
         if samples:
             _set_samples(self._c, int(samples))
         if rank is not None:
@@ -291,7 +299,8 @@ class Client:
         return True
 
     def wait_start(self, timeout_ms=-1):
-        """Wait for START and the first RELEASE, which it returns."""
+        """Wait for START and the first RELEASE, which it returns (an
+        evaluator gets no RELEASE: an empty one)."""
         r = _Release()
         if _wait_start(self._c, ctypes.byref(r), int(timeout_ms)) != 0:
             if self.stopped:
@@ -379,6 +388,11 @@ class Client:
 
     def telemetry(self):
         return _telemetry(self._c) == 0
+
+    def report_eval(self, metric, value, version, loss=float("nan")):
+        """Report to the monitor that `metric` ("accuracy", "loss", ...) was
+        `value` on the model at `version` (see kd_client_report_eval)."""
+        return _report_eval(self._c, metric.encode(), float(value), float(loss), int(version)) == 0
 
     def sleep(self, ms):
         """Sleep while answering the scheduler (emulated compute)."""

@@ -33,8 +33,19 @@ module (see Worker.run), pull_model(model, scheduler, samples) loads a
 running cluster's current model into any module of the same layout,
 load_checkpoint(model, directory) the model in the shards' checkpoints, and
 `python3 -m kudus export` writes either to a file.
+
+Live evaluation: Evaluator(model, test_data, scheduler) pulls the cluster's
+model every `every` seconds into its own module, scores it (accuracy by
+default, the test loss, or any callable) and reports it to the monitor
+with the version it scored, so the stream, the dashboard, Prometheus,
+--target-accuracy and the summary's time_to_accuracy work for a user's own
+model (`--model external`) as for a built-in one. Run it in any process,
+in a thread (start/stop) or as the process's loop (run).
 """
 import logging
+import math
+import os
+import threading
 import time
 
 import numpy as np
@@ -43,7 +54,7 @@ import torch
 from . import _TENSOR_NAME_MAX, Client
 from . import snapshot as _snapshot
 
-__all__ = ["Worker", "LeaseSampler", "pull_model", "load_checkpoint", "load_snapshot"]
+__all__ = ["Worker", "Evaluator", "LeaseSampler", "pull_model", "load_checkpoint", "load_snapshot"]
 
 log = logging.getLogger("kudus")
 
@@ -57,6 +68,18 @@ def _rows_cols(shape):
     """The layout's rows x cols of a shape (Client.set_layout's rule)."""
     shape = tuple(int(d) for d in shape) or (1,)
     return shape[0], int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _cluster(scheduler, monitor):
+    """The scheduler's and monitor's endpoints as given, else from the
+    environment `kudus run` sets (KUDUS_SCHEDULER, KUDUS_MONITOR)."""
+    if scheduler:
+        return scheduler, monitor
+    scheduler = os.environ.get("KUDUS_SCHEDULER")
+    if not scheduler:
+        raise ValueError("kudus.torch: no scheduler endpoint: pass one, or start the program with "
+                         "`kudus run --workers N -- python3 ...`, which sets KUDUS_SCHEDULER")
+    return scheduler, monitor or os.environ.get("KUDUS_MONITOR")
 
 
 def _trainable(model):
@@ -180,9 +203,13 @@ class Worker:
     num_workers=0; the processes pay off when reading a row costs (decoding
     an image, say). device is where batches go (default: the device of the
     model's first parameter).
+
+    Without a scheduler endpoint the worker takes the one `kudus run` puts
+    in its environment (KUDUS_SCHEDULER, with KUDUS_MONITOR for telemetry
+    and KUDUS_RANK for its rank and name, worker-RANK).
     """
 
-    def __init__(self, model, dataset, scheduler, name=None, loss_fn=None, monitor=None,
+    def __init__(self, model, dataset, scheduler=None, name=None, loss_fn=None, monitor=None,
                  collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None,
                  num_workers=0, pin_memory=False, split_leases=True, loader_args=None,
                  device=None):
@@ -195,8 +222,15 @@ class Worker:
         self.collate = collate or torch.utils.data.default_collate
         self.params = [p for _, p in _trainable(model)]
         layout = [(n, tuple(p.shape)) for n, p in _trainable(model)]
+        # Started by `kudus run`: the cluster and our rank are in the
+        # environment.
+        rank = os.environ.get("KUDUS_RANK") if not scheduler else None
+        scheduler, monitor = _cluster(scheduler, monitor)
+        if rank is not None and not name:
+            name = f"worker-{rank}"
         self.client = Client(scheduler, name, samples=len(dataset), monitor=monitor,
-                             layout=layout, timeout_ms=timeout_ms)
+                             layout=layout, timeout_ms=timeout_ms,
+                             rank=int(rank) if rank is not None else None)
         if device is None:
             device = self.params[0].device if self.params else torch.device("cpu")
         self.device = torch.device(device)
@@ -413,3 +447,167 @@ class Worker:
 
     def close(self):
         self.client.close()
+
+
+class Evaluator:
+    """Scores the cluster's model live and reports it to the monitor.
+
+        ev = kudus.torch.Evaluator(Net(), (x_test, y_test), "tcp://127.0.0.1:7000", every=5)
+        ev.start()        # a thread; or ev.run() as this process's loop
+        ...
+        ev.stop()
+
+    `model` is a module of the workers' layout (names and shapes of its
+    trainable parameters), not a Worker's own module: each pull overwrites
+    it. `test_data` is a pair of tensors (inputs, labels), a map-style
+    Dataset of (input, label) rows, or any iterable of (inputs, labels)
+    batches such as a DataLoader. `metric` is "accuracy" (the default; the
+    test loss is reported beside it), "loss", or a callable
+    metric(model, test_data) -> float, reported under its __name__ (one
+    that takes longer than the scheduler's liveness, 3 s by default, has
+    the evaluator declared dead and registered again; any
+    value in [0, 1] but a "loss" is the run's test metric: the one
+    --target-accuracy and time_to_accuracy use). Every `every` seconds it
+    pulls whatever version the shards hold and, when that is new, scores
+    it. It is an evaluator to the cluster (its own role: it may pull and
+    report, nothing else) and never holds the workers up. `history` lists
+    (version, value, loss) of each report; on_eval(evaluator) is called
+    after each. The run's STOP ends it.
+    """
+
+    def __init__(self, model, test_data, scheduler=None, metric="accuracy", every=5.0, name=None,
+                 monitor=None, batch_size=1000, loss_fn=None, device=None, timeout_ms=None,
+                 curve_keys=None, on_eval=None):
+        if isinstance(metric, str):
+            if metric not in ("accuracy", "loss"):
+                raise ValueError(f"kudus.torch: metric is \"accuracy\", \"loss\" or a callable "
+                                 f"metric(model, test_data), not {metric!r}")
+            self.metric_name, self._metric = metric, None
+        elif callable(metric):
+            self.metric_name, self._metric = getattr(metric, "__name__", "metric"), metric
+        else:
+            raise TypeError("kudus.torch: metric must be a name or a callable")
+        self.model = model
+        self.test_data = test_data
+        self.every = float(every)
+        self.batch_size = int(batch_size)
+        self.loss_fn = loss_fn or torch.nn.functional.cross_entropy
+        params = [p for _, p in _trainable(model)]
+        self.device = torch.device(device) if device is not None else (
+            params[0].device if params else torch.device("cpu"))
+        self.on_eval = on_eval
+        scheduler, monitor = _cluster(scheduler, monitor)
+        self.client = Client(scheduler, name, monitor=monitor, timeout_ms=timeout_ms,
+                             curve_keys=curve_keys, evaluator=True)
+        self.where = f"the cluster at {scheduler}"
+        self.history = []
+        self._registered = False
+        self._halt = threading.Event()
+        self._thread = None
+        self.error = None
+
+    def _batches(self):
+        d = self.test_data
+        if isinstance(d, (tuple, list)) and len(d) == 2 and all(isinstance(t, torch.Tensor) for t in d):
+            x, y = d
+            for i in range(0, len(x), self.batch_size):
+                yield x[i:i + self.batch_size], y[i:i + self.batch_size]
+        elif isinstance(d, torch.utils.data.Dataset):
+            yield from torch.utils.data.DataLoader(d, batch_size=self.batch_size)
+        else:
+            yield from d
+
+    def score(self):
+        """The metric of the module as it is now, and the test loss (NaN
+        when the metric is a callable)."""
+        self.model.eval()
+        with torch.no_grad():
+            if self._metric:
+                return float(self._metric(self.model, self.test_data)), math.nan
+            correct = total = 0
+            loss = 0.0
+            for batch in self._batches():
+                # A long scoring must not look like a death to the
+                # scheduler (three missed heartbeats): a 1 ms sleep in the
+                # client answers it between batches.
+                if self._registered:
+                    self.client.sleep(1)
+                x, y = batch[0].to(self.device), batch[1].to(self.device)
+                out = self.model(x)
+                loss += float(self.loss_fn(out, y)) * len(y)
+                correct += int((out.argmax(1) == y).sum())
+                total += len(y)
+        if total == 0:
+            raise ValueError("kudus.torch: the evaluator's test data is empty")
+        loss /= total
+        return (correct / total if self.metric_name == "accuracy" else loss), loss
+
+    def _wait(self, seconds):
+        """Sleep while answering the scheduler; False when the run or we stopped."""
+        until = time.monotonic() + seconds
+        while not self._halt.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return True
+            if not self.client.sleep(min(left, 0.2) * 1000):
+                return False
+        return False
+
+    def run(self, max_evaluations=None):
+        """Register as an evaluator and report every `every` seconds until
+        the run stops (or stop(), or max_evaluations). Returns the number of
+        reports."""
+        c = self.client
+        if not c.register() or c.wait_start() is None:
+            return 0
+        self._registered = True
+        pairs = _match(self.model, c.tensors, self.where)
+        flat = np.empty(c.param_count, np.float32)
+        last = None
+        while not self._halt.is_set() and c.pull(flat, 0):
+            version = c.version
+            if version != last:
+                with torch.no_grad():
+                    for p, offset, count in pairs:
+                        p.copy_(torch.from_numpy(flat[offset:offset + count]).view(p.shape))
+                value, loss = self.score()
+                if not c.report_eval(self.metric_name, value, version, loss) and not self.history:
+                    log.warning("kudus.torch: the evaluator has no monitor to report to yet "
+                                "(pass monitor=, the monitor's intake endpoint)")
+                self.history.append((version, value, loss))
+                log.debug("kudus.torch: evaluated version %d: %s %.4f", version, self.metric_name, value)
+                last = version
+                if self.on_eval:
+                    self.on_eval(self)
+                if max_evaluations and len(self.history) >= max_evaluations:
+                    break
+            if not self._wait(self.every):
+                break
+        return len(self.history)
+
+    def _main(self):
+        try:
+            self.run()
+        except Exception as e:      # kept for stop() to raise in the caller
+            self.error = e
+        finally:
+            self.client.close()
+
+    def start(self):
+        """Run in a daemon thread."""
+        self._thread = threading.Thread(target=self._main, name="kudus-evaluator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout=30):
+        """Stop the thread (at its next wait) and close; raises what it raised."""
+        self._halt.set()
+        if self._thread:
+            self._thread.join(timeout)
+        self.close()
+        if self.error:
+            raise self.error
+
+    def close(self):
+        if self._thread is None or not self._thread.is_alive():
+            self.client.close()

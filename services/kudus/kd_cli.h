@@ -8,6 +8,11 @@
 int
     kd_local_main (int argc, char **argv);
 
+//  kudus run -- COMMAND: a local cluster whose workers are copies of a
+//  user's command (kd_run.c).
+int
+    kd_run_main (int argc, char **argv);
+
 //  kudus experiment FILE: every run of a scenario file (kd_experiment.c).
 int
     kd_experiment_main (int argc, char **argv);

@@ -16,6 +16,7 @@ s_usage (FILE *out)
         "commands:\n"
         "  local           run a local cluster on loopback and train\n"
         "  chaos           a seeded fault schedule against a local cluster, checked\n"
+        "  run -- COMMAND  a local cluster whose workers are copies of COMMAND (torchrun's habit)\n"
         "  tail ENDPOINT   follow the monitor's stream (default tcp://127.0.0.1:7002)\n"
         "  dashboard       a live web page of the monitor's stream\n"
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
@@ -41,6 +42,8 @@ main (int argc, char **argv)
         return kd_local_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "chaos"))
         return kd_chaos_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "run"))
+        return kd_run_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "experiment"))
         return kd_experiment_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "tail"))

@@ -9,6 +9,13 @@
     EVAL, we pull the whole model from the shards (the pull parks at the
     shards until the version exists, so no polling) and answer EVAL_OK.
     Evaluation happens here, off the workers' critical path.
+
+    Evaluators (kudus.torch.Evaluator, kudus-worker --evaluator) send
+    REPORT: a metric of a version they pulled.  Each evaluation, ours or
+    reported, goes out as an "eval" stream message.  A model we cannot
+    evaluate (external) takes its test figures from the reports instead,
+    through the same paths as our own: "stats", /metrics and EVAL_OK, so
+    that --target-accuracy and the summary's time_to_accuracy work.
 */
 #include "kd_monitor.h"
 #include "kd_shardset.h"
@@ -29,6 +36,7 @@
 #define S_LOSS_ALPHA    0.05    //  EWMA weight of one reported loss
 #define S_SNAPSHOT_BYTES (1ull << 30)  //  memory for curve snapshots at most
 #define S_STATS_RETRY_MS 5000  //  ask an unanswering shard for STATS again after this
+#define S_METRIC_MAX    32      //  bytes of a reported metric's name
 
 typedef struct {
     bool seen;                  //  has reported
@@ -416,6 +424,22 @@ s_publish_event (self_t *self, const char *kind, const char *detail)
     s_publish (self, &m);
 }
 
+//  Publish one evaluation as an "eval" message: who scored which version.
+static void
+s_publish_eval (self_t *self, const char *name, uint64_t version, const char *metric,
+                double value, double loss)
+{
+    kd_stream_t *m = kd_stream_new (KD_ST_EVAL);
+    kd_stream_set_uint (m, KD_S_T_MS, kd_wall_ms ());
+    kd_stream_set_uint (m, KD_S_VERSION, version);
+    kd_stream_set_str (m, KD_S_NAME, name);
+    kd_stream_set_str (m, KD_S_METRIC, metric);
+    kd_stream_set_float (m, KD_S_VALUE, value);
+    if (isfinite (loss))
+        kd_stream_set_float (m, KD_S_LOSS, loss);
+    s_publish (self, &m);
+}
+
 //  Publish the model by name, once, as a "model" event: each tensor's
 //  shape and the shards that hold it, e.g.
 //  "mlp 101770 params: W1 784x128 [0-1], b1 128 [1], W2 128x10 [1], b2 10 [1]".
@@ -641,6 +665,21 @@ s_write_curve (self_t *self)
     zstr_free (&tmp);
 }
 
+//  Tell the scheduler a test metric.  Its "accuracy" is the run's test
+//  metric: a keyed model's is its AUC (a NAN, one class only, it ignores),
+//  an external model's is what its evaluator reports.
+static void
+s_eval_ok (self_t *self, uint64_t version, double metric, double loss, uint64_t ts)
+{
+    kd_msg_t *ok = kd_msg_new (KD_MSG_EVAL_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, version);
+    kd_msg_set_float (ok, KD_F_ACCURACY, metric);
+    if (isfinite (loss))
+        kd_msg_set_float (ok, KD_F_LOSS, loss);
+    kd_msg_set_uint (ok, KD_F_TS_MS, ts);
+    kd_peer_send (self->peer, &ok);
+}
+
 //  All slices are in: evaluate, publish, tell the scheduler.
 static void
 s_eval_finish (self_t *self)
@@ -671,14 +710,8 @@ s_eval_finish (self_t *self)
     self->test_loss = loss;
     self->auc = auc;
     self->have_accuracy = true;
-    //  The scheduler's "accuracy" is the run's test metric: a keyed
-    //  model's is its AUC (a NAN, one class only, it ignores).
-    kd_msg_t *ok = kd_msg_new (KD_MSG_EVAL_OK);
-    kd_msg_set_uint (ok, KD_F_VERSION, version);
-    kd_msg_set_float (ok, KD_F_ACCURACY, metric);
-    kd_msg_set_float (ok, KD_F_LOSS, loss);
-    kd_msg_set_uint (ok, KD_F_TS_MS, ts);
-    kd_peer_send (self->peer, &ok);
+    s_publish_eval (self, "monitor", version, self->keyed_ready ? "auc" : "accuracy", metric, loss);
+    s_eval_ok (self, version, metric, loss, ts);
     if (self->eval_answer && version >= self->eval_requested)
         self->eval_answer = false;
 }
@@ -773,7 +806,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
         self->external = true;
         snprintf (self->model_name, sizeof self->model_name, "external");
         snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
-        kd_info ("registered model=external: no evaluation");
+        kd_info ("registered model=external: evaluated by evaluators' reports only");
         return;
     }
     int kind = kd_model_kind_parse (kd_msg_str (msg, KD_F_MODEL));
@@ -940,6 +973,47 @@ s_on_scheduler (self_t *self)
     kd_msg_destroy (&msg);
 }
 
+//  REPORT from an evaluator: publish it; and when we cannot evaluate the
+//  model ourselves, stand on it as on our own evaluation.  A metric named
+//  "loss" is lower-better and only sets the test loss; any other is the
+//  run's test metric, which the scheduler takes when it lies in [0, 1].
+static void
+s_on_report (self_t *self, kd_msg_t *msg)
+{
+    const char *metric = kd_msg_str (msg, KD_F_METRIC);
+    double value = kd_msg_float (msg, KD_F_VALUE);
+    double loss = kd_msg_has (msg, KD_F_LOSS) ? kd_msg_float (msg, KD_F_LOSS) : NAN;
+    uint64_t version = kd_msg_uint (msg, KD_F_VERSION);
+    const char *name = *kd_msg_str (msg, KD_F_NAME) ? kd_msg_str (msg, KD_F_NAME) : "evaluator";
+    if (!*metric || strlen (metric) >= S_METRIC_MAX || !isfinite (value)) {
+        kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_MALFORMED,
+                                            "report: metric name empty or too long, or value not finite");
+        kd_msg_send (&reply, self->router);
+        return;
+    }
+    kd_debug ("report name=%s version=%llu %s=%.4f", name, (unsigned long long) version, metric, value);
+    s_publish_eval (self, name, version, metric, value, loss);
+    //  Our own evaluation of a built-in model stays the one the run uses;
+    //  the reports are then there to be compared with it.
+    if (self->model || self->keyed_ready || !self->started || version < self->evaluated)
+        return;
+    bool is_loss = !strcmp (metric, "loss");
+    if (is_loss)
+        loss = value;
+    if (isfinite (loss))
+        self->test_loss = loss;
+    if (is_loss)
+        return;
+    self->evaluated = version;
+    self->accuracy = value;
+    self->have_accuracy = true;
+    self->auc = !strcmp (metric, "auc") ? value : NAN;
+    //  The commit time of the version scored, when the evaluator knew it.
+    uint64_t ts = kd_msg_uint (msg, KD_F_TS_MS);
+    if (value >= 0 && value <= 1)
+        s_eval_ok (self, version, value, loss, ts ? ts : kd_wall_ms ());
+}
+
 //  TELEMETRY from a worker (or garbage from anyone).
 static void
 s_on_intake (self_t *self)
@@ -1012,6 +1086,9 @@ s_on_intake (self_t *self)
             self->stale_hist [w->staleness < S_STALE_BINS ? w->staleness : S_STALE_BINS]++;
         }
     }
+    else
+    if (type == KD_MSG_REPORT)
+        s_on_report (self, msg);
     else
     if (type == KD_MSG_HEARTBEAT) {
         kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
@@ -1104,6 +1181,10 @@ kd_monitor_run (kd_config_t *config)
     kd_info ("listening intake=%s pub=%s test_rows=%zu", kd_config_str (config, "bind"),
              kd_config_str (config, "pub-bind"), kd_dataset_count (self->test));
     kd_peer_set_evaluates_keyed (self->peer, self->keyed != NULL);
+    //  The scheduler tells evaluators where to report: our intake.
+    char intake [256];
+    if (kd_advertise_endpoint (self->router, kd_config_str (config, "advertise"), intake, sizeof intake) == 0)
+        kd_peer_set_endpoint (self->peer, intake);
     kd_peer_hello (self->peer);
     int publish_ms = (int) kd_config_int (config, "publish-ms");
     uint64_t next_publish = kd_now_ms () + (uint64_t) publish_ms;

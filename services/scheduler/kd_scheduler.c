@@ -39,7 +39,7 @@
                                         //  a malloc: a late and a fresh
                                         //  gradient per rank at most
 
-typedef enum { S_ROLE_WORKER, S_ROLE_SHARD, S_ROLE_MONITOR } s_role_t;
+typedef enum { S_ROLE_WORKER, S_ROLE_SHARD, S_ROLE_MONITOR, S_ROLE_EVALUATOR } s_role_t;
 typedef enum { S_WAITING, S_TRAINING, S_FINISHING, S_DONE } s_state_t;
 
 static const double s_milestones [] = { 0.70, 0.75, 0.80, 0.82, 0.85 };
@@ -58,7 +58,7 @@ typedef struct {
     uint64_t refused;           //  its gradients a shard refused
     uint64_t last_seen;         //  ms of its last message
     bool alive;                 //  registered and not declared dead
-    char *endpoint;             //  shards: advertised endpoint
+    char *endpoint;             //  shards, monitor: advertised endpoint
     uint64_t version;           //  shards: last version reported
     double arrive_ms;           //  workers: time of the last ARRIVE
     double release_ms;          //  workers: time of the last RELEASE
@@ -233,7 +233,8 @@ s_id_hex (zframe_t *id, char *out, size_t size)
 static const char *
 s_role_name (s_role_t role)
 {
-    return role == S_ROLE_WORKER ? "worker" : role == S_ROLE_SHARD ? "shard" : "monitor";
+    return role == S_ROLE_WORKER ? "worker" : role == S_ROLE_SHARD ? "shard"
+         : role == S_ROLE_MONITOR ? "monitor" : "evaluator";
 }
 
 //  The member-table key of the peer that sent the message being handled:
@@ -413,7 +414,32 @@ s_send_welcome (self_t *self, s_member_t *m)
         kd_msg_set_uint (msg, KD_F_LO, lo);
         kd_msg_set_uint (msg, KD_F_HI, hi);
     }
+    //  An evaluator reports to the monitor: it learns where from us.
+    if (m->role == S_ROLE_EVALUATOR && self->monitor && self->monitor->endpoint)
+        kd_msg_set_str (msg, KD_F_ENDPOINT, self->monitor->endpoint);
     s_send_to (self, m, &msg);
+}
+
+//  STOP for a member.
+static void
+s_send_stop (self_t *self, s_member_t *m)
+{
+    kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
+    kd_msg_set_str (stop, KD_F_REASON, self->reason);
+    s_send_to (self, m, &stop);
+}
+
+//  Call fn for every live evaluator.  An evaluator only pulls and reports:
+//  it has no rank of its own, no lease and no place in any barrier.
+static void
+s_each_evaluator (self_t *self, void (*fn) (self_t *, s_member_t *))
+{
+    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
+    while (m) {
+        if (m->alive && m->role == S_ROLE_EVALUATOR)
+            fn (self, m);
+        m = (s_member_t *) zhashx_next (self->by_name);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -997,6 +1023,7 @@ s_maybe_start (self_t *self)
                      (unsigned long long) resume);
     if (self->monitor && self->monitor->alive)
         s_send_start (self, self->monitor);
+    s_each_evaluator (self, s_send_start);
     uint64_t now = kd_now_ms ();
     for (size_t r = 0; r < S_MAX_WORKERS; r++)
         if (self->workers [r] && self->workers [r]->alive) {
@@ -1017,11 +1044,10 @@ s_finish (self_t *self, const char *reason)
     kd_info ("finish reason=%s version=%llu samples=%llu", reason,
              (unsigned long long) kd_controller_version (self->ctl),
              (unsigned long long) self->samples);
-    for (size_t r = 0; r < S_MAX_WORKERS; r++) {
-        kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
-        kd_msg_set_str (stop, KD_F_REASON, reason);
-        s_send_to (self, self->workers [r], &stop);
-    }
+    for (size_t r = 0; r < S_MAX_WORKERS; r++)
+        if (self->workers [r])
+            s_send_stop (self, self->workers [r]);
+    s_each_evaluator (self, s_send_stop);
     self->final_version = kd_controller_version (self->ctl);
     //  The monitor cannot evaluate an external model (it is the workers'
     //  own), nor sparse-lr without a held-out file: waiting for it would
@@ -1317,6 +1343,7 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
     for (size_t i = 0; i < self->n_shards; i++)
         if (self->shards [i] && self->shards [i]->alive)
             s_send_welcome (self, self->shards [i]);
+    s_each_evaluator (self, s_send_welcome);
     return 0;
 }
 
@@ -1355,8 +1382,11 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
     else
     if (!strcmp (role_name, "monitor"))
         role = S_ROLE_MONITOR;
+    else
+    if (!strcmp (role_name, "evaluator"))
+        role = S_ROLE_EVALUATOR;
     else {
-        s_error (self, id, KD_ERR_MALFORMED, "role must be worker, shard or monitor");
+        s_error (self, id, KD_ERR_MALFORMED, "role must be worker, shard, monitor or evaluator");
         return;
     }
     if (!*name) {
@@ -1520,20 +1550,28 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         self->monitor = m;
         self->monitor_keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
     }
-    if (role == S_ROLE_SHARD) {
+    //  A shard's endpoint is where workers push; the monitor's, its
+    //  intake, is where evaluators report.
+    if (role == S_ROLE_SHARD || (role == S_ROLE_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT))) {
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
+    }
+    if (role == S_ROLE_SHARD) {
         m->version = kd_msg_uint (msg, KD_F_VERSION);
         m->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     }
     kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", s_role_name (role),
              name, (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
     //  A shard of an external model waits for its layout (s_adopt_layout).
-    if (rejoin && !was_alive && role != S_ROLE_MONITOR)
+    if (rejoin && !was_alive && (role == S_ROLE_WORKER || role == S_ROLE_SHARD))
         s_event (self, role == S_ROLE_WORKER ? "worker-rejoin" : "shard-rejoin", m,
                  restarted ? "registered again from a new process" : "registered again");
-    if (role != S_ROLE_SHARD || self->n_params > 0)
+    //  So does an evaluator: a WELCOME names the model it scores.
+    if ((role != S_ROLE_SHARD && role != S_ROLE_EVALUATOR) || self->n_params > 0)
         s_send_welcome (self, m);
+    //  Evaluators welcomed before the monitor came learn where it is.
+    if (role == S_ROLE_MONITOR && self->n_params > 0)
+        s_each_evaluator (self, s_send_welcome);
     //  A worker that was declared dead while computing may have pushed that
     //  gradient after its death was handled (a SIGSTOP, a partition): drop
     //  it again now, after the push, so no shard keeps it for ever.
@@ -1808,6 +1846,11 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
         case KD_MSG_LEAVE:
             if (m->role == S_ROLE_WORKER)
                 s_worker_gone (self, m, "leave");
+            else
+            if (m->role == S_ROLE_EVALUATOR) {
+                kd_info ("leave evaluator name=%s", m->name);
+                m->alive = false;
+            }
             break;
         case KD_MSG_COMMIT_OK:
             if (m->role == S_ROLE_SHARD) {
@@ -2071,11 +2114,13 @@ kd_scheduler_run (kd_config_t *config)
                : (kd_model_kind_t) kd_model_kind_parse (kd_config_str (config, "model"));
     self->hidden = self->external ? 0 : (uint32_t) kd_config_int (config, "hidden");
     self->n_params = self->external ? 0 : kd_model_param_count (self->kind, self->hidden);
-    if (self->external && !self->sparse_lr && kd_config_double (config, "target-accuracy") > 0) {
-        kd_error ("setting 'target-accuracy': the monitor evaluates built-in models only, "
-                  "not model external; stop on epochs or max-seconds");
-        return 2;
-    }
+    //  An external model is scored by an evaluator the user runs
+    //  (kudus.torch.Evaluator, kd_client_report_eval); without one the
+    //  target is never met, so say so.
+    if (self->external && !self->sparse_lr && kd_config_double (config, "target-accuracy") > 0)
+        kd_warn ("setting 'target-accuracy': model external is scored only by an evaluator "
+                 "(kudus.torch.Evaluator or kd_client_report_eval); without one the run stops "
+                 "on epochs or max-seconds");
     self->n_ranges = (size_t) kd_config_int (config, "shards");
     self->replicas = (size_t) kd_config_int (config, "replicas");
     self->n_shards = self->n_ranges * self->replicas;

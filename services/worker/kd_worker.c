@@ -6,12 +6,21 @@
     any, scaled by this worker's speed -> push -> arrive, which brings the
     next lease -> telemetry.  The protocol lives in kd_client; what is left
     here is the arithmetic and the injected heterogeneity of experiments.
+
+    With --evaluator it trains nothing: it is an evaluator, which pulls the
+    model every eval-interval seconds, scores it on the test set and
+    reports that to the monitor (kd_client_report_eval), the path a user's
+    own evaluator takes.  kudus local --evaluator starts one, so that the
+    monitor's own evaluation and a reported one can be checked against
+    each other.
 */
 #include "kd_worker.h"
 #include "kd_sparse_lr.h"
 #include "kd_speed.h"
 #include <cblas.h>
 #include <math.h>
+
+#define S_EVAL_BATCH    1000    //  rows per evaluation batch, as the monitor's
 
 typedef struct {
     kd_config_t *config;        //  settings
@@ -33,6 +42,7 @@ typedef struct {
     uint64_t nan_every;         //  inject-nan-every (0: never)
     uint64_t iterations;        //  gradients computed
     size_t n_params;            //  the model's size
+    bool evaluator;             //  --evaluator: score and report, no training
 } self_t;
 
 //  One splitmix64 step from z, for stateless seeded choices.
@@ -109,8 +119,15 @@ s_setup (self_t *self)
         assert (self->params && self->grad);
         return 0;
     }
-    if (kind < 0)
+    if (kind < 0) {
+        if (self->evaluator)
+            kd_error ("an evaluator here scores built-in models; score model %s with "
+                      "kudus.torch.Evaluator or kd_client_report_eval", kd_client_model (client));
         return -1;
+    }
+    //  An evaluator scores the whole test set, in the monitor's batches.
+    if (self->evaluator)
+        batch = S_EVAL_BATCH;
     self->model = kd_model_new ((kd_model_kind_t) kind, kd_client_hidden (client), batch);
     if (!self->model) {
         kd_error ("cannot build model %s hidden=%u", kd_client_model (client), kd_client_hidden (client));
@@ -216,6 +233,34 @@ s_train (self_t *self, kd_release_t *release)
     }
 }
 
+//  Evaluator: pull the version the shards hold (with eval-interval 0, each
+//  next one as it is committed), score it on the test set and report it,
+//  until STOP.
+static void
+s_evaluate (self_t *self)
+{
+    kd_client_t *client = self->client;
+    double every_ms = kd_config_double (self->config, "eval-interval") * 1000;
+    bool scored = false;
+    uint64_t last = 0;
+    while (kd_client_pull_version (client, self->params,
+                                   every_ms > 0 || !scored ? 0 : last + 1) == 0) {
+        uint64_t version = kd_client_version (client);
+        if (!scored || version != last) {
+            double accuracy = 0, loss = 0;
+            kd_model_evaluate (self->model, self->params, kd_dataset_images (self->data),
+                               kd_dataset_labels (self->data), kd_dataset_count (self->data),
+                               &accuracy, &loss);
+            kd_client_report_eval (client, "accuracy", accuracy, loss, version);
+            kd_debug ("eval version=%llu accuracy=%.4f", (unsigned long long) version, accuracy);
+            scored = true;
+            last = version;
+        }
+        if (kd_client_sleep (client, every_ms))
+            break;
+    }
+}
+
 int
 kd_worker_run (kd_config_t *config)
 {
@@ -228,6 +273,7 @@ kd_worker_run (kd_config_t *config)
     self->slowdown = kd_config_double (config, "slowdown");
     self->hetero = strcmp (kd_config_str (config, "hetero"), "dynamic") == 0;
     self->hetero_period = kd_config_double (config, "hetero-period");
+    self->evaluator = kd_config_bool (config, "evaluator");
     //  Checked now, built once WELCOME brings the run's seed.
     if (*kd_config_str (config, "speed")) {
         self->speed = kd_speed_new (kd_config_str (config, "speed"), 0, err, sizeof err);
@@ -238,6 +284,10 @@ kd_worker_run (kd_config_t *config)
         kd_speed_destroy (&self->speed);
     }
     bool sparse = !strcmp (kd_config_str (config, "model"), "sparse-lr");
+    if (sparse && self->evaluator) {
+        kd_error ("setting 'evaluator': sparse-lr is scored by the monitor (--test-file)");
+        return 2;
+    }
     if (sparse) {
         self->sparse = kd_sparse_lr_load (kd_config_str (config, "train-file"),
                                           (uint64_t) kd_config_int (config, "features"), 0, err, sizeof err);
@@ -251,10 +301,10 @@ kd_worker_run (kd_config_t *config)
                  (unsigned long long) kd_sparse_lr_features (self->sparse), kd_sparse_lr_skipped (self->sparse));
     }
     else {
-        self->data = kd_dataset_load_dir (kd_config_str (config, "data-dir"), "train", 0, 0,
-                                          err, sizeof err);
+        self->data = kd_dataset_load_dir (kd_config_str (config, "data-dir"),
+                                          self->evaluator ? "t10k" : "train", 0, 0, err, sizeof err);
         if (!self->data) {
-            kd_error ("cannot load training data: %s", err);
+            kd_error ("cannot load %s data: %s", self->evaluator ? "test" : "training", err);
             return 1;
         }
     }
@@ -263,6 +313,8 @@ kd_worker_run (kd_config_t *config)
         exit_code = 1;
         goto cleanup;
     }
+    if (self->evaluator)
+        kd_client_set_evaluator (self->client);
     kd_client_set_max_msg_bytes (self->client, kd_config_int (config, "max-msg-bytes"));
     kd_client_set_wire_dtype (self->client, kd_config_str (config, "wire-dtype"));
     kd_client_set_shm (self->client, !kd_config_bool (config, "no-shm"));
@@ -275,10 +327,13 @@ kd_worker_run (kd_config_t *config)
         kd_client_set_keyed_layout (self->client, "w", kd_sparse_lr_features (self->sparse) + 1, 1);
     }
     else
+    if (!self->evaluator)
         kd_client_set_samples (self->client, kd_dataset_count (self->data));
     if (kd_config_int (config, "rank") >= 0)
         kd_client_set_rank (self->client, (uint64_t) kd_config_int (config, "rank"));
-    if (kd_client_set_monitor (self->client, kd_config_str (config, "monitor"))) {
+    //  An evaluator reports where WELCOME says, unless told.
+    if ((!self->evaluator || kd_config_is_set (config, "monitor"))
+    &&  kd_client_set_monitor (self->client, kd_config_str (config, "monitor"))) {
         exit_code = 1;
         goto cleanup;
     }
@@ -287,6 +342,9 @@ kd_worker_run (kd_config_t *config)
     kd_release_t release;
     if (kd_client_register (self->client, -1) == 0 && s_setup (self) == 0
     &&  kd_client_wait_start (self->client, &release, -1) == 0) {
+        if (self->evaluator)
+            s_evaluate (self);
+        else
         if (sparse)
             s_train_sparse (self, &release);
         else

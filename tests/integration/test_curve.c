@@ -282,7 +282,7 @@ Test (curve, missing_or_empty_keys_refuse_to_start)
     //  Real keys, but nobody in allowed/.
     s_keygen ();
     const char *listed [] = { KD_CURVE_CLIENT_CERT, "scheduler.cert", "shard.cert", "monitor.cert",
-                              "observer.cert" };
+                              "observer.cert", "evaluator.cert" };
     for (size_t i = 0; i < sizeof listed / sizeof listed [0]; i++) {
         snprintf (no_clients, sizeof no_clients, "%s/%s/%s", s_keys, KD_CURVE_ALLOWED_DIR, listed [i]);
         cr_assert_eq (unlink (no_clients), 0, "keygen wrote no %s", no_clients);
@@ -690,10 +690,23 @@ s_with (kd_msg_type_t type)
             kd_msg_set_uint (msg, KD_F_RANK, 0);
             kd_msg_set_uint (msg, KD_F_CLOCK, 0);
             break;
-        case KD_MSG_PUSH: {
-            kd_msg_set_uint (msg, KD_F_RANK, 0);
+        case KD_MSG_ARRIVE:
             kd_msg_set_uint (msg, KD_F_CLOCK, 0);
             kd_msg_set_uint (msg, KD_F_BASE, 0);
+            kd_msg_set_uint (msg, KD_F_SAMPLES, 0);
+            break;
+        case KD_MSG_REPORT:
+            kd_msg_set_uint (msg, KD_F_VERSION, 0);
+            kd_msg_set_str (msg, KD_F_METRIC, "accuracy");
+            kd_msg_set_float (msg, KD_F_VALUE, 0.99);
+            break;
+        case KD_MSG_INIT:
+        case KD_MSG_PUSH: {
+            if (type == KD_MSG_PUSH) {
+                kd_msg_set_uint (msg, KD_F_RANK, 0);
+                kd_msg_set_uint (msg, KD_F_CLOCK, 0);
+                kd_msg_set_uint (msg, KD_F_BASE, 0);
+            }
             kd_msg_set_uint (msg, KD_F_LO, 0);
             zframe_t *data = zframe_new (NULL, 7850 * sizeof (float));
             memset (zframe_data (data), 0, zframe_size (data));
@@ -727,13 +740,14 @@ Test (curve, each_key_acts_only_in_its_role)
     pids [2] = kd_test_spawn (a_mon, log);
     usleep (2000 * 1000);
     char err [512];
-    const char *roles [] = { "worker", "shard", "monitor", "observer" };
-    kd_curve_t *key [4];
-    for (int i = 0; i < 4; i++) {
+    const char *roles [] = { "worker", "shard", "monitor", "observer", "evaluator" };
+    kd_curve_t *key [5];
+    for (int i = 0; i < 5; i++) {
         key [i] = kd_curve_new_as (s_keys, KD_CURVE_CLIENT, roles [i], err, sizeof err);
         cr_assert (key [i], "%s", err);
     }
     kd_curve_t *worker = key [0], *shard_key = key [1], *monitor_key = key [2], *observer = key [3];
+    kd_curve_t *evaluator = key [4];
     //  The services registered with their own keys, so the shard serves.
     cr_assert_eq (s_try (worker, shard, s_with (KD_MSG_PULL)), 0, "the shard did not register");
     struct {
@@ -757,12 +771,31 @@ Test (curve, each_key_acts_only_in_its_role)
         { "observer key sends a HEARTBEAT", s_try (observer, sched, s_with (KD_MSG_HEARTBEAT)) },
         { "observer key pulls the model", s_try (observer, shard, s_with (KD_MSG_PULL)) },
         { "observer key sends TELEMETRY", s_try (observer, intake, s_with (KD_MSG_TELEMETRY)) },
+        { "observer key reports an evaluation", s_try (observer, intake, s_with (KD_MSG_REPORT)) },
+        //  An evaluator pulls and reports, nothing else.
+        { "evaluator key pushes a gradient", s_try (evaluator, shard, s_with (KD_MSG_PUSH)) },
+        { "evaluator key seeds the model (INIT)", s_try (evaluator, shard, s_with (KD_MSG_INIT)) },
+        { "evaluator key arrives at the barrier", s_try (evaluator, sched, s_with (KD_MSG_ARRIVE)) },
+        { "evaluator key registers as a worker", s_try (evaluator, sched, s_hello ("worker", "fake-w3")) },
+        { "evaluator key sends TELEMETRY", s_try (evaluator, intake, s_with (KD_MSG_TELEMETRY)) },
+        { "evaluator key sends EVAL_OK to the scheduler", s_try (evaluator, sched, s_with (KD_MSG_EVAL_OK)) },
+        { "worker key reports an evaluation", s_try (worker, intake, s_with (KD_MSG_REPORT)) },
     };
     int n = (int) (sizeof tried / sizeof tried [0]), refused = 0;
     for (int i = 0; i < n; i++) {
         cr_expect_eq (tried [i].code, KD_ERR_FORBIDDEN, "%s: answered %d, not 403", tried [i].what, tried [i].code);
         refused += tried [i].code == KD_ERR_FORBIDDEN;
     }
+    //  What an evaluator may do: register as one, pull, and report (which
+    //  has no answer).
+    cr_expect_eq (s_try (evaluator, sched, s_hello ("evaluator", "an-evaluator")), 0,
+                  "the evaluator key could not register as an evaluator");
+    cr_expect_eq (s_try (evaluator, shard, s_with (KD_MSG_PULL)), 0, "the evaluator key could not pull");
+    cr_expect_eq (s_try (evaluator, intake, s_with (KD_MSG_REPORT)), -1, "the evaluator's report was answered");
+    //  ... and a report without a metric's name is malformed, to anyone.
+    kd_msg_t *nameless = s_with (KD_MSG_REPORT);
+    kd_msg_set_str (nameless, KD_F_METRIC, "");
+    cr_expect_eq (s_try (evaluator, intake, nameless), KD_ERR_MALFORMED, "a nameless metric was taken");
     //  Each refusal names the key in the log.
     char *worker_key = s_public_key (KD_CURVE_CLIENT_CERT);
     char *observer_key = s_public_key ("observer.cert");
@@ -811,7 +844,7 @@ Test (curve, each_key_acts_only_in_its_role)
     free (server_key);
     free (worker_key);
     free (observer_key);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         kd_curve_destroy (&key [i]);
     for (int i = 0; i < 3; i++)
         kd_test_kill (pids [i]);

@@ -13,7 +13,7 @@ kd_keygen_main (int argc, char **argv)
     if (argc == 2 && (!strcmp (argv [1], "--help") || !strcmp (argv [1], "-h"))) {
         printf ("usage: kudus keygen DIR\n\n"
                 "Writes DIR/%s[_secret] (servers), a key pair per client role:\n"
-                "DIR/%s[_secret] (workers), DIR/{scheduler,shard,monitor,observer}.cert[_secret],\n"
+                "DIR/%s[_secret] (workers), DIR/{scheduler,shard,monitor,observer,evaluator}.cert[_secret],\n"
                 "and DIR/%s/ (the clients the servers admit, each with its role).  Point\n"
                 "the setting keys-dir (KUDUS_KEYS_DIR) at DIR and set curve (KUDUS_CURVE=1).\n",
                 KD_CURVE_SERVER_CERT, KD_CURVE_CLIENT_CERT, KD_CURVE_ALLOWED_DIR);
@@ -28,8 +28,8 @@ kd_keygen_main (int argc, char **argv)
         fprintf (stderr, "kudus keygen: %s\n", err);
         return 1;
     }
-    printf ("kudus keygen: wrote %s/%s, a key pair per role (%s for workers; scheduler, shard, monitor "
-            "and observer .cert; secret files mode 0600) and %s/%s/\n",
+    printf ("kudus keygen: wrote %s/%s, a key pair per role (%s for workers; scheduler, shard, monitor, "
+            "observer and evaluator .cert; secret files mode 0600) and %s/%s/\n",
             argv [1], KD_CURVE_SERVER_CERT, KD_CURVE_CLIENT_CERT, argv [1], KD_CURVE_ALLOWED_DIR);
     return 0;
 }

@@ -644,6 +644,17 @@ kd_local_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
+    //  The built-in evaluator scores the built-in dense models; a user's
+    //  model is scored by the user's evaluator (kudus.torch.Evaluator).
+    bool evaluator = kd_config_bool (c, "evaluator");
+    if (evaluator && (!strcmp (kd_config_str (c, "model"), "external")
+                  ||  !strcmp (kd_config_str (c, "model"), "sparse-lr"))) {
+        fprintf (stderr, "kudus local: setting 'evaluator': the built-in evaluator scores softmax and "
+                 "mlp; score model %s with kudus.torch.Evaluator (or kd_client_report_eval)\n",
+                 kd_config_str (c, "model"));
+        kd_config_destroy (&c);
+        return 2;
+    }
     if (workers + external == 0) {
         fprintf (stderr, "kudus local: settings 'workers' and 'external-workers': no worker at all\n");
         kd_config_destroy (&c);
@@ -660,7 +671,7 @@ kd_local_main (int argc, char **argv)
     }
     //  Every child counts: the services, the dashboard, the aggregators, and
     //  with --netns a kudus linkd per listening service.
-    int helpers = 1 + aggregators + (kd_config_bool (c, "netns") ? 2 + shards : 0);
+    int helpers = 1 + aggregators + (kd_config_bool (c, "netns") ? 2 + shards : 0) + evaluator;
     if (2 + shards + workers + helpers > S_MAX_CHILDREN) {
         fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d processes in all "
                  "(%d asked for, helpers included)\n", S_MAX_CHILDREN, 2 + shards + workers + helpers);
@@ -920,6 +931,19 @@ kd_local_main (int argc, char **argv)
         s_pass (&a, c, "hetero-period");
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
         if (s_spawn (&children [n_children], name, S_KIND_WORKER, &a, s_net ? 2 + shards + r : -1) == 0) n_children++; else rc = 1;
+        s_args_free (&a);
+    }
+    //  The evaluator: a kudus-worker that scores and reports, no more.
+    if (evaluator && rc == 0) {
+        s_arg (&a, "%s/kudus-worker", bindir);
+        s_arg (&a, "--evaluator"); s_arg (&a, "true");
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--name"); s_arg (&a, "evaluator");
+        s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
+        s_pass (&a, c, "data-dir");
+        s_pass (&a, c, "eval-interval");
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
+        if (s_spawn (&children [n_children], "evaluator", S_KIND_WORKER, &a, s_net ? 1 : -1) == 0) n_children++; else rc = 1;
         s_args_free (&a);
     }
     if (rc != 0)
