@@ -12,6 +12,7 @@
     the run by S_GRACE_MS is stopped.  The exit code is kudus local's, or
     1 when a copy failed.
 */
+#include "kd_spawn.h"
 #include "kd_cli.h"
 #include <signal.h>
 #include <sys/wait.h>
@@ -40,21 +41,32 @@ s_usage (FILE *out)
         "when the run ends and prints the summary.  'kudus local --help' lists the settings.\n");
 }
 
-//  Fork and exec argv, with `env` (NAME=VALUE strings, NULL-ended, or NULL)
-//  added to our environment.  Returns the pid, or -1.
-static pid_t
-s_spawn (char **argv, char **env)
+//  In the child before exec: the copy's variables, and the default
+//  signal dispositions a user's program expects.
+static int
+s_child_env (void *arg)
 {
-    pid_t pid = fork ();
-    if (pid != 0)
-        return pid;
+    char **env = (char **) arg;
     for (size_t i = 0; env && env [i]; i++)
         putenv (env [i]);
     signal (SIGINT, SIG_DFL);
     signal (SIGTERM, SIG_DFL);
-    execvp (argv [0], argv);
-    fprintf (stderr, "kudus run: cannot run %s: %s\n", argv [0], strerror (errno));
-    _exit (127);
+    return 0;
+}
+
+//  Start argv, looked up in PATH, with `env` (NAME=VALUE strings,
+//  NULL-ended, or NULL) added to our environment; it gets SIGTERM if we
+//  die.  Returns the pid, or -1.
+static pid_t
+s_spawn (char **argv, char **env)
+{
+    kd_spawn_t how = KD_SPAWN_INIT;
+    how.argv = (const char *const *) argv;
+    how.search = true;
+    how.death_signal = SIGTERM;
+    how.before_exec = s_child_env;
+    how.arg = env;
+    return kd_spawn (&how);
 }
 
 int
