@@ -42,7 +42,7 @@ fi
 pslite_commit=$(cat "$bin/PSLITE_COMMIT" 2>/dev/null || echo unknown)
 kudus_build=${KUDUS_BUILD_ID:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 run_id=$(date -u +%Y%m%dT%H%M%SZ)
-scratch=$(mktemp -d /tmp/kudus-vs-pslite-run.XXXXXX)
+scratch=$(mktemp -d)
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
