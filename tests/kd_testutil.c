@@ -2,6 +2,7 @@
 */
 #define _GNU_SOURCE
 #include "kd_testutil.h"
+#include <msgpack.h>
 #include <sys/time.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -293,4 +294,116 @@ kd_test_http_get (int port, const char *path)
     if (text)
         text [size] = 0;
     return text;
+}
+
+//  Send raw frames.
+void
+kd_test_send_raw (zsock_t *sock, const void *a, size_t alen, const void *b, size_t blen)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addmem (msg, a, alen);
+    if (b)
+        zmsg_addmem (msg, b, blen);
+    zmsg_send (&msg, sock);
+}
+
+//  Encode a header map {"v": version, "t": type} plus one extra pair.
+size_t
+kd_test_header (char *buf, size_t size, unsigned version, const char *type, const char *key, int value)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, key ? 3 : 2);
+    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "v", 1);
+    msgpack_pack_uint32 (&pk, version);
+    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "t", 1);
+    msgpack_pack_str (&pk, strlen (type)); msgpack_pack_str_body (&pk, type, strlen (type));
+    if (key) {
+        msgpack_pack_str (&pk, strlen (key)); msgpack_pack_str_body (&pk, key, strlen (key));
+        msgpack_pack_int (&pk, value);
+    }
+    size_t n = sb.size < size ? sb.size : size;
+    memcpy (buf, sb.data, n);
+    msgpack_sbuffer_destroy (&sb);
+    return n;
+}
+
+//  Send the malformed set; return how many should be answered with ERROR.
+int
+kd_test_send_garbage (zsock_t *sock)
+{
+    char buf [256];
+    int expected = 0;
+    uint8_t bomb [] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+    kd_test_send_raw (sock, bomb, sizeof bomb, NULL, 0); expected++;
+    uint8_t mapbomb [] = { 0xdf, 0xff, 0xff, 0xff, 0xff };
+    kd_test_send_raw (sock, mapbomb, sizeof mapbomb, NULL, 0); expected++;
+    kd_test_send_raw (sock, "hello world", 11, NULL, 0); expected++;
+    size_t n = kd_test_header (buf, sizeof buf, 1, "NO_SUCH_TYPE", NULL, 0);
+    kd_test_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = kd_test_header (buf, sizeof buf, 99, "HEARTBEAT", NULL, 0);
+    kd_test_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = kd_test_header (buf, sizeof buf, 1, "PULL", NULL, 0);     //  missing version
+    kd_test_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = kd_test_header (buf, sizeof buf, 1, "PULL", "version", -5);   //  wrong type
+    kd_test_send_raw (sock, buf, n, NULL, 0); expected++;
+    n = kd_test_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+    kd_test_send_raw (sock, buf, n - 3, NULL, 0); expected++;     //  truncated
+    n = kd_test_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+    kd_test_send_raw (sock, buf, n, "abc", 3); expected++;        //  unexpected data frame
+    srand (7);
+    for (int i = 0; i < 200; i++) {
+        char junk [64];
+        size_t len = 1 + (size_t) rand () % sizeof junk;
+        for (size_t j = 0; j < len; j++)
+            junk [j] = (char) rand ();
+        kd_test_send_raw (sock, junk, len, NULL, 0);
+        expected++;
+    }
+    return expected;
+}
+
+//  Read replies until `want` ERRORs or a timeout; returns ERRORs seen.
+int
+kd_test_count_errors (zsock_t *sock, int want)
+{
+    int errors = 0;
+    while (errors < want) {
+        kd_msg_t *msg = NULL;
+        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
+            break;
+        if (kd_msg_type (msg) == KD_MSG_ERROR)
+            errors++;
+        kd_msg_destroy (&msg);
+    }
+    return errors;
+}
+
+//  Wait for a reply of one type, skipping up to max_skip others (the ERRORs
+//  that answer garbage sent before); true if it came.
+bool
+kd_test_expect_within (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out, int max_skip)
+{
+    for (int i = 0; i < max_skip; i++) {
+        kd_msg_t *msg = NULL;
+        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
+            return false;
+        if (kd_msg_type (msg) == type) {
+            if (out)
+                *out = msg;
+            else
+                kd_msg_destroy (&msg);
+            return true;
+        }
+        kd_msg_destroy (&msg);
+    }
+    return false;
+}
+
+bool
+kd_test_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
+{
+    return kd_test_expect_within (sock, type, out, 50);
 }

@@ -98,4 +98,31 @@ kd_msg_t *
 void
     kd_test_rss (pid_t pid, long *peak, long *now);
 
+//  Send one or two raw frames (b may be NULL).
+void
+    kd_test_send_raw (zsock_t *sock, const void *a, size_t alen, const void *b, size_t blen);
+
+//  Encode a header map {"v": version, "t": type} plus one extra pair (key
+//  may be NULL) into buf; returns its length.
+size_t
+    kd_test_header (char *buf, size_t size, unsigned version, const char *type,
+                    const char *key, int value);
+
+//  Send a set of malformed messages; returns how many should be answered
+//  with ERROR.
+int
+    kd_test_send_garbage (zsock_t *sock);
+
+//  Read replies until want ERRORs or a receive timeout; returns the ERRORs.
+int
+    kd_test_count_errors (zsock_t *sock, int want);
+
+//  Wait for a reply of one type, skipping up to max_skip others (ERRORs
+//  that answer garbage sent before); true if it came (*out, if not NULL,
+//  takes it).  kd_test_expect skips up to 50.
+bool
+    kd_test_expect_within (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out, int max_skip);
+bool
+    kd_test_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out);
+
 #endif

@@ -13,6 +13,8 @@
 
 int kd_log_level_current = KD_LOG_INFO;
 static char s_service [64] = "kudus";
+//  Services run as actors in one process log under their own names.
+static __thread char s_thread_service [64];
 
 static const char *s_level_names [] = { "error", "warn", "info", "debug" };
 
@@ -22,6 +24,13 @@ kd_log_init (const char *service, kd_log_level_t level)
 {
     snprintf (s_service, sizeof s_service, "%s", service ? service : "kudus");
     kd_log_level_current = level;
+}
+
+//  Set the service name of the calling thread only.
+void
+kd_log_set_thread (const char *service)
+{
+    snprintf (s_thread_service, sizeof s_thread_service, "%s", service ? service : "");
 }
 
 //  Parse a level name.
@@ -45,7 +54,7 @@ kd_log_write (kd_log_level_t level, const char *format, ...)
     gmtime_r (&tv.tv_sec, &tm);
     int n = snprintf (line, sizeof line, "%02d:%02d:%02d.%03d %-5s %s: ",
                       tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (tv.tv_usec / 1000),
-                      s_level_names [level], s_service);
+                      s_level_names [level], *s_thread_service ? s_thread_service : s_service);
     va_list args;
     va_start (args, format);
     if (n > 0 && (size_t) n < sizeof line)

@@ -24,6 +24,11 @@ extern int kd_log_level_current;
 void
     kd_log_init (const char *service, kd_log_level_t level);
 
+//  Set the service name of the calling thread's lines only (a service run
+//  as an actor); an empty name falls back to kd_log_init's.
+void
+    kd_log_set_thread (const char *service);
+
 //  Parse "error", "warn", "info", "debug"; -1 if unknown.
 int
     kd_log_level_parse (const char *name);

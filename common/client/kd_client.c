@@ -54,6 +54,7 @@ struct _kd_client_t {
     kd_peer_t *peer;            //  link to the scheduler (made at register)
     zsock_t *monitor;           //  DEALER to the monitor's intake, or NULL
     kd_curve_t *curve;          //  own CURVE keys, or NULL: the process's
+    zsock_t *cancel;            //  an actor's pipe: a message there ends waits
     int64_t max_msg;            //  ZMQ_MAXMSGSIZE of every socket
     int timeout_ms;             //  request deadline before a retry
     int liveness;               //  missed heartbeats before a new HELLO
@@ -519,12 +520,16 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
     kd_info ("start shards=%zu", self->n_shards);
 }
 
-//  True when the socket has a message within timeout_ms.
+//  True when the socket has a message within timeout_ms.  A client run in
+//  an actor also wakes when "$TERM" reaches the actor's pipe, and then
+//  says no: the caller's next s_over sees it.
 static bool
-s_readable (zsock_t *sock, int timeout_ms)
+s_readable (kd_client_t *self, zsock_t *sock, int timeout_ms)
 {
-    zmq_pollitem_t item = { zsock_resolve (sock), 0, ZMQ_POLLIN, 0 };
-    return zmq_poll (&item, 1, timeout_ms) > 0 && (item.revents & ZMQ_POLLIN);
+    zmq_pollitem_t items [2] = { { zsock_resolve (sock), 0, ZMQ_POLLIN, 0 },
+                                 { self->cancel ? zsock_resolve (self->cancel) : NULL,
+                                   self->cancel ? 0 : -1, ZMQ_POLLIN, 0 } };
+    return zmq_poll (items, 2, timeout_ms) > 0 && (items [0].revents & ZMQ_POLLIN);
 }
 
 //  Handle one message from the scheduler; returns it if the caller waits for
@@ -602,11 +607,25 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     return NULL;
 }
 
+//  True when the actor that runs this client was told to end.
+static bool
+s_cancelled (kd_client_t *self)
+{
+    return self->cancel && (zsock_events (self->cancel) & ZMQ_POLLIN);
+}
+
 //  True when a wait must end: STOP, a signal, or a refused registration.
 static bool
 s_over (kd_client_t *self)
 {
-    return self->stop || self->failed || zsys_interrupted;
+    return self->stop || self->failed || zsys_interrupted || s_cancelled (self);
+}
+
+void
+kd_client_set_cancel (kd_client_t *self, zsock_t *pipe)
+{
+    assert (self);
+    self->cancel = pipe;
 }
 
 //  Wait up to timeout_ms (-1: for ever) for a message of one type from the
@@ -624,7 +643,7 @@ s_wait_scheduler (kd_client_t *self, kd_msg_type_t type, int timeout_ms)
         int wait = kd_peer_timeout (self->peer) + 1;
         if ((uint64_t) wait > deadline - now)
             wait = (int) (deadline - now);
-        if (s_readable (sock, wait)) {
+        if (s_readable (self, sock, wait)) {
             kd_msg_t *msg = s_on_scheduler (self, type);
             if (msg)
                 return msg;
@@ -821,7 +840,7 @@ bool
 kd_client_stopped (kd_client_t *self)
 {
     assert (self);
-    return self->stop || zsys_interrupted;
+    return self->stop || zsys_interrupted || s_cancelled (self);
 }
 
 uint64_t
@@ -1645,7 +1664,7 @@ kd_client_sleep (kd_client_t *self, double ms)
         int wait = kd_peer_timeout (self->peer) + 1;
         if (left < wait)
             wait = (int) ceil (left);
-        if (s_readable (kd_peer_socket (self->peer), wait))
+        if (s_readable (self, kd_peer_socket (self->peer), wait))
             s_on_scheduler (self, 0);
         kd_peer_tick (self->peer);
     }

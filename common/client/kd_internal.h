@@ -27,4 +27,10 @@
 #include "kd_optimizer.h"
 #include "kd_checkpoint.h"
 
+//  Internal to the services: a client run inside an actor (kudus-worker as
+//  a kd_service) ends its waits as if interrupted once "$TERM" is queued on
+//  the actor's pipe.  The client does not read the pipe.
+void
+    kd_client_set_cancel (kd_client_t *self, zsock_t *pipe);
+
 #endif

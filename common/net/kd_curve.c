@@ -31,6 +31,8 @@ struct _kd_curve_t {
 };
 
 static kd_curve_t *s_process = NULL;    //  the instance of this process
+//  A service run as an actor has its own instance, in its own thread.
+static __thread kd_curve_t *s_thread = NULL;
 static const char *s_identity = "worker";   //  whose client key kd_curve_new loads
 
 //  The roles keygen issues keys for, and the file of each.
@@ -343,13 +345,19 @@ kd_curve_client (kd_curve_t *self, zsock_t *sock)
 kd_curve_t *
 kd_curve_process (void)
 {
-    return s_process;
+    return s_thread ? s_thread : s_process;
 }
 
 void
 kd_curve_set_process (kd_curve_t *self)
 {
     s_process = self;
+}
+
+void
+kd_curve_set_thread (kd_curve_t *self)
+{
+    s_thread = self;
 }
 
 //  ---------------------------------------------------------------------

@@ -112,6 +112,11 @@ kd_curve_t *
 void
     kd_curve_set_process (kd_curve_t *self);
 
+//  The instance of the calling thread only (an actor's), which
+//  kd_curve_process returns in it instead of the process's; NULL clears it.
+void
+    kd_curve_set_thread (kd_curve_t *self);
+
 //  Write a server certificate and one client certificate per role
 //  (client.cert for workers, ROLE.cert for the others) into dir (created if
 //  missing), and the clients' public certificates into dir/allowed/.

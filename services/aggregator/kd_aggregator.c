@@ -5,13 +5,14 @@
 #include "kd_bundle.h"
 #include "kd_curve.h"
 #include "kd_guard.h"
-#include "kd_role.h"
+#include "kd_server.h"
 #include "kd_service.h"
 
 typedef struct {
     zsock_t *router;            //  workers
     zsock_t *upstream;          //  the scheduler
     kd_guard_t *guard;          //  connection and malformed-input limits
+    kd_server_t *server;        //  the request loop
     kd_bundle_t *bundle;        //  workers' messages waiting to go up
     size_t max_batch;           //  items per RELAY
     uint64_t relays_up, items_up;       //  counters for the exit line
@@ -56,49 +57,49 @@ s_refuse (self_t *self, zframe_t *id, int code, const char *reason)
     kd_msg_send (&error, self->router);
 }
 
-//  One message from a worker, waited for or not: checked here, then
-//  bundled.  Returns false when there was none to read.
-static bool
-s_on_worker (self_t *self, bool wait)
+//  Answer errors without the loop's log line: a refusal here is routine
+//  (a full bundle, a data frame), and the counter shows them.
+static void
+s_on_error (void *state, zframe_t *id, int code, const char *reason)
 {
-    kd_msg_t *msg = NULL;
-    zframe_t *id = NULL;
-    kd_msg_err_t err;
-    kd_msg_source_t src;
-    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &src)
-                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &src);
-    if (rc == 1)
-        return false;
-    if (rc == -2 && id)
-        s_refuse (self, id, err.code, err.reason);
-    zframe_destroy (&id);
-    if (rc != 0)
-        return true;
+    if (id)
+        s_refuse ((self_t *) state, id, code, reason);
+}
+
+//  One message from a worker, checked by the loop against the scheduler's
+//  role table: bundled to go up.
+static void
+s_on_worker (void *state, kd_msg_t *msg)
+{
+    self_t *self = (self_t *) state;
     zframe_t *rid = kd_msg_routing_id (msg);
-    if (!kd_role_check (KD_SVC_SCHEDULER, &src, msg, self->router))
-        kd_guard_strike (self->guard, rid, "forbidden for its role");
-    else
     if (kd_msg_type (msg) == KD_MSG_RELAY || kd_msg_data (msg)) {
         s_refuse (self, rid, KD_ERR_MALFORMED, "a worker's message to the scheduler has no data frame");
-        kd_guard_strike (self->guard, rid, "data frame for the scheduler");
+        kd_server_strike (self->server, rid, "data frame for the scheduler");
     }
     else
-    if (kd_bundle_add_msg (self->bundle, rid, &src, msg) != 0) {
+    if (kd_bundle_add_msg (self->bundle, rid, kd_server_source (self->server), msg) != 0) {
         //  Full: what is bundled goes up now, and this starts the next.
         s_send_up (self);
-        if (kd_bundle_add_msg (self->bundle, rid, &src, msg) != 0)
+        if (kd_bundle_add_msg (self->bundle, rid, kd_server_source (self->server), msg) != 0)
             s_refuse (self, rid, KD_ERR_LIMIT, "message too large to relay");
     }
-    kd_msg_destroy (&msg);
     if (kd_bundle_items (self->bundle) >= self->max_batch)
         s_send_up (self);
-    return true;
+}
+
+//  After each turn: a burst is whatever was queued; it goes up now.
+static int
+s_on_tick (void *state)
+{
+    s_send_up ((self_t *) state);
+    return 1000;
 }
 
 //  One message from the scheduler: a RELAY is sent on item by item, as the
 //  bytes the scheduler encoded.
 static void
-s_on_scheduler (self_t *self)
+s_on_scheduler_one (self_t *self)
 {
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
@@ -133,8 +134,19 @@ s_on_scheduler (self_t *self)
     kd_msg_destroy (&msg);
 }
 
+//  The scheduler's socket is readable: up to 64 messages per turn.
+static void
+s_on_scheduler (void *state, zsock_t *upstream)
+{
+    for (int i = 0; i < 64; i++) {
+        s_on_scheduler_one ((self_t *) state);
+        if (!(zsock_events (upstream) & ZMQ_POLLIN))
+            break;
+    }
+}
+
 int
-kd_aggregator_run (kd_config_t *config)
+kd_aggregator_run (kd_config_t *config, zsock_t *pipe)
 {
     int rc = 1;
     self_t self_s = { .max_batch = (size_t) kd_config_int (config, "max-batch") }, *self = &self_s;
@@ -161,34 +173,15 @@ kd_aggregator_run (kd_config_t *config)
     kd_warn_open_bind (kd_config_str (config, "bind"), kd_curve_enabled (kd_curve_process ()));
     kd_info ("aggregating endpoint=%s scheduler=%s max_batch=%zu", zsock_endpoint (self->router),
              kd_config_str (config, "scheduler"), self->max_batch);
-    zpoller_t *poller = zpoller_new (self->router, self->upstream, NULL);
-    if (kd_guard_socket (self->guard))
-        zpoller_add (poller, kd_guard_socket (self->guard));
-    while (!zsys_interrupted) {
-        void *which = zpoller_wait (poller, 1000);
-        if (which == self->router) {
-            //  A burst is whatever is queued now: bundle it and send it up.
-            for (size_t i = 0; i < 4 * self->max_batch; i++)
-                if (!s_on_worker (self, i == 0))
-                    break;
-            s_send_up (self);
-        }
-        else
-        if (which == self->upstream) {
-            for (int i = 0; i < 64; i++) {
-                s_on_scheduler (self);
-                if (!(zsock_events (self->upstream) & ZMQ_POLLIN))
-                    break;
-            }
-        }
-        else
-        if (which && which == kd_guard_socket (self->guard))
-            kd_guard_on_event (self->guard);
-        else
-        if (zpoller_terminated (poller))
-            break;
-    }
-    zpoller_destroy (&poller);
+    kd_service_ready (pipe);
+    self->server = kd_server_new (KD_SVC_SCHEDULER, self->router, self->guard, self);
+    kd_server_on (self->server, KD_MSG_TYPE_COUNT, s_on_worker);
+    kd_server_set_error (self->server, s_on_error);
+    kd_server_set_tick (self->server, s_on_tick);
+    kd_server_set_burst (self->server, 4 * self->max_batch);
+    kd_server_reader (self->server, self->upstream, s_on_scheduler);
+    kd_server_run (self->server, pipe);
+    kd_server_destroy (&self->server);
     kd_info ("aggregator done relays_up=%llu items_up=%llu relays_down=%llu items_down=%llu refused=%llu "
              "dropped=%llu", (unsigned long long) self->relays_up, (unsigned long long) self->items_up,
              (unsigned long long) self->relays_down, (unsigned long long) self->items_down,

@@ -16,11 +16,13 @@
 #define KD_AGGREGATOR_H_INCLUDED
 
 #include "kd_config.h"
+#include <czmq.h>
 
-//  The aggregator's loop: runs until SIGINT or SIGTERM.  Returns the exit
-//  code (0, 1 when it cannot bind).
+//  The aggregator's loop: runs until SIGINT, SIGTERM or "$TERM" on pipe
+//  (a kd_service actor's).  Returns the exit code (0, 1 when it cannot
+//  bind).
 int
-    kd_aggregator_run (kd_config_t *config);
+    kd_aggregator_run (kd_config_t *config, zsock_t *pipe);
 
 //  kudus aggregate: kd_service_main around kd_aggregator_run.
 int

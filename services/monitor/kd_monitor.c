@@ -23,7 +23,8 @@
 #include "kd_stream.h"
 #include "kd_metrics.h"
 #include "kd_guard.h"
-#include "kd_role.h"
+#include "kd_server.h"
+#include "kd_service.h"
 #include <cblas.h>
 #include <math.h>
 
@@ -123,7 +124,9 @@ typedef struct {
     bool evaluating;            //  pulls outstanding
     uint64_t eval_want;         //  minimum version of the current pull
     uint64_t eval_requested;    //  highest version the scheduler asked for
-    uint64_t rerouted;          //  bit i: range i's socket was replaced this poll
+    kd_server_t *server;        //  the request loop (intake)
+    int publish_ms;             //  stats are published this often
+    uint64_t next_publish;      //  ms
     bool eval_answer;           //  an EVAL is waiting for an answer
     uint64_t evaluated;         //  last version evaluated
     bool have_accuracy;         //  accuracy set
@@ -718,8 +721,14 @@ s_eval_finish (self_t *self)
 
 //  A reply from a shard to an evaluation pull.
 static void
-s_on_shard (self_t *self, size_t i)
+s_on_shard (void *state, zsock_t *sock)
 {
+    self_t *self = (self_t *) state;
+    size_t i = 0;
+    while (i < self->n_shards && kd_shardset_socket (self->book, i) != sock)
+        i++;
+    if (i == self->n_shards)
+        return;
     s_shard_t *s = &self->shards [i];
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
@@ -863,6 +872,8 @@ s_on_start (self_t *self, kd_msg_t *msg)
     }
     self->n_shards = kd_shardset_size (self->book);
     self->n_params = kd_shardset_params (self->book);
+    for (size_t i = 0; i < self->n_shards; i++)
+        kd_server_reader (self->server, kd_shardset_socket (self->book, i), s_on_shard);
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
     self->started = true;
     if (self->keyed && kd_msg_uint (msg, KD_F_KEYS) == 1)
@@ -919,18 +930,24 @@ static void
 s_on_route (self_t *self, kd_msg_t *msg)
 {
     size_t i = (size_t) kd_msg_uint (msg, KD_F_RANK);
-    if (!self->book || kd_shardset_reroute (self->book, i, kd_msg_str (msg, KD_F_ENDPOINT)) != 1)
+    if (!self->book || i >= self->n_shards)
+        return;
+    zsock_t *old = kd_shardset_socket (self->book, i);
+    if (kd_shardset_reroute (self->book, i, kd_msg_str (msg, KD_F_ENDPOINT)) != 1)
         return;
     kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
-    self->rerouted |= 1ull << i;
+    kd_server_reader_end (self->server, old);
+    kd_server_reader (self->server, kd_shardset_socket (self->book, i), s_on_shard);
     self->shards [i].stats_asked_ms = 0;
     if (self->evaluating && !self->shards [i].done)
         s_eval_pull (self, i);
 }
 
 static void
-s_on_scheduler (self_t *self)
+s_on_scheduler (void *state, zsock_t *sock)
 {
+    self_t *self = (self_t *) state;
+    (void) sock;
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
     int rc = kd_msg_recv (kd_peer_socket (self->peer), &msg, NULL, &err);
@@ -1014,104 +1031,85 @@ s_on_report (self_t *self, kd_msg_t *msg)
         s_eval_ok (self, version, value, loss, ts ? ts : kd_wall_ms ());
 }
 
-//  TELEMETRY from a worker (or garbage from anyone).
+//  TELEMETRY from a worker.
 static void
-s_on_intake (self_t *self)
+s_on_telemetry (void *state, kd_msg_t *msg)
 {
-    kd_msg_t *msg = NULL;
-    zframe_t *id = NULL;
-    kd_msg_err_t err;
-    kd_msg_source_t src;
-    int rc = kd_guard_recv (self->guard, &msg, &id, &err, &src);
-    if (rc == -2) {
-        kd_warn ("malformed telemetry code=%d reason=\"%s\"", err.code, err.reason);
-        if (id) {
-            kd_msg_t *reply = kd_msg_new_error (id, err.code, err.reason);
-            kd_msg_send (&reply, self->router);
-        }
-        zframe_destroy (&id);
-        return;
-    }
-    if (rc != 0)
-        return;
-    kd_msg_type_t type = kd_msg_type (msg);
-    if (!kd_role_check (KD_SVC_MONITOR, &src, msg, self->router)) {
-        kd_guard_strike (self->guard, kd_msg_routing_id (msg), "forbidden for its role");
-        kd_msg_destroy (&msg);
-        return;
-    }
-    if (type == KD_MSG_TELEMETRY) {
-        uint64_t rank = kd_msg_uint (msg, KD_F_RANK);
-        uint64_t samples = kd_msg_uint (msg, KD_F_SAMPLES);
-        if (rank >= S_MAX_WORKERS || samples > 1000000) {
-            kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_MALFORMED,
-                                                "rank or samples out of range");
-            kd_msg_send (&reply, self->router);
-        }
-        else {
-            s_worker_t *w = &self->workers [rank];
-            w->seen = true;
-            w->clock = kd_msg_uint (msg, KD_F_CLOCK);
-            w->samples += samples;
-            w->window_samples += samples;
-            w->loss = kd_msg_float (msg, KD_F_LOSS);
-            w->compute_ms = kd_msg_float (msg, KD_F_COMPUTE_MS);
-            w->push_ms = kd_msg_float (msg, KD_F_PUSH_MS);
-            w->wait_ms = kd_msg_float (msg, KD_F_WAIT_MS);
-            w->pull_ms = kd_msg_float (msg, KD_F_PULL_MS);
-            w->staleness = kd_msg_uint (msg, KD_F_STALENESS);
-            w->dropped = kd_msg_uint (msg, KD_F_DROPPED);
-            w->refused = kd_msg_uint (msg, KD_F_REFUSED);
-            w->group = kd_msg_uint (msg, KD_F_GROUP);
-            w->last_ms = kd_now_ms ();
-            if (isfinite (w->compute_ms + w->push_ms + w->wait_ms + w->pull_ms)) {
-                w->sum_compute += w->compute_ms;
-                w->sum_push += w->push_ms;
-                w->sum_wait += w->wait_ms;
-                w->sum_pull += w->pull_ms;
-                w->n_window++;
-            }
-            self->total_samples += samples;
-            self->window_samples += samples;
-            if (isfinite (w->loss) && w->loss < 1e29) {
-                self->train_loss = self->have_loss
-                    ? (1 - S_LOSS_ALPHA) * self->train_loss + S_LOSS_ALPHA * w->loss : w->loss;
-                self->have_loss = true;
-            }
-            if (isfinite (w->wait_ms) && w->wait_ms >= 0)
-                self->wait_total += w->wait_ms;
-            double work = w->compute_ms + w->push_ms + w->pull_ms;
-            if (isfinite (work) && work >= 0)
-                self->busy_total += work;
-            self->stale_hist [w->staleness < S_STALE_BINS ? w->staleness : S_STALE_BINS]++;
-        }
-    }
-    else
-    if (type == KD_MSG_REPORT)
-        s_on_report (self, msg);
-    else
-    if (type == KD_MSG_HEARTBEAT) {
-        kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
-        kd_msg_set_routing_id (hb, kd_msg_routing_id (msg));
-        kd_msg_send (&hb, self->router);
-    }
-    else
-    if (type == KD_MSG_ERROR)
-        kd_warn ("peer error code=%llu reason=\"%s\"",
-                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
-    else {
-        char reason [96];
-        snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
-        kd_warn ("error code=%d reason=\"%s\"", KD_ERR_UNKNOWN_TYPE, reason);
-        kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_UNKNOWN_TYPE, reason);
+    self_t *self = (self_t *) state;
+    uint64_t rank = kd_msg_uint (msg, KD_F_RANK);
+    uint64_t samples = kd_msg_uint (msg, KD_F_SAMPLES);
+    if (rank >= S_MAX_WORKERS || samples > 1000000) {
+        kd_msg_t *reply = kd_msg_new_error (kd_msg_routing_id (msg), KD_ERR_MALFORMED,
+                                            "rank or samples out of range");
         kd_msg_send (&reply, self->router);
-        kd_guard_strike (self->guard, kd_msg_routing_id (msg), reason);
     }
-    kd_msg_destroy (&msg);
+    else {
+        s_worker_t *w = &self->workers [rank];
+        w->seen = true;
+        w->clock = kd_msg_uint (msg, KD_F_CLOCK);
+        w->samples += samples;
+        w->window_samples += samples;
+        w->loss = kd_msg_float (msg, KD_F_LOSS);
+        w->compute_ms = kd_msg_float (msg, KD_F_COMPUTE_MS);
+        w->push_ms = kd_msg_float (msg, KD_F_PUSH_MS);
+        w->wait_ms = kd_msg_float (msg, KD_F_WAIT_MS);
+        w->pull_ms = kd_msg_float (msg, KD_F_PULL_MS);
+        w->staleness = kd_msg_uint (msg, KD_F_STALENESS);
+        w->dropped = kd_msg_uint (msg, KD_F_DROPPED);
+        w->refused = kd_msg_uint (msg, KD_F_REFUSED);
+        w->group = kd_msg_uint (msg, KD_F_GROUP);
+        w->last_ms = kd_now_ms ();
+        if (isfinite (w->compute_ms + w->push_ms + w->wait_ms + w->pull_ms)) {
+            w->sum_compute += w->compute_ms;
+            w->sum_push += w->push_ms;
+            w->sum_wait += w->wait_ms;
+            w->sum_pull += w->pull_ms;
+            w->n_window++;
+        }
+        self->total_samples += samples;
+        self->window_samples += samples;
+        if (isfinite (w->loss) && w->loss < 1e29) {
+            self->train_loss = self->have_loss
+                ? (1 - S_LOSS_ALPHA) * self->train_loss + S_LOSS_ALPHA * w->loss : w->loss;
+            self->have_loss = true;
+        }
+        if (isfinite (w->wait_ms) && w->wait_ms >= 0)
+            self->wait_total += w->wait_ms;
+        double work = w->compute_ms + w->push_ms + w->pull_ms;
+        if (isfinite (work) && work >= 0)
+            self->busy_total += work;
+        self->stale_hist [w->staleness < S_STALE_BINS ? w->staleness : S_STALE_BINS]++;
+    }
+}
+
+static void
+s_on_report_request (void *state, kd_msg_t *msg)
+{
+    s_on_report ((self_t *) state, msg);
+}
+
+//  After every turn: evaluations, the stats stream, the scheduler's
+//  liveness, and how long the next poll may wait.
+static int
+s_on_tick (void *state)
+{
+    self_t *self = (self_t *) state;
+    //  A STOP ends the loop after this turn's work, as it always did.
+    if (self->stop)
+        kd_server_stop (self->server);
+    s_eval_check (self);
+    uint64_t now = kd_now_ms ();
+    if (now >= self->next_publish) {
+        s_publish_stats (self);
+        self->next_publish = now + (uint64_t) self->publish_ms;
+    }
+    kd_peer_tick (self->peer);
+    int wait = self->next_publish > now ? (int) (self->next_publish - now) : 0;
+    return wait > 20 ? 20 : wait;
 }
 
 int
-kd_monitor_run (kd_config_t *config)
+kd_monitor_run (kd_config_t *config, zsock_t *pipe)
 {
     int rc = 1;
     self_t *self = (self_t *) zmalloc (sizeof *self);
@@ -1153,6 +1151,7 @@ kd_monitor_run (kd_config_t *config)
     kd_curve_server (kd_curve_process (), self->pub);
     self->guard = kd_guard_new (self->router, "monitor", (int) kd_config_int (config, "max-connections"),
                                 (int) kd_config_int (config, "max-malformed"));
+    self->server = kd_server_new (KD_SVC_MONITOR, self->router, self->guard, self);
     if (zsock_bind (self->router, "%s", kd_config_str (config, "bind")) < 0
     ||  zsock_bind (self->pub, "%s", kd_config_str (config, "pub-bind")) < 0) {
         kd_error ("cannot bind endpoint=%s pub=%s: %s", kd_config_str (config, "bind"),
@@ -1186,47 +1185,15 @@ kd_monitor_run (kd_config_t *config)
     if (kd_advertise_endpoint (self->router, kd_config_str (config, "advertise"), intake, sizeof intake) == 0)
         kd_peer_set_endpoint (self->peer, intake);
     kd_peer_hello (self->peer);
-    int publish_ms = (int) kd_config_int (config, "publish-ms");
-    uint64_t next_publish = kd_now_ms () + (uint64_t) publish_ms;
-
-    while (!self->stop && !zsys_interrupted) {
-        //  Zeroed: a START handled below adds shards this poll never saw.
-        zmq_pollitem_t items [3 + S_MAX_SHARDS] = { { 0 } };
-        items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
-        items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
-        for (size_t i = 0; i < self->n_shards; i++)
-            items [2 + i] = (zmq_pollitem_t) { zsock_resolve (kd_shardset_socket (self->book, i)), 0, ZMQ_POLLIN, 0 };
-        //  The guard's connection events come last; no guard socket, no item.
-        zsock_t *guard_sock = kd_guard_socket (self->guard);
-        size_t guard_at = 2 + self->n_shards;   //  before a START adds shards
-        if (guard_sock)
-            items [guard_at] = (zmq_pollitem_t) { zsock_resolve (guard_sock), 0, ZMQ_POLLIN, 0 };
-        uint64_t now = kd_now_ms ();
-        int wait = next_publish > now ? (int) (next_publish - now) : 0;
-        if (wait > 20)
-            wait = 20;
-        if (zmq_poll (items, (int) guard_at + (guard_sock ? 1 : 0), wait) < 0)
-            break;
-        if (guard_sock && (items [guard_at].revents & ZMQ_POLLIN))
-            kd_guard_on_event (self->guard);
-        if (items [0].revents & ZMQ_POLLIN)
-            s_on_intake (self);
-        if (items [1].revents & ZMQ_POLLIN)
-            s_on_scheduler (self);
-        //  Only the shards this poll watched: a START may have added more,
-        //  and a ROUTE may have replaced a socket since.
-        for (size_t i = 0; i < self->n_shards && 2 + i < guard_at; i++)
-            if ((items [2 + i].revents & ZMQ_POLLIN) && !(self->rerouted & (1ull << i)))
-                s_on_shard (self, i);
-        self->rerouted = 0;
-        s_eval_check (self);
-        now = kd_now_ms ();
-        if (now >= next_publish) {
-            s_publish_stats (self);
-            next_publish = now + (uint64_t) publish_ms;
-        }
-        kd_peer_tick (self->peer);
-    }
+    self->publish_ms = (int) kd_config_int (config, "publish-ms");
+    self->next_publish = kd_now_ms () + (uint64_t) self->publish_ms;
+    kd_server_on (self->server, KD_MSG_TELEMETRY, s_on_telemetry);
+    kd_server_on (self->server, KD_MSG_REPORT, s_on_report_request);
+    kd_server_echo_heartbeats (self->server);
+    kd_server_set_tick (self->server, s_on_tick);
+    kd_server_reader (self->server, kd_peer_socket (self->peer), s_on_scheduler);
+    kd_service_ready (pipe);
+    kd_server_run (self->server, pipe);
     s_write_curve (self);
     //  A last picture for followers, then give it time to leave.
     if (self->pub) {
@@ -1235,6 +1202,7 @@ kd_monitor_run (kd_config_t *config)
     }
     rc = 0;
 cleanup:
+    kd_server_destroy (&self->server);
     kd_shardset_destroy (&self->book);
     kd_metrics_destroy (&self->metrics);
     kd_peer_destroy (&self->peer);

@@ -6,6 +6,6 @@
 
 //  Run the monitor until STOP or a signal.  Returns the exit code.
 int
-    kd_monitor_run (kd_config_t *config);
+    kd_monitor_run (kd_config_t *config, zsock_t *pipe);
 
 #endif

@@ -20,6 +20,8 @@
 #include "kd_aggregators.h"
 #include "kd_guard.h"
 #include "kd_role.h"
+#include "kd_server.h"
+#include "kd_service.h"
 #include <math.h>
 #include <msgpack.h>
 
@@ -173,6 +175,8 @@ typedef struct {
     uint64_t next_heartbeat;    //  ms
     uint64_t next_status;       //  ms
     int heartbeat_ms;           //  interval
+    int status_ms;              //  interval of STATUS to the monitor
+    kd_server_t *server;        //  the request loop
     int liveness;               //  missed intervals that mean death
     uint64_t session;           //  this scheduler instance, sent in WELCOME
     uint64_t resumed_from;      //  version training resumed from (0 = fresh)
@@ -1368,8 +1372,10 @@ s_unregister_key (self_t *self, s_member_t *m)
         zhashx_delete (self->by_key, m->key);
 }
 
-static void
-s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
+//  HELLO, first part: who the peer says it is, checked against its key,
+//  its path and the cluster.  Returns 0 with its role, or -1 refused.
+static int
+s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t *role_p)
 {
     const char *role_name = kd_msg_str (msg, KD_F_ROLE);
     const char *name = kd_msg_str (msg, KD_F_NAME);
@@ -1387,17 +1393,17 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         role = S_ROLE_EVALUATOR;
     else {
         s_error (self, id, KD_ERR_MALFORMED, "role must be worker, shard, monitor or evaluator");
-        return;
+        return -1;
     }
     if (!*name) {
         s_error (self, id, KD_ERR_MALFORMED, "name must not be empty");
-        return;
+        return -1;
     }
     //  Commits and evaluations are not relayed: only workers sit behind an
     //  aggregator.
     if (self->via && role != S_ROLE_WORKER) {
         s_error (self, id, KD_ERR_STATE, "only workers may register through an aggregator");
-        return;
+        return -1;
     }
     //  Under CURVE a key registers only as the role it was issued for.
     if (*self->src.role && strcmp (self->src.role, role_name)) {
@@ -1406,14 +1412,14 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
                   self->src.role, role_name);
         kd_warn ("%s name=%s key=%s", reason, name, self->src.user);
         s_error (self, id, KD_ERR_FORBIDDEN, reason);
-        return;
+        return -1;
     }
     if (role == S_ROLE_SHARD && !*kd_msg_str (msg, KD_F_ENDPOINT)) {
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
-        return;
+        return -1;
     }
     if (role == S_ROLE_WORKER && self->external && s_adopt_layout (self, msg, id))
-        return;
+        return -1;
     if (role == S_ROLE_WORKER) {
         //  Partitions index one training set, so every worker must hold the
         //  same one: the first report sets its size.
@@ -1425,19 +1431,29 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
             snprintf (reason, sizeof reason, "training set has %llu rows, the cluster's has %llu",
                       (unsigned long long) rows, (unsigned long long) self->train_rows);
             s_error (self, id, KD_ERR_STATE, reason);
-            return;
+            return -1;
         }
     }
+    *role_p = role;
+    return 0;
+}
+
+//  HELLO, second part: the member of that name, found or made with a
+//  rank (a free one, or the one it asks back).  NULL when refused.
+static s_member_t *
+s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t role)
+{
+    const char *name = kd_msg_str (msg, KD_F_NAME);
     s_member_t *m = (s_member_t *) zhashx_lookup (self->by_name, name);
     //  One monitor at a time: a second one would silently take over the
     //  evaluations and the stream.
     if (role == S_ROLE_MONITOR && self->monitor && self->monitor->alive && self->monitor != m) {
         s_error (self, id, KD_ERR_STATE, "a monitor is already registered");
-        return;
+        return NULL;
     }
     if (m && m->role != role) {
         s_error (self, id, KD_ERR_STATE, "name already registered with another role");
-        return;
+        return NULL;
     }
     //  Under CURVE a name belongs to the key that first registered it:
     //  another key cannot take its rank by reusing the name.  (Without
@@ -1447,7 +1463,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         snprintf (reason, sizeof reason, "name %s is bound to another key", name);
         kd_warn ("hello refused name=%s key=%s: registered by key=%s", name, self->src.user, m->key);
         s_error (self, id, KD_ERR_FORBIDDEN, reason);
-        return;
+        return NULL;
     }
     //  A member that names the rank it held (a shard restored from its
     //  checkpoint, or anyone after a scheduler restart) gets it back if it
@@ -1469,7 +1485,6 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
             zhashx_delete (self->by_name, old->name);
         }
     }
-    bool rejoin = m != NULL;
     if (!m) {
         int64_t rank = -1;
         if (role == S_ROLE_WORKER) {
@@ -1491,11 +1506,11 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         if (rank < 0) {
             s_error (self, id, KD_ERR_STATE, role == S_ROLE_SHARD ? "all shard ranks are taken"
                                                                    : "no free worker rank");
-            return;
+            return NULL;
         }
         if (role == S_ROLE_WORKER && self->state != S_WAITING && self->state != S_TRAINING) {
             s_error (self, id, KD_ERR_STATE, "training has ended");
-            return;
+            return NULL;
         }
         //  One key may register only so many names: a peer cannot fill the
         //  rank table by inventing names.
@@ -1508,7 +1523,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
                       (long long) kd_config_int (self->config, "max-registrations-per-key"));
             kd_warn ("hello refused name=%s: %s", name, reason);
             s_error (self, id, KD_ERR_LIMIT, reason);
-            return;
+            return NULL;
         }
         zhashx_update (self->by_key, key, (void *) (names + 1));
         m = (s_member_t *) zmalloc (sizeof *m);
@@ -1523,6 +1538,15 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         if (role == S_ROLE_SHARD)
             self->shards [rank] = m;
     }
+    return m;
+}
+
+//  HELLO, third part: the member's new routing id and what it announced.
+//  Says whether it came from a new process, and whether it was alive.
+static void
+s_hello_bind (self_t *self, s_member_t *m, kd_msg_t *msg, zframe_t *id, bool *restarted_p, bool *was_alive_p)
+{
+    s_role_t role = m->role;
     //  A new routing id replaces the old one (a restarted process).  A
     //  worker that restarted lost its place in the barrier: it leaves and
     //  joins again, so it gets a fresh RELEASE.
@@ -1560,6 +1584,17 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         m->version = kd_msg_uint (msg, KD_F_VERSION);
         m->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     }
+    *restarted_p = restarted;
+    *was_alive_p = was_alive;
+}
+
+//  HELLO, last part: the member is told where it stands (WELCOME, START,
+//  a resync), and the run may start.
+static void
+s_hello_welcome (self_t *self, s_member_t *m, kd_msg_t *msg, bool rejoin, bool restarted, bool was_alive)
+{
+    s_role_t role = m->role;
+    const char *name = m->name;
     kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", s_role_name (role),
              name, (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
     //  A shard of an external model waits for its layout (s_adopt_layout).
@@ -1593,6 +1628,22 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
         }
     }
     s_maybe_start (self);
+}
+
+//  HELLO: a peer registers, or registers again (a restart, a rejoin).
+static void
+s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
+{
+    s_role_t role;
+    if (s_hello_check (self, msg, id, &role))
+        return;
+    bool rejoin = zhashx_lookup (self->by_name, kd_msg_str (msg, KD_F_NAME)) != NULL;
+    s_member_t *m = s_hello_admit (self, msg, id, role);
+    if (!m)
+        return;
+    bool restarted, was_alive;
+    s_hello_bind (self, m, msg, id, &restarted, &was_alive);
+    s_hello_welcome (self, m, msg, rejoin, restarted, was_alive);
 }
 
 //  A worker is gone (LEAVE or death): release anyone who waited on it.
@@ -1781,39 +1832,6 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
 
 static void s_on_peer_message (self_t *self, kd_msg_t *msg);
 static void s_on_relay (self_t *self, kd_msg_t *relay);
-
-//  One message on the ROUTER, waited for or not; returns false when there
-//  was none to read.
-static bool
-s_on_message (self_t *self, bool wait)
-{
-    kd_msg_t *msg = NULL;
-    zframe_t *id = NULL;
-    kd_msg_err_t err;
-    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &self->src)
-                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &self->src);
-    if (rc == 1)
-        return false;
-    if (rc == -2) {
-        s_error (self, id, err.code, err.reason);
-        zframe_destroy (&id);
-        return true;
-    }
-    if (rc != 0)
-        return true;
-    zframe_t *rid = kd_msg_routing_id (msg);
-    if (!kd_role_check (KD_SVC_SCHEDULER, &self->src, msg, self->router)) {
-        kd_guard_strike (self->guard, rid, "forbidden for its role");
-        kd_msg_destroy (&msg);
-        return true;
-    }
-    if (kd_msg_type (msg) == KD_MSG_RELAY)
-        s_on_relay (self, msg);
-    else
-        s_on_peer_message (self, msg);
-    kd_msg_destroy (&msg);
-    return true;
-}
 
 //  One message from a peer, received directly or unpacked from a RELAY
 //  (then self->via is its aggregator).  Does not take the message.
@@ -2094,8 +2112,64 @@ kd_scheduler_optimizer (kd_config_t *config, char *spec, size_t spec_size,
     return kd_optimizer_format (&o, spec, spec_size);
 }
 
+//  A request the loop checked (codec, guard, role): a RELAY is unpacked,
+//  anything else handled as one peer's message.
+static void
+s_on_request (void *state, kd_msg_t *msg)
+{
+    self_t *self = (self_t *) state;
+    self->src = *kd_server_source (self->server);
+    if (kd_msg_type (msg) == KD_MSG_RELAY)
+        s_on_relay (self, msg);
+    else
+        s_on_peer_message (self, msg);
+    if (self->state == S_DONE)
+        kd_server_stop (self->server);
+}
+
+static void
+s_on_server_error (void *state, zframe_t *id, int code, const char *reason)
+{
+    s_error ((self_t *) state, id, code, reason);
+}
+
+//  After every turn: timers, the run's limits, the aggregators' RELAYs,
+//  and how long the next poll may wait.
+static int
+s_on_loop_tick (void *state)
+{
+    self_t *self = (self_t *) state;
+    uint64_t now = kd_now_ms ();
+    if (now >= self->next_heartbeat) {
+        s_on_heartbeat (self);
+        self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
+    }
+    if (now >= self->next_status) {
+        s_on_status (self);
+        self->next_status = now + (uint64_t) self->status_ms;
+    }
+    s_on_tick (self);
+    //  Workers behind aggregators get this turn's messages in one RELAY
+    //  per aggregator.
+    kd_aggregators_flush (self->aggs);
+    if (self->state == S_DONE) {
+        kd_server_stop (self->server);
+        return 0;
+    }
+    //  A short tick bounds LSP windows and run-time limits; an adaptive
+    //  phase that waits for an overdue worker asks for a shorter one, so it
+    //  is released when the worker stops being waited for and not up to a
+    //  tick later.
+    int timeout = S_MAX_POLL_MS;
+    uint64_t deadline = self->ctl ? kd_controller_deadline (self->ctl) : UINT64_MAX;
+    now = kd_now_ms ();
+    if (self->state == S_TRAINING && deadline < now + S_MAX_POLL_MS)
+        timeout = deadline > now ? (int) (deadline - now) : 0;
+    return timeout;
+}
+
 int
-kd_scheduler_run (kd_config_t *config)
+kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
 {
     int rc = 1;
     //  Settings read on hot paths are bound to typed fields once, here.
@@ -2190,51 +2264,18 @@ kd_scheduler_run (kd_config_t *config)
              s_model_name (self), kd_config_str (config, "consistency"));
 
     uint64_t now = kd_now_ms ();
-    int status_ms = (int) kd_config_int (config, "status-ms");
+    self->status_ms = (int) kd_config_int (config, "status-ms");
     self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
-    self->next_status = now + (uint64_t) status_ms;
-    zpoller_t *poller = zpoller_new (self->router, NULL);
-    if (kd_guard_socket (self->guard))
-        zpoller_add (poller, kd_guard_socket (self->guard));
-    while (self->state != S_DONE && !zsys_interrupted) {
-        //  A short tick bounds LSP windows and run-time limits; an
-        //  adaptive phase that waits for an overdue worker asks for a
-        //  shorter one, so it is released when the worker stops being
-        //  waited for and not up to a tick later.
-        int timeout = S_MAX_POLL_MS;
-        uint64_t deadline = self->ctl ? kd_controller_deadline (self->ctl) : UINT64_MAX;
-        uint64_t now_ms = kd_now_ms ();
-        if (self->state == S_TRAINING && deadline < now_ms + S_MAX_POLL_MS)
-            timeout = deadline > now_ms ? (int) (deadline - now_ms) : 0;
-        void *which = zpoller_wait (poller, timeout);
-        if (which == self->router) {
-            //  Drain a burst of messages before looking at timers, each
-            //  after the first read without waiting (no poll per message).
-            for (int i = 0; i < 1000 && self->state != S_DONE; i++)
-                if (!s_on_message (self, i == 0))
-                    break;
-        }
-        else
-        if (which && which == kd_guard_socket (self->guard))
-            kd_guard_on_event (self->guard);
-        else
-        if (zpoller_terminated (poller))
-            break;
-        now = kd_now_ms ();
-        if (now >= self->next_heartbeat) {
-            s_on_heartbeat (self);
-            self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
-        }
-        if (now >= self->next_status) {
-            s_on_status (self);
-            self->next_status = now + (uint64_t) status_ms;
-        }
-        s_on_tick (self);
-        //  Workers behind aggregators get this turn's messages in one RELAY
-        //  per aggregator.
-        kd_aggregators_flush (self->aggs);
-    }
-    zpoller_destroy (&poller);
+    self->next_status = now + (uint64_t) self->status_ms;
+    self->server = kd_server_new (KD_SVC_SCHEDULER, self->router, self->guard, self);
+    kd_server_on (self->server, KD_MSG_TYPE_COUNT, s_on_request);
+    kd_server_set_error (self->server, s_on_server_error);
+    kd_server_set_tick (self->server, s_on_loop_tick);
+    //  A burst of arrivals is read before timers are looked at.
+    kd_server_set_burst (self->server, 1000);
+    kd_service_ready (pipe);
+    kd_server_run (self->server, pipe);
+    kd_server_destroy (&self->server);
     if (self->state != S_DONE)
         snprintf (self->reason, sizeof self->reason, "signal");
     s_write_summary (self);

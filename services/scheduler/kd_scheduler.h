@@ -14,6 +14,6 @@ int
 
 //  Run the scheduler until training ends or a signal.  Returns the exit code.
 int
-    kd_scheduler_run (kd_config_t *config);
+    kd_scheduler_run (kd_config_t *config, zsock_t *pipe);
 
 #endif

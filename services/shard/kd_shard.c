@@ -26,8 +26,9 @@
 #include "kd_keyed.h"
 #include "kd_checkpoint.h"
 #include "kd_guard.h"
-#include "kd_role.h"
 #include "kd_half.h"
+#include "kd_server.h"
+#include "kd_service.h"
 #include "kd_stage.h"
 #include <cblas.h>
 #include <malloc.h>
@@ -139,8 +140,8 @@ typedef struct {
     const float **step_grads;   //  s_on_commit scratch: gradients of a step
     double *step_weights;       //  s_on_commit scratch: their weights
     size_t step_cap;            //  entries the scratch holds
-    kd_msg_source_t src;        //  where the request being handled came from
-    zpoller_t *poller;          //  the service loop's poller
+    const kd_msg_source_t *src; //  where the request being handled came from
+    kd_server_t *server;        //  the request loop
     kd_chain_t *chain;          //  link to our successor in the chain
     bool primary;               //  we take workers' writes (always, unreplicated)
     bool placed;                //  a CHAIN has told us our place
@@ -1019,11 +1020,14 @@ s_on_commit (self_t *self, kd_msg_t *msg, kd_chain_dest_t dest)
 }
 
 static void s_on_chain (self_t *self, kd_msg_t *msg);
+static void s_on_chain_answer (void *state, zsock_t *sock);
 
 //  A message from the scheduler.
 static void
-s_on_scheduler (self_t *self)
+s_on_scheduler (void *state, zsock_t *sock)
 {
+    self_t *self = (self_t *) state;
+    (void) sock;
     kd_msg_t *msg = NULL;
     kd_msg_err_t err;
     int rc = kd_msg_recv (kd_peer_socket (self->peer), &msg, NULL, &err);
@@ -1201,20 +1205,20 @@ s_chain_admits (self_t *self, kd_msg_t *msg)
     bool forwarded = kd_msg_has (msg, KD_F_ROLE);
     const char *why = NULL;
     if (forwarded && (strcmp (kd_msg_str (msg, KD_F_ROLE), "shard")
-                  ||  (*self->src.role && strcmp (self->src.role, "shard")))) {
+                  ||  (*self->src->role && strcmp (self->src->role, "shard")))) {
         char reason [128];
         snprintf (reason, sizeof reason, "forbidden: only a shard forwards %s along a chain",
                   kd_msg_type_name (kd_msg_type (msg)));
-        kd_warn ("%s role=%s key=%s", reason, self->src.role, self->src.user);
+        kd_warn ("%s role=%s key=%s", reason, self->src->role, self->src->user);
         s_error (self, id, KD_ERR_FORBIDDEN, reason);
         return false;
     }
-    if (!forwarded && !strcmp (self->src.role, "shard")) {
+    if (!forwarded && !strcmp (self->src->role, "shard")) {
         //  A shard key writes only as a replica: forwards along a chain.
         char reason [128];
         snprintf (reason, sizeof reason, "forbidden: a shard key sends %s only as a chain's forward",
                   kd_msg_type_name (kd_msg_type (msg)));
-        kd_warn ("%s key=%s", reason, self->src.user);
+        kd_warn ("%s key=%s", reason, self->src->user);
         s_error (self, id, KD_ERR_FORBIDDEN, reason);
         return false;
     }
@@ -1260,7 +1264,7 @@ s_forward_of (self_t *self, kd_msg_t *msg, zframe_t *data)
 static uint64_t
 s_peer_key (self_t *self, zframe_t *id, uint64_t rank)
 {
-    const char *who = *self->src.user ? self->src.user : self->src.address;
+    const char *who = *self->src->user ? self->src->user : self->src->address;
     if (!*who)
         return s_peer_hash (id);
     uint64_t h = 1469598103934665603ull;
@@ -1414,8 +1418,9 @@ s_on_push_keyed (self_t *self, kd_msg_t *msg)
 
 //  PUSH: stage a gradient slice.  Idempotent per (rank, clock).
 static void
-s_on_push (self_t *self, kd_msg_t *msg)
+s_on_push (void *state, kd_msg_t *msg)
 {
+    self_t *self = (self_t *) state;
     zframe_t *id = kd_msg_routing_id (msg);
     if (!s_chain_admits (self, msg) || s_keyed_mismatch (self, msg))
         return;
@@ -1500,8 +1505,9 @@ s_on_push (self_t *self, kd_msg_t *msg)
 
 //  PULL: answer now, or park until the version exists.
 static void
-s_on_pull (self_t *self, kd_msg_t *msg)
+s_on_pull (void *state, kd_msg_t *msg)
 {
+    self_t *self = (self_t *) state;
     uint64_t want = kd_msg_uint (msg, KD_F_VERSION);
     //  A version far beyond ours can only be a confused or hostile peer;
     //  parking it would hold a slot for ever.
@@ -1571,8 +1577,9 @@ s_on_pull (self_t *self, kd_msg_t *msg)
 //  The first one wins; later ones (every worker may send one) and ones
 //  after a restore change nothing but are answered alike.
 static void
-s_on_init (self_t *self, kd_msg_t *msg)
+s_on_init (void *state, kd_msg_t *msg)
 {
+    self_t *self = (self_t *) state;
     if (!s_chain_admits (self, msg))
         return;
     if (self->keyed) {
@@ -1686,12 +1693,12 @@ static void
 s_chain_link (self_t *self, const char *endpoint)
 {
     zsock_t *old = kd_chain_socket (self->chain);
-    if (old && self->poller)
-        zpoller_remove (self->poller, old);
+    if (old && self->server)
+        kd_server_reader_end (self->server, old);
     kd_chain_set_successor (self->chain, endpoint);
     zsock_t *next = kd_chain_socket (self->chain);
-    if (next && self->poller)
-        zpoller_add (self->poller, next);
+    if (next && self->server)
+        kd_server_reader (self->server, next, s_on_chain_answer);
 }
 
 //  CHAIN: our place in our range's chain.  A primary takes the workers'
@@ -1733,8 +1740,9 @@ s_on_chain (self_t *self, kd_msg_t *msg)
 //  answered; SYNC end is, with SYNC_OK, to the predecessor and to the
 //  scheduler (which may promote us from then on).
 static void
-s_on_sync (self_t *self, kd_msg_t *msg)
+s_on_sync (void *state, kd_msg_t *msg)
 {
+    self_t *self = (self_t *) state;
     zframe_t *id = kd_msg_routing_id (msg);
     const char *kind = kd_msg_str (msg, KD_F_KIND);
     //  Parts are never answered, so that each forward and each transfer
@@ -1742,7 +1750,7 @@ s_on_sync (self_t *self, kd_msg_t *msg)
     //  answers ERROR (kind "sync").
     const char *why = NULL;
     int code = KD_ERR_UNAVAILABLE;
-    if (*self->src.role && strcmp (self->src.role, "shard")) {
+    if (*self->src->role && strcmp (self->src->role, "shard")) {
         why = "forbidden: only a shard sends its state";
         code = KD_ERR_FORBIDDEN;
     }
@@ -1847,8 +1855,9 @@ s_on_sync (self_t *self, kd_msg_t *msg)
 
 //  STATS: our counters, for the monitor's stream and metrics.
 static void
-s_on_stats (self_t *self, kd_msg_t *msg)
+s_on_stats (void *state, kd_msg_t *msg)
 {
+    self_t *self = (self_t *) state;
     uint64_t counters [KD_SC_COUNT] = {
         [KD_SC_PUSHES] = self->pushes, [KD_SC_PULLS] = self->pulls,
         [KD_SC_COMMITS] = self->commits, [KD_SC_BYTES_IN] = self->bytes_in,
@@ -1876,79 +1885,106 @@ s_on_stats (self_t *self, kd_msg_t *msg)
     kd_msg_send (&ok, self->router);
 }
 
-//  A request on the ROUTER, waited for or not; returns false when there
-//  was none to read.
+//  The request loop's gate: until the scheduler has registered us, only
+//  state transfers and heartbeats are served.
 static bool
-s_on_request (self_t *self, bool wait)
+s_gate (void *state, kd_msg_t *msg)
 {
-    kd_msg_t *msg = NULL;
-    zframe_t *id = NULL;
-    kd_msg_err_t err;
-    int rc = wait ? kd_guard_recv (self->guard, &msg, &id, &err, &self->src)
-                  : kd_guard_recv_nowait (self->guard, &msg, &id, &err, &self->src);
-    if (rc == 1)
-        return false;
-    if (rc == -2) {
-        s_error (self, id, err.code, err.reason);
-        zframe_destroy (&id);
+    self_t *self = (self_t *) state;
+    if (self->registered)
         return true;
-    }
-    zframe_destroy (&id);
-    if (rc != 0)
-        return true;
-    kd_msg_type_t type = kd_msg_type (msg);
-    if (!kd_role_check (KD_SVC_SHARD, &self->src, msg, self->router)) {
-        //  A key that keeps trying what its role may not do is cut off too.
-        self->errors++;
-        kd_guard_strike (self->guard, kd_msg_routing_id (msg), "forbidden for its role");
-    }
-    else
-    if (type == KD_MSG_SYNC)
-        s_on_sync (self, msg);
-    else
-    if (!self->registered && type != KD_MSG_HEARTBEAT && type != KD_MSG_ERROR)
-        s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");
-    else
-    if (type == KD_MSG_PUSH)
-        s_on_push (self, msg);
-    else
-    if (type == KD_MSG_COMMIT) {
-        if (s_chain_admits (self, msg))
-            s_on_commit (self, msg, KD_CHAIN_ROUTER);
-    }
-    else
-    if (type == KD_MSG_PULL)
-        s_on_pull (self, msg);
-    else
-    if (type == KD_MSG_SHM) {
-        kd_msg_t *reply = kd_attach_on_shm (self->attach, msg, self->keyed ? 0 : self->n);
-        kd_msg_send (&reply, self->router);
-    }
-    else
-    if (type == KD_MSG_INIT)
-        s_on_init (self, msg);
-    else
-    if (type == KD_MSG_STATS)
-        s_on_stats (self, msg);
-    else
-    if (type == KD_MSG_HEARTBEAT) {
-        kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
-        kd_msg_set_routing_id (hb, kd_msg_routing_id (msg));
-        kd_msg_send (&hb, self->router);
-    }
-    else
-    if (type == KD_MSG_ERROR)
-        //  Never answer an ERROR with an ERROR: two peers could ping-pong.
-        kd_warn ("peer error code=%llu reason=\"%s\"",
-                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+    s_error (self, kd_msg_routing_id (msg), KD_ERR_UNAVAILABLE, "shard not registered yet");
+    return false;
+}
+
+static void
+s_on_error (void *state, zframe_t *id, int code, const char *reason)
+{
+    self_t *self = (self_t *) state;
+    if (id)
+        s_error (self, id, code, reason);
     else {
-        char reason [96];
-        snprintf (reason, sizeof reason, "command invalid: %s", kd_msg_type_name (type));
-        s_error (self, kd_msg_routing_id (msg), KD_ERR_UNKNOWN_TYPE, reason);
-        kd_guard_strike (self->guard, kd_msg_routing_id (msg), reason);
+        kd_warn ("error code=%d reason=\"%s\"", code, reason);
+        self->errors++;
     }
-    kd_msg_destroy (&msg);
-    return true;
+}
+
+//  COMMIT from the scheduler, through the chain's admission.
+static void
+s_on_commit_request (void *state, kd_msg_t *msg)
+{
+    self_t *self = (self_t *) state;
+    if (s_chain_admits (self, msg))
+        s_on_commit (self, msg, KD_CHAIN_ROUTER);
+}
+
+static void
+s_on_shm (void *state, kd_msg_t *msg)
+{
+    self_t *self = (self_t *) state;
+    kd_msg_t *reply = kd_attach_on_shm (self->attach, msg, self->keyed ? 0 : self->n);
+    kd_msg_send (&reply, self->router);
+}
+
+//  A successor's answer to what we forwarded.  One that refused gets our
+//  state again, shortly: it may still be registering.
+static void
+s_on_chain_answer (void *state, zsock_t *sock)
+{
+    self_t *self = (self_t *) state;
+    (void) sock;
+    if (kd_chain_on_answer (self->chain) < 0 && !self->resync_at)
+        self->resync_at = kd_now_ms () + 200;
+}
+
+//  After every turn: timers, and how long the next poll may wait.
+static int
+s_on_tick (void *state)
+{
+    self_t *self = (self_t *) state;
+    if (self->stop)
+        kd_server_stop (self->server);
+    if (self->resync_at && kd_now_ms () >= self->resync_at && self->synced)
+        s_sync_successor (self);
+    kd_peer_set_version (self->peer, self->version);
+    kd_peer_tick (self->peer);
+    //  Time-based checkpoints also fire while no commits come.
+    s_checkpoint (self, false);
+    if (kd_now_ms () >= self->reap_at) {
+        kd_attach_reap (self->attach);
+        self->reap_at = kd_now_ms () + S_REAP_MS;
+    }
+    if (kd_now_ms () >= self->sweep_at) {
+        s_sweep (self);
+        self->sweep_at = kd_now_ms () + S_SWEEP_MS;
+    }
+    return kd_peer_timeout (self->peer) + 1;
+}
+
+//  The request loop: what the shard serves, and to whom it listens.
+static kd_server_t *
+s_server_new (self_t *self)
+{
+    kd_server_t *server = kd_server_new (KD_SVC_SHARD, self->router, self->guard, self);
+    kd_server_on (server, KD_MSG_PUSH, s_on_push);
+    kd_server_on (server, KD_MSG_COMMIT, s_on_commit_request);
+    kd_server_on (server, KD_MSG_PULL, s_on_pull);
+    kd_server_on (server, KD_MSG_SHM, s_on_shm);
+    kd_server_on (server, KD_MSG_INIT, s_on_init);
+    kd_server_on (server, KD_MSG_STATS, s_on_stats);
+    kd_server_on (server, KD_MSG_SYNC, s_on_sync);
+    kd_server_echo_heartbeats (server);
+    kd_server_set_gate (server, s_gate);
+    kd_server_open (server, KD_MSG_SYNC);
+    kd_server_open (server, KD_MSG_HEARTBEAT);
+    kd_server_set_error (server, s_on_error);
+    kd_server_set_tick (server, s_on_tick);
+    //  The bound keeps the scheduler's socket served under load.
+    kd_server_set_burst (server, S_BURST);
+    kd_server_reader (server, kd_peer_socket (self->peer), s_on_scheduler);
+    if (kd_chain_socket (self->chain))
+        kd_server_reader (server, kd_chain_socket (self->chain), s_on_chain_answer);
+    return server;
 }
 
 //  Parked-pull destructor.
@@ -1965,7 +2001,7 @@ s_parked_destroy (void **item)
 }
 
 int
-kd_shard_run (kd_config_t *config)
+kd_shard_run (kd_config_t *config, zsock_t *pipe)
 {
     int rc = 1;
     self_t self_s = { .config = config }, *self = &self_s;
@@ -2045,55 +2081,10 @@ kd_shard_run (kd_config_t *config)
     kd_info ("listening endpoint=%s advertise=%s", kd_config_str (config, "bind"), self->endpoint);
     kd_peer_hello (self->peer);
 
-    zpoller_t *poller = zpoller_new (self->router, kd_peer_socket (self->peer), NULL);
-    if (kd_guard_socket (self->guard))
-        zpoller_add (poller, kd_guard_socket (self->guard));
-    self->poller = poller;
-    while (!self->stop && !zsys_interrupted) {
-        void *which = zpoller_wait (poller, kd_peer_timeout (self->peer) + 1);
-        if (which == self->router) {
-            //  A burst is read before polling again: one poll system call
-            //  per small request was most of its cost.  The bound keeps the
-            //  scheduler's socket served.  After the first, each read asks
-            //  the socket without waiting, which costs no system call while
-            //  requests are queued (asking ZMQ_EVENTS costs a poll).
-            for (int i = 0; i < S_BURST; i++)
-                if (!s_on_request (self, i == 0))
-                    break;
-        }
-        else
-        if (which == kd_peer_socket (self->peer))
-            s_on_scheduler (self);
-        else
-        if (which && which == kd_chain_socket (self->chain)) {
-            //  A successor that refused a forward gets our state again,
-            //  shortly: it may still be registering.
-            if (kd_chain_on_answer (self->chain) < 0 && !self->resync_at)
-                self->resync_at = kd_now_ms () + 200;
-        }
-        else
-        if (which && which == kd_guard_socket (self->guard))
-            kd_guard_on_event (self->guard);
-        else
-        if (zpoller_terminated (poller))
-            break;
-        if (self->resync_at && kd_now_ms () >= self->resync_at && self->synced)
-            s_sync_successor (self);
-        kd_peer_set_version (self->peer, self->version);
-        kd_peer_tick (self->peer);
-        //  Time-based checkpoints also fire while no commits come.
-        s_checkpoint (self, false);
-        if (kd_now_ms () >= self->reap_at) {
-            kd_attach_reap (self->attach);
-            self->reap_at = kd_now_ms () + S_REAP_MS;
-        }
-        if (kd_now_ms () >= self->sweep_at) {
-            s_sweep (self);
-            self->sweep_at = kd_now_ms () + S_SWEEP_MS;
-        }
-    }
-    self->poller = NULL;
-    zpoller_destroy (&poller);
+    self->server = s_server_new (self);
+    self->src = kd_server_source (self->server);
+    kd_service_ready (pipe);
+    kd_server_run (self->server, pipe);
     //  A clean stop loses nothing: the last version goes to disk.
     s_checkpoint (self, true);
     //  The CRC of the values lets replicas of a range be compared bit for bit.
@@ -2116,7 +2107,8 @@ kd_shard_run (kd_config_t *config)
              "refused=%llu clipped=%llu limited=%llu disconnects=%llu aged_staged=%llu aged_parked=%llu",
              (unsigned long long) self->version, (unsigned long long) self->pushes,
              (unsigned long long) self->commits, (unsigned long long) self->pulls,
-             (unsigned long long) self->errors, (unsigned long long) self->lost,
+             (unsigned long long) (self->errors + kd_server_forbidden (self->server)),
+             (unsigned long long) self->lost,
              (unsigned long long) self->ckpt_written, (unsigned long long) self->refused,
              (unsigned long long) self->clipped, (unsigned long long) self->limited,
              (unsigned long long) kd_guard_disconnects (self->guard),
@@ -2124,6 +2116,7 @@ kd_shard_run (kd_config_t *config)
              (unsigned long long) self->parked_expired);
     rc = 0;
 cleanup:
+    kd_server_destroy (&self->server);
     s_ckpt_rows_free (self);
     kd_stage_destroy (&self->staged);
     free (self->last_push);

@@ -7,6 +7,6 @@
 
 //  Run the shard until STOP or a signal.  Returns the process exit code.
 int
-    kd_shard_run (kd_config_t *config);
+    kd_shard_run (kd_config_t *config, zsock_t *pipe);
 
 #endif

@@ -262,7 +262,7 @@ s_evaluate (self_t *self)
 }
 
 int
-kd_worker_run (kd_config_t *config)
+kd_worker_run (kd_config_t *config, zsock_t *pipe)
 {
     self_t self_s = { .config = config }, *self = &self_s;
     char err [512];
@@ -313,6 +313,9 @@ kd_worker_run (kd_config_t *config)
         exit_code = 1;
         goto cleanup;
     }
+    kd_client_set_cancel (self->client, pipe);
+    //  A worker binds nothing: it is ready once its client exists.
+    kd_service_ready (pipe);
     if (self->evaluator)
         kd_client_set_evaluator (self->client);
     kd_client_set_max_msg_bytes (self->client, kd_config_int (config, "max-msg-bytes"));
@@ -353,8 +356,9 @@ kd_worker_run (kd_config_t *config)
     if (!kd_client_stopped (self->client))
         exit_code = 1;
     else
-    if (zsys_interrupted)
-        //  SIGTERM: leave gracefully so the barrier stops counting us now.
+    if (zsys_interrupted || (pipe && zsock_events (pipe) & ZMQ_POLLIN))
+        //  SIGTERM, or "$TERM" to the actor: leave gracefully so the barrier
+        //  stops counting us now.
         kd_client_leave (self->client, "signal");
     kd_info ("exit rank=%llu version=%llu pulls_skipped=%llu",
              (unsigned long long) kd_client_rank (self->client),

@@ -9,7 +9,7 @@
 //  Run the worker until STOP, a signal or a fatal error.  Returns the exit
 //  code.
 int
-    kd_worker_run (kd_config_t *config);
+    kd_worker_run (kd_config_t *config, zsock_t *pipe);
 
 //  Speed factor of a rank in heterogeneity period k under --hetero dynamic:
 //  a seeded subset of the workers changes speed every period.  Pure, so every

@@ -1,8 +1,9 @@
 /*  Integration tests: the real service binaries on loopback.
 
     - kudus local on a small budget trains to clearly better than chance;
-    - a raw ZeroMQ client sends garbage to each service, which answers ERROR
-      and still serves a valid request afterwards;
+    - a flood of garbage leaves each service's memory bounded, and valid
+      requests answered (the answer to each malformed message is checked in
+      tests/inproc/test_inproc.c, on the services as actors);
     - SIGTERM makes each service exit cleanly.
 */
 #include <criterion/criterion.h>
@@ -137,15 +138,17 @@ Test (services, local_cluster_trains_better_than_chance)
     free (json);
 }
 
-//  --consistency auto with a worker 8 times slower than the rest: the
+//  --consistency auto with a worker 16 times slower than the rest: the
 //  phases first leave it behind (LSP), then the first regroup gives it a
 //  group of its own (ALSP), since under one group its every gradient would
 //  miss more than s commits.  Each switch is in the summary with its
-//  reason, and on the stream as an event.
+//  reason, and on the stream as an event.  (At 8 times, a loaded machine
+//  slows the fast workers' real compute until the split is near the s + 1
+//  = 4 threshold, and auto rightly goes back and forth.)
 Test (services, auto_switches_for_a_far_straggler)
 {
-    const char *args [] = { "--workers", "4", "--shards", "1", "--epochs", "50", "--delay-ms", "10",
-                            "--straggler", "3:8", "--consistency", "auto", "--max-seconds", "6",
+    const char *args [] = { "--workers", "4", "--shards", "1", "--epochs", "50", "--delay-ms", "20",
+                            "--straggler", "3:16", "--consistency", "auto", "--max-seconds", "6",
                             NULL };
     //  Follow the stream, where each switch is an event.
     char pub [64], tail_json [256];
@@ -236,118 +239,6 @@ s_client (const char *endpoint)
     return sock;
 }
 
-//  Send raw frames.
-static void
-s_send_raw (zsock_t *sock, const void *a, size_t alen, const void *b, size_t blen)
-{
-    zmsg_t *msg = zmsg_new ();
-    zmsg_addmem (msg, a, alen);
-    if (b)
-        zmsg_addmem (msg, b, blen);
-    zmsg_send (&msg, sock);
-}
-
-//  Encode a header map {"v": version, "t": type} plus one extra pair.
-static size_t
-s_header (char *buf, size_t size, unsigned version, const char *type, const char *key, int value)
-{
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init (&sb);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map (&pk, key ? 3 : 2);
-    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "v", 1);
-    msgpack_pack_uint32 (&pk, version);
-    msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "t", 1);
-    msgpack_pack_str (&pk, strlen (type)); msgpack_pack_str_body (&pk, type, strlen (type));
-    if (key) {
-        msgpack_pack_str (&pk, strlen (key)); msgpack_pack_str_body (&pk, key, strlen (key));
-        msgpack_pack_int (&pk, value);
-    }
-    size_t n = sb.size < size ? sb.size : size;
-    memcpy (buf, sb.data, n);
-    msgpack_sbuffer_destroy (&sb);
-    return n;
-}
-
-//  Send the malformed set; return how many should be answered with ERROR.
-static int
-s_send_garbage (zsock_t *sock)
-{
-    char buf [256];
-    int expected = 0;
-    uint8_t bomb [] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
-    s_send_raw (sock, bomb, sizeof bomb, NULL, 0); expected++;
-    uint8_t mapbomb [] = { 0xdf, 0xff, 0xff, 0xff, 0xff };
-    s_send_raw (sock, mapbomb, sizeof mapbomb, NULL, 0); expected++;
-    s_send_raw (sock, "hello world", 11, NULL, 0); expected++;
-    size_t n = s_header (buf, sizeof buf, 1, "NO_SUCH_TYPE", NULL, 0);
-    s_send_raw (sock, buf, n, NULL, 0); expected++;
-    n = s_header (buf, sizeof buf, 99, "HEARTBEAT", NULL, 0);
-    s_send_raw (sock, buf, n, NULL, 0); expected++;
-    n = s_header (buf, sizeof buf, 1, "PULL", NULL, 0);     //  missing version
-    s_send_raw (sock, buf, n, NULL, 0); expected++;
-    n = s_header (buf, sizeof buf, 1, "PULL", "version", -5);   //  wrong type
-    s_send_raw (sock, buf, n, NULL, 0); expected++;
-    n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
-    s_send_raw (sock, buf, n - 3, NULL, 0); expected++;     //  truncated
-    n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
-    s_send_raw (sock, buf, n, "abc", 3); expected++;        //  unexpected data frame
-    srand (7);
-    for (int i = 0; i < 200; i++) {
-        char junk [64];
-        size_t len = 1 + (size_t) rand () % sizeof junk;
-        for (size_t j = 0; j < len; j++)
-            junk [j] = (char) rand ();
-        s_send_raw (sock, junk, len, NULL, 0);
-        expected++;
-    }
-    return expected;
-}
-
-//  Read replies until `want` ERRORs or a timeout; returns ERRORs seen.
-static int
-s_count_errors (zsock_t *sock, int want)
-{
-    int errors = 0;
-    while (errors < want) {
-        kd_msg_t *msg = NULL;
-        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
-            break;
-        if (kd_msg_type (msg) == KD_MSG_ERROR)
-            errors++;
-        kd_msg_destroy (&msg);
-    }
-    return errors;
-}
-
-//  Wait for a reply of one type, skipping up to max_skip others (the ERRORs
-//  that answer garbage sent before); true if it came.
-static bool
-s_expect_within (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out, int max_skip)
-{
-    for (int i = 0; i < max_skip; i++) {
-        kd_msg_t *msg = NULL;
-        if (kd_msg_recv (sock, &msg, NULL, &(kd_msg_err_t) { 0 }) != 0)
-            return false;
-        if (kd_msg_type (msg) == type) {
-            if (out)
-                *out = msg;
-            else
-                kd_msg_destroy (&msg);
-            return true;
-        }
-        kd_msg_destroy (&msg);
-    }
-    return false;
-}
-
-static bool
-s_expect (zsock_t *sock, kd_msg_type_t type, kd_msg_t **out)
-{
-    return s_expect_within (sock, type, out, 50);
-}
-
 static bool
 s_alive (pid_t pid)
 {
@@ -387,95 +278,6 @@ s_start_services (const s_endpoints_t *e, const char *flag, const char *value,
     pids [2] = kd_test_spawn (a_mon, log);
     //  Let the shard register and the monitor load its data.
     usleep (1500 * 1000);
-}
-
-Test (services, garbage_is_answered_and_valid_requests_still_work)
-{
-    char log [256];
-    s_endpoints_t ep;
-    s_endpoints (&ep);
-    snprintf (log, sizeof log, "%s/services.log", s_dir);
-    pid_t started [3];
-    s_start_services (&ep, "--max-msg-bytes", "65536", log, started);
-    pid_t p_sched = started [0], p_shard = started [1], p_mon = started [2];
-    const char *endpoints [] = { ep.sched, ep.shard, ep.intake };
-    bool all_ok = true;
-    for (int e = 0; e < 3; e++) {
-        zsock_t *client = s_client (endpoints [e]);
-        int expected = s_send_garbage (client);
-        int errors = s_count_errors (client, expected);
-        all_ok = all_ok && errors == expected;
-        cr_expect (errors == expected, "%s answered %d of %d malformed messages with ERROR",
-                   endpoints [e], errors, expected);
-        //  An oversize frame makes ZeroMQ drop the connection; the client
-        //  reconnects by itself and is served again.
-        size_t big = 100000;
-        char *huge = calloc (1, big);
-        s_send_raw (client, huge, big, NULL, 0);
-        free (huge);
-        usleep (300 * 1000);
-        kd_msg_t *req;
-        kd_msg_type_t want;
-        if (e == 0) {
-            req = kd_msg_new (KD_MSG_HELLO);
-            kd_msg_set_str (req, KD_F_ROLE, "worker");
-            kd_msg_set_str (req, KD_F_NAME, "garbage-test-client");
-            want = KD_MSG_WELCOME;
-        }
-        else
-        if (e == 1) {
-            req = kd_msg_new (KD_MSG_PULL);
-            kd_msg_set_uint (req, KD_F_VERSION, 0);
-            want = KD_MSG_PULL_OK;
-        }
-        else {
-            req = kd_msg_new (KD_MSG_HEARTBEAT);
-            want = KD_MSG_HEARTBEAT;
-        }
-        kd_msg_send (&req, client);
-        kd_msg_t *reply = NULL;
-        bool ok = s_expect (client, want, &reply);
-        all_ok = all_ok && ok;
-        cr_expect (ok, "%s did not answer a valid request after garbage", endpoints [e]);
-        if (ok && e == 1) {
-            size_t count = 0;
-            kd_msg_data_floats (reply, &count);
-            cr_expect (count == kd_model_param_count (KD_MODEL_SOFTMAX, 0));
-        }
-        kd_msg_destroy (&reply);
-        zsock_destroy (&client);
-    }
-    //  A second monitor may not take over the stream and the evaluations.
-    zsock_t *impostor = s_client (ep.sched);
-    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
-    kd_msg_set_str (hello, KD_F_ROLE, "monitor");
-    kd_msg_set_str (hello, KD_F_NAME, "impostor");
-    kd_msg_send (&hello, impostor);
-    kd_msg_t *refusal = NULL;
-    bool refused = s_expect (impostor, KD_MSG_ERROR, &refusal);
-    cr_expect (refused && kd_msg_uint (refusal, KD_F_CODE) == KD_ERR_STATE,
-               "a second monitor was not refused");
-    all_ok = all_ok && refused;
-    kd_msg_destroy (&refusal);
-    zsock_destroy (&impostor);
-    bool alive [] = { s_alive (p_sched), s_alive (p_shard), s_alive (p_mon) };
-    cr_expect (alive [0], "scheduler died");
-    cr_expect (alive [1], "shard died");
-    cr_expect (alive [2], "monitor died");
-    all_ok = all_ok && alive [0] && alive [1] && alive [2];
-    pid_t pids [] = { p_shard, p_mon, p_sched };
-    for (int i = 0; i < 3; i++) {
-        kill (pids [i], SIGTERM);
-        int status = -1;
-        bool exited = kd_test_wait (pids [i], 10000, &status);
-        bool clean = exited && WIFEXITED (status) && WEXITSTATUS (status) == 0;
-        all_ok = all_ok && clean;
-        cr_expect (clean,
-                   "service %d did not exit cleanly after SIGTERM (status %d)", i, status);
-        kd_test_kill (pids [i]);
-    }
-    if (!all_ok)
-        s_dump (log);
 }
 
 //  Start a service, give it time to get into its loop, SIGTERM it.
@@ -772,27 +574,27 @@ s_send_one_garbage (zsock_t *sock, unsigned *seed)
         n = 1 + (size_t) rand_r (seed) % sizeof buf;
         for (size_t i = 0; i < n; i++)
             buf [i] = (char) rand_r (seed);
-        s_send_raw (sock, buf, n, NULL, 0);
+        kd_test_send_raw (sock, buf, n, NULL, 0);
     }
     else
     if (kind == 1) {
-        n = s_header (buf, sizeof buf, 1, "PUSH", "rank", rand_r (seed));
-        s_send_raw (sock, buf, n, "abcdefg", 7);        //  missing fields, odd frame
+        n = kd_test_header (buf, sizeof buf, 1, "PUSH", "rank", rand_r (seed));
+        kd_test_send_raw (sock, buf, n, "abcdefg", 7);        //  missing fields, odd frame
     }
     else
     if (kind == 2) {
-        n = s_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
-        s_send_raw (sock, buf, (size_t) rand_r (seed) % n, NULL, 0);   //  truncated
+        n = kd_test_header (buf, sizeof buf, 1, "HEARTBEAT", NULL, 0);
+        kd_test_send_raw (sock, buf, (size_t) rand_r (seed) % n, NULL, 0);   //  truncated
     }
     else
     if (kind == 3) {
         uint8_t bomb [] = { 0xdd, 0xff, 0xff, 0xff, (uint8_t) rand_r (seed) };
-        s_send_raw (sock, bomb, sizeof bomb, NULL, 0);
+        kd_test_send_raw (sock, bomb, sizeof bomb, NULL, 0);
     }
     else
     if (kind == 4) {
-        n = s_header (buf, sizeof buf, (unsigned) rand_r (seed) % 50 + 2, "PULL", "version", 0);
-        s_send_raw (sock, buf, n, NULL, 0);             //  wrong version
+        n = kd_test_header (buf, sizeof buf, (unsigned) rand_r (seed) % 50 + 2, "PULL", "version", 0);
+        kd_test_send_raw (sock, buf, n, NULL, 0);             //  wrong version
     }
     else {
         zmsg_t *msg = zmsg_new ();                      //  many empty frames
@@ -842,7 +644,7 @@ Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
                 kd_msg_send (&req, client);
                 asked++;
                 kd_msg_type_t want = e == 0 ? KD_MSG_WELCOME : e == 1 ? KD_MSG_PULL_OK : KD_MSG_HEARTBEAT;
-                if (s_expect_within (client, want, NULL, 4 * every))
+                if (kd_test_expect_within (client, want, NULL, 4 * every))
                     answered++;
             }
         }

@@ -116,6 +116,20 @@ s_mappings (pid_t pid, const char *name)
     return n;
 }
 
+//  Wait up to 5 s for pid to map name exactly want times: the shard counts
+//  a worker attached when it answers SHM, and the worker maps the shard's
+//  snapshot when that answer arrives, a moment later on a busy machine.
+static int
+s_mappings_become (pid_t pid, const char *name, int want)
+{
+    int n = s_mappings (pid, name);
+    for (int i = 0; i < 100 && n != want; i++) {
+        zclock_sleep (50);
+        n = s_mappings (pid, name);
+    }
+    return n;
+}
+
 static void
 s_start_scheduler (const char *consistency)
 {
@@ -362,13 +376,13 @@ Test (shm, kill_9_leaves_no_mapping_and_peers_attach_again)
     s_wait_serving ();
     pid_t worker = s_start_worker ();
     cr_assert (s_wait_attached (s_shard, 1, 15000), "the worker never attached");
-    cr_expect_eq (s_mappings (shard, "kudus-worker-push"), 1);
-    cr_expect_eq (s_mappings (worker, "kudus-shard-snapshot"), 1);
+    cr_expect_eq (s_mappings_become (shard, "kudus-worker-push", 1), 1);
+    cr_expect_eq (s_mappings_become (worker, "kudus-shard-snapshot", 1), 1);
 
     //  The worker dies: the shard lets go of its region.
     kill (worker, SIGKILL);
     cr_expect (s_wait_attached (s_shard, 0, 5000), "the shard kept a dead worker's mapping");
-    cr_expect_eq (s_mappings (shard, "kudus-worker-push"), 0);
+    cr_expect_eq (s_mappings_become (shard, "kudus-worker-push", 0), 0);
     //  A restarted worker attaches again and training goes on.
     worker = s_start_worker ();
     cr_assert (s_wait_attached (s_shard, 1, 15000), "the restarted worker never attached");
@@ -388,8 +402,8 @@ Test (shm, kill_9_leaves_no_mapping_and_peers_attach_again)
     if (!again)
         kd_test_dump (s_log);
     cr_assert (again, "the worker never attached to the restarted shard");
-    cr_expect_eq (s_mappings (worker, "kudus-shard-snapshot"), 1, "the dead shard's snapshot is still mapped");
-    cr_expect_eq (s_mappings (shard, "kudus-worker-push"), 1);
+    cr_expect_eq (s_mappings_become (worker, "kudus-shard-snapshot", 1), 1, "the dead shard's snapshot is still mapped");
+    cr_expect_eq (s_mappings_become (shard, "kudus-worker-push", 1), 1);
     int64_t after = -1;
     for (int i = 0; i < 100 && after <= before; i++) {
         zclock_sleep (100);

@@ -5,10 +5,12 @@
 # check kudus_model_version and the rate of kudus_samples_total against the
 # run's summary.
 #
-#   tests/prometheus/test_prometheus.sh BUILD_DIR [BASE_PORT]
+#   tests/prometheus/test_prometheus.sh BUILD_DIR [BASE_PORT]   (default: random)
 set -euo pipefail
 bin=$1
-port=${2:-17700}
+# A random base below the ephemeral range, as the other tests pick theirs,
+# so that suites and runs side by side do not meet on one port.
+port=${2:-$((20000 + (RANDOM % 60) * 200))}
 prom_port=$((port + 50))
 tmp=$(mktemp -d)
 pids=()

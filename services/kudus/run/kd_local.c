@@ -601,143 +601,155 @@ s_linkd_args (s_args_t *a, const char *bindir, int node, int port, int shards)
     free (peers);
 }
 
-int
-kd_local_main (int argc, char **argv)
+//  One `kudus local` run: its settings, its children and their endpoints.
+typedef struct {
+    kd_config_t *c;
+    int workers, external;      //  our workers, and workers we wait for
+    int shards;                 //  shard processes (ranges x replicas)
+    int port;                   //  base port
+    bool quiet;
+    bool restart_on;            //  --restart on-failure
+    bool shard_can_restart;     //  a replica or a checkpoint to come back from
+    bool evaluator;             //  --evaluator
+    int fan_in, aggregators;    //  the barrier tree, when asked for
+    const char *straggler, *speeds, *history_dir;
+    char bindir [1024];         //  where the service binaries are
+    char summary [1100];        //  the scheduler's summary file
+    bool own_summary;           //  ours to remove: the user named none
+    char *temp_keys;            //  throwaway CURVE keys of this run, or NULL
+    kd_curve_t *curve;          //  ours, to follow the stream
+    bool relay;                 //  --netns links with delays: kudus linkd
+    const char *bind_host_sched, *bind_host_mon;
+    char sched_ep [64], intake_ep [64], pub_ep [64];
+    s_child_t *children;
+    size_t n_children;
+} s_local_t;
+
+static const char *s_common [] = { "heartbeat-ms", "liveness" };
+
+//  Start one child from args (then freed) and count it; -1 on failure.
+static int
+s_add (s_local_t *self, const char *name, s_kind_t kind, s_args_t *args, int node)
 {
-    int rc = 0;
-    kd_config_t *c = kd_config_from_args (KD_SVC_LOCAL, "kudus local", "kudus local", argc, argv, &rc);
-    if (!c)
-        return rc;
+    int rc = s_spawn (&self->children [self->n_children], name, kind, args, node);
+    s_args_free (args);
+    if (rc == 0)
+        self->n_children++;
+    return rc == 0 ? 0 : -1;
+}
+
+//  The settings checked before anything starts; 0, or 2 after saying why.
+static int
+s_check (s_local_t *self)
+{
+    kd_config_t *c = self->c;
     char err [512];
-    int workers = (int) kd_config_int (c, "workers");
-    int external = (int) kd_config_int (c, "external-workers");
-    //  Each key range runs on replicas shard processes.
-    int shards = (int) kd_config_int (c, "shards") * (int) kd_config_int (c, "replicas");
-    int port = (int) kd_config_int (c, "base-port");
-    bool quiet = kd_config_bool (c, "quiet");
-    bool restart_on = !strcmp (kd_config_str (c, "restart"), "on-failure");
-    //  A restarted shard without a replica or a checkpoint would serve a
-    //  fresh range: better to stop than to lose its parameters silently.
-    bool shard_can_restart = kd_config_int (c, "replicas") > 1 || *kd_config_str (c, "checkpoint-dir");
-    const char *straggler = kd_config_str (c, "straggler");
-    for (int r = 0; r < workers; r++)
-        if (s_straggler_factor (straggler, r, err, sizeof err) < 0) {
+    for (int r = 0; r < self->workers; r++)
+        if (s_straggler_factor (self->straggler, r, err, sizeof err) < 0) {
             fprintf (stderr, "kudus local: %s\n", err);
-            kd_config_destroy (&c);
             return 2;
         }
-    const char *speeds = kd_config_str (c, "speeds");
-    if (s_check_speeds (speeds, workers, err, sizeof err)) {
+    if (s_check_speeds (self->speeds, self->workers, err, sizeof err)) {
         fprintf (stderr, "kudus local: %s\n", err);
-        kd_config_destroy (&c);
         return 2;
     }
-    if (!strcmp (kd_config_str (c, "model"), "external") && workers > 0) {
+    if (!strcmp (kd_config_str (c, "model"), "external") && self->workers > 0) {
         fprintf (stderr, "kudus local: model external is trained by external workers only: "
                  "pass --workers 0 --external-workers N\n");
-        kd_config_destroy (&c);
         return 2;
     }
-    if (!strcmp (kd_config_str (c, "model"), "sparse-lr") && workers > 0 && !*kd_config_str (c, "train-file")) {
+    if (!strcmp (kd_config_str (c, "model"), "sparse-lr") && self->workers > 0 && !*kd_config_str (c, "train-file")) {
         fprintf (stderr, "kudus local: model sparse-lr needs --train-file (a LIBSVM file; "
                  "kudus gen-ctr writes one)\n");
-        kd_config_destroy (&c);
         return 2;
     }
     //  The built-in evaluator scores the built-in dense models; a user's
     //  model is scored by the user's evaluator (kudus.torch.Evaluator).
-    bool evaluator = kd_config_bool (c, "evaluator");
-    if (evaluator && (!strcmp (kd_config_str (c, "model"), "external")
-                  ||  !strcmp (kd_config_str (c, "model"), "sparse-lr"))) {
+    if (self->evaluator && (!strcmp (kd_config_str (c, "model"), "external")
+                        ||  !strcmp (kd_config_str (c, "model"), "sparse-lr"))) {
         fprintf (stderr, "kudus local: setting 'evaluator': the built-in evaluator scores softmax and "
                  "mlp; score model %s with kudus.torch.Evaluator (or kd_client_report_eval)\n",
                  kd_config_str (c, "model"));
-        kd_config_destroy (&c);
         return 2;
     }
-    if (workers + external == 0) {
+    if (self->workers + self->external == 0) {
         fprintf (stderr, "kudus local: settings 'workers' and 'external-workers': no worker at all\n");
-        kd_config_destroy (&c);
         return 2;
     }
-    //  Barrier aggregators: workers i*fan-in .. go through aggregator i.
-    int fan_in = (int) kd_config_int (c, "fan-in");
-    int aggregators = fan_in > 0 ? (workers + fan_in - 1) / fan_in : 0;
-    if (aggregators > 50 || (aggregators > 0 && kd_config_bool (c, "netns"))) {
-        fprintf (stderr, "kudus local: setting 'fan-in': %s\n", aggregators > 50
+    if (self->aggregators > 50 || (self->aggregators > 0 && kd_config_bool (c, "netns"))) {
+        fprintf (stderr, "kudus local: setting 'fan-in': %s\n", self->aggregators > 50
                  ? "at most 50 aggregators (raise fan-in)" : "not with --netns (the aggregators have no node)");
-        kd_config_destroy (&c);
         return 2;
     }
     //  Every child counts: the services, the dashboard, the aggregators, and
     //  with --netns a kudus linkd per listening service.
-    int helpers = 1 + aggregators + (kd_config_bool (c, "netns") ? 2 + shards : 0) + evaluator;
-    if (2 + shards + workers + helpers > S_MAX_CHILDREN) {
+    int helpers = 1 + self->aggregators + (kd_config_bool (c, "netns") ? 2 + self->shards : 0) + self->evaluator;
+    int all = 2 + self->shards + self->workers + helpers;
+    if (all > S_MAX_CHILDREN) {
         fprintf (stderr, "kudus local: settings 'workers' + 'shards': at most %d processes in all "
-                 "(%d asked for, helpers included)\n", S_MAX_CHILDREN, 2 + shards + workers + helpers);
-        kd_config_destroy (&c);
+                 "(%d asked for, helpers included)\n", S_MAX_CHILDREN, all);
         return 2;
     }
-    if (port + 100 + shards > 65535) {
-        fprintf (stderr, "kudus local: setting 'base-port': %d leaves no room for %d shards\n", port, shards);
-        kd_config_destroy (&c);
+    if (self->port + 100 + self->shards > 65535) {
+        fprintf (stderr, "kudus local: setting 'base-port': %d leaves no room for %d shards\n",
+                 self->port, self->shards);
         return 2;
     }
+    return 0;
+}
+
+//  Where things are: the binaries, the summary, the CURVE keys, the
+//  network and the endpoints; 0, or 1 after saying why.
+static int
+s_prepare (s_local_t *self)
+{
+    kd_config_t *c = self->c;
+    char err [512];
     //  The service binaries live beside this one unless told otherwise.
-    char bindir [1024];
     if (*kd_config_str (c, "bin-dir"))
-        snprintf (bindir, sizeof bindir, "%s", kd_config_str (c, "bin-dir"));
+        snprintf (self->bindir, sizeof self->bindir, "%s", kd_config_str (c, "bin-dir"));
     else {
-        ssize_t n = readlink ("/proc/self/exe", bindir, sizeof bindir - 1);
-        bindir [n > 0 ? n : 0] = 0;
-        char *slash = strrchr (bindir, '/');
+        ssize_t n = readlink ("/proc/self/exe", self->bindir, sizeof self->bindir - 1);
+        self->bindir [n > 0 ? n : 0] = 0;
+        char *slash = strrchr (self->bindir, '/');
         if (slash)
             *slash = 0;
         else
-            snprintf (bindir, sizeof bindir, ".");
+            snprintf (self->bindir, sizeof self->bindir, ".");
     }
-    char summary [1100];
-    bool own_summary = !*kd_config_str (c, "summary");
-    if (own_summary)
-        snprintf (summary, sizeof summary, "/tmp/kudus-summary-%d.json", (int) getpid ());
+    self->own_summary = !*kd_config_str (c, "summary");
+    if (self->own_summary)
+        snprintf (self->summary, sizeof self->summary, "/tmp/kudus-summary-%d.json", (int) getpid ());
     else
-        snprintf (summary, sizeof summary, "%s", kd_config_str (c, "summary"));
-    unlink (summary);
+        snprintf (self->summary, sizeof self->summary, "%s", kd_config_str (c, "summary"));
+    unlink (self->summary);
     //  CURVE: the children read the switch and the keys from the
     //  environment; without a keys dir, throwaway keys are made for the run.
-    char *temp_keys = NULL;
     bool have_keys = true;
     if (kd_config_bool (c, "curve") && !kd_config_is_set (c, "keys-dir")) {
-        temp_keys = kd_curve_keygen_temp (err, sizeof err);
-        have_keys = temp_keys && kd_config_set (c, "keys-dir", temp_keys, err, sizeof err) == 0;
+        self->temp_keys = kd_curve_keygen_temp (err, sizeof err);
+        have_keys = self->temp_keys && kd_config_set (c, "keys-dir", self->temp_keys, err, sizeof err) == 0;
     }
     kd_curve_set_identity ("observer");
-    kd_curve_t *curve = have_keys ? kd_curve_new (c, KD_CURVE_CLIENT, err, sizeof err) : NULL;
-    if (!curve) {
+    self->curve = have_keys ? kd_curve_new (c, KD_CURVE_CLIENT, err, sizeof err) : NULL;
+    if (!self->curve) {
         fprintf (stderr, "kudus local: %s\n", err);
-        if (temp_keys)
-            kd_curve_keys_remove (temp_keys);
-        free (temp_keys);
-        kd_config_destroy (&c);
         return 1;
     }
-    setenv ("KUDUS_CURVE", kd_curve_enabled (curve) ? "1" : "0", 1);
+    setenv ("KUDUS_CURVE", kd_curve_enabled (self->curve) ? "1" : "0", 1);
     setenv ("KUDUS_KEYS_DIR", kd_config_str (c, "keys-dir"), 1);
 
     //  Where each listening service is reached (public) and where it binds:
     //  the same on loopback; with --netns, its node's address, or its
     //  namespace's loopback behind kudus linkd when links have a delay.
-    bool relay = false;
     if (kd_config_bool (c, "netns")) {
-        s_net = s_netns_build (c, shards, workers, err, sizeof err);
+        s_net = s_netns_build (c, self->shards, self->workers, err, sizeof err);
         if (!s_net) {
             fprintf (stderr, "kudus local: %s\n", err);
-            kd_curve_destroy (&curve);
-            kd_config_destroy (&c);
             return 1;
         }
         for (size_t i = 0; i < kd_netns_size (s_net); i++)
-            relay = relay || kd_netns_link (s_net, i)->delay_ms > 0;
+            self->relay = self->relay || kd_netns_link (s_net, i)->delay_ms > 0;
         printf ("kudus: netns: %zu namespaces %s..., host %s on kd%d; links:",
                 kd_netns_size (s_net), kd_netns_name (s_net, 0), kd_netns_host_addr (s_net), (int) getpid ());
         for (size_t i = 0; i < kd_netns_size (s_net); i++) {
@@ -749,12 +761,11 @@ kd_local_main (int argc, char **argv)
     }
     const char *sched_host = s_net ? kd_netns_addr (s_net, 0) : "127.0.0.1";
     const char *mon_host = s_net ? kd_netns_addr (s_net, 1) : "127.0.0.1";
-    const char *bind_host_sched = relay ? "127.0.0.1" : sched_host;
-    const char *bind_host_mon = relay ? "127.0.0.1" : mon_host;
-    char sched_ep [64], intake_ep [64], pub_ep [64];
-    snprintf (sched_ep, sizeof sched_ep, "tcp://%s:%d", sched_host, port);
-    snprintf (intake_ep, sizeof intake_ep, "tcp://%s:%d", mon_host, port + 1);
-    snprintf (pub_ep, sizeof pub_ep, "tcp://%s:%d", mon_host, port + 2);
+    self->bind_host_sched = self->relay ? "127.0.0.1" : sched_host;
+    self->bind_host_mon = self->relay ? "127.0.0.1" : mon_host;
+    snprintf (self->sched_ep, sizeof self->sched_ep, "tcp://%s:%d", sched_host, self->port);
+    snprintf (self->intake_ep, sizeof self->intake_ep, "tcp://%s:%d", mon_host, self->port + 1);
+    snprintf (self->pub_ep, sizeof self->pub_ep, "tcp://%s:%d", mon_host, self->port + 2);
 
     //  Our own handler, not CZMQ's: we must know which signal came, and
     //  CZMQ would otherwise install its handler at the first socket.
@@ -767,49 +778,52 @@ kd_local_main (int argc, char **argv)
 
     //  The history of the run (docs/chaos.md): the scheduler's and each
     //  shard's file, and ours with every start, exit and restart.
-    const char *history_dir = kd_config_str (c, "history-dir");
-    if (*history_dir) {
+    if (*self->history_dir) {
         char path [1100];
-        snprintf (path, sizeof path, "%s/local.jsonl", history_dir);
+        snprintf (path, sizeof path, "%s/local.jsonl", self->history_dir);
         s_history = kd_history_new (path);
         if (!s_history) {
             fprintf (stderr, "kudus local: setting 'history-dir': cannot write %s: %s\n", path, strerror (errno));
-            kd_netns_destroy (&s_net);
-            kd_curve_destroy (&curve);
-            if (temp_keys)
-                kd_curve_keys_remove (temp_keys);
-            free (temp_keys);
-            kd_config_destroy (&c);
             return 1;
         }
     }
-    s_child_t *children = (s_child_t *) calloc (S_MAX_CHILDREN, sizeof (s_child_t));
-    size_t n_children = 0;
+    self->children = (s_child_t *) calloc (S_MAX_CHILDREN, sizeof (s_child_t));
+    return self->children ? 0 : 1;
+}
+
+//  With --netns and delayed links, a kudus linkd per listening service:
+//  its peers reach it through them, so they start first.
+static int
+s_start_relays (s_local_t *self)
+{
     s_args_t a = { .argc = 0 };
     char name [32];
-    const char *common [] = { "heartbeat-ms", "liveness" };
-    rc = 0;
+    for (int node = 0; self->relay && node < 2 + self->shards; node++) {
+        s_linkd_args (&a, self->bindir, node, self->port, self->shards);
+        snprintf (name, sizeof name, "linkd-%s", node == 0 ? "sched" : node == 1 ? "mon" : "shard");
+        if (node >= 2)
+            snprintf (name, sizeof name, "linkd-shard-%d", node - 2);
+        if (s_add (self, name, S_KIND_LINKD, &a, node))
+            return -1;
+    }
+    return 0;
+}
 
-    //  Monitor.
-    //  Relays first: a service's peers reach it through them.
-    if (relay)
-        for (int node = 0; node < 2 + shards && rc == 0; node++) {
-            s_linkd_args (&a, bindir, node, port, shards);
-            snprintf (name, sizeof name, "linkd-%s", node == 0 ? "sched" : node == 1 ? "mon" : "shard");
-            if (node >= 2)
-                snprintf (name, sizeof name, "linkd-shard-%d", node - 2);
-            if (s_spawn (&children [n_children], name, S_KIND_LINKD, &a, node) == 0) n_children++; else rc = 1;
-            s_args_free (&a);
-        }
-    s_arg (&a, "%s/kudus-monitor", bindir);
-    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", bind_host_mon, port + 1);
-    s_arg (&a, "--pub-bind"); s_arg (&a, "tcp://%s:%d", bind_host_mon, port + 2);
-    if (relay) {
-        s_arg (&a, "--advertise"); s_arg (&a, "%s", intake_ep);
+static int
+s_start_monitor (s_local_t *self)
+{
+    kd_config_t *c = self->c;
+    s_args_t a = { .argc = 0 };
+    const char *mon_host = s_net ? kd_netns_addr (s_net, 1) : "127.0.0.1";
+    s_arg (&a, "%s/kudus-monitor", self->bindir);
+    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", self->bind_host_mon, self->port + 1);
+    s_arg (&a, "--pub-bind"); s_arg (&a, "tcp://%s:%d", self->bind_host_mon, self->port + 2);
+    if (self->relay) {
+        s_arg (&a, "--advertise"); s_arg (&a, "%s", self->intake_ep);
     }
     //  Prometheus scrapes the monitor at base-port + 3 (7003 by default).
-    s_arg (&a, "--metrics-bind"); s_arg (&a, "%s:%d", mon_host, port + 3);
-    s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+    s_arg (&a, "--metrics-bind"); s_arg (&a, "%s:%d", mon_host, self->port + 3);
+    s_arg (&a, "--scheduler"); s_arg (&a, "%s", self->sched_ep);
     s_arg (&a, "--name"); s_arg (&a, "monitor");
     s_pass (&a, c, "data-dir");
     s_pass (&a, c, "eval-interval");
@@ -817,23 +831,29 @@ kd_local_main (int argc, char **argv)
     s_pass (&a, c, "curve-file");
     s_pass (&a, c, "test-file");
     s_pass (&a, c, "eval-rows");
-    for (size_t i = 0; i < 2; i++) s_pass (&a, c, common [i]);
+    for (size_t i = 0; i < 2; i++) s_pass (&a, c, s_common [i]);
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
-    if (s_spawn (&children [n_children], "monitor", S_KIND_MONITOR, &a, s_net ? 1 : -1) == 0) n_children++; else rc = 1;
-    s_args_free (&a);
-
+    if (s_add (self, "monitor", S_KIND_MONITOR, &a, s_net ? 1 : -1))
+        return -1;
     //  The live page (`kudus dashboard`), when asked for; it lives as long
     //  as the cluster.
     if (*kd_config_str (c, "dashboard")) {
-        s_arg (&a, "%s/kudus", bindir);
+        s_arg (&a, "%s/kudus", self->bindir);
         s_arg (&a, "dashboard");
-        s_arg (&a, "--monitor"); s_arg (&a, "%s", pub_ep);
+        s_arg (&a, "--monitor"); s_arg (&a, "%s", self->pub_ep);
         s_arg (&a, "--listen"); s_arg (&a, "%s", kd_config_str (c, "dashboard"));
-        if (s_spawn (&children [n_children], "dashboard", S_KIND_DASHBOARD, &a, -1) == 0) n_children++; else rc = 1;
-        s_args_free (&a);
+        if (s_add (self, "dashboard", S_KIND_DASHBOARD, &a, -1))
+            return -1;
     }
+    return 0;
+}
 
-    //  Scheduler, with every training and consistency setting.
+//  The scheduler, with every training and consistency setting, and the
+//  barrier aggregators in front of it.
+static int
+s_start_scheduler (s_local_t *self)
+{
+    kd_config_t *c = self->c;
     static const char *sched_settings [] = {
         "shards", "replicas", "model", "hidden", "lr", "momentum", "batch", "seed", "epochs",
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
@@ -843,125 +863,142 @@ kd_local_main (int argc, char **argv)
         "group-staleness", "staleness-weight",
         "regroup-dwell", "heartbeat-ms", "liveness"
     };
-    s_arg (&a, "%s/kudus-scheduler", bindir);
-    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", bind_host_sched, port);
-    if (relay) {
-        s_arg (&a, "--advertise"); s_arg (&a, "%s", sched_ep);
+    s_args_t a = { .argc = 0 };
+    s_arg (&a, "%s/kudus-scheduler", self->bindir);
+    s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", self->bind_host_sched, self->port);
+    if (self->relay) {
+        s_arg (&a, "--advertise"); s_arg (&a, "%s", self->sched_ep);
     }
-    s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", pub_ep);
-    s_arg (&a, "--min-workers"); s_arg (&a, "%d", workers + external);
-    s_arg (&a, "--summary"); s_arg (&a, "%s", summary);
-    if (*history_dir) {
-        s_arg (&a, "--history-file"); s_arg (&a, "%s/scheduler.jsonl", history_dir);
+    s_arg (&a, "--monitor-pub"); s_arg (&a, "%s", self->pub_ep);
+    s_arg (&a, "--min-workers"); s_arg (&a, "%d", self->workers + self->external);
+    s_arg (&a, "--summary"); s_arg (&a, "%s", self->summary);
+    if (*self->history_dir) {
+        s_arg (&a, "--history-file"); s_arg (&a, "%s/scheduler.jsonl", self->history_dir);
     }
     s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
     for (size_t i = 0; i < sizeof sched_settings / sizeof sched_settings [0]; i++)
         s_pass (&a, c, sched_settings [i]);
-    if (rc == 0 && s_spawn (&children [n_children], "scheduler", S_KIND_SCHEDULER, &a, s_net ? 0 : -1) == 0) n_children++; else rc = 1;
-    s_args_free (&a);
-
-    for (int i = 0; i < aggregators && rc == 0; i++) {
+    if (s_add (self, "scheduler", S_KIND_SCHEDULER, &a, s_net ? 0 : -1))
+        return -1;
+    char name [32];
+    for (int i = 0; i < self->aggregators; i++) {
         snprintf (name, sizeof name, "aggregator-%d", i);
-        s_arg (&a, "%s/kudus", bindir);
+        s_arg (&a, "%s/kudus", self->bindir);
         s_arg (&a, "aggregate");
-        s_arg (&a, "--bind"); s_arg (&a, "tcp://127.0.0.1:%d", port + 50 + i);
-        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--bind"); s_arg (&a, "tcp://127.0.0.1:%d", self->port + 50 + i);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", self->sched_ep);
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
-        if (s_spawn (&children [n_children], name, S_KIND_AGGREGATOR, &a, -1) == 0) n_children++; else rc = 1;
-        s_args_free (&a);
+        if (s_add (self, name, S_KIND_AGGREGATOR, &a, -1))
+            return -1;
     }
-    for (int i = 0; i < shards && rc == 0; i++) {
+    return 0;
+}
+
+static int
+s_start_shards (s_local_t *self)
+{
+    kd_config_t *c = self->c;
+    s_args_t a = { .argc = 0 };
+    char name [32];
+    for (int i = 0; i < self->shards; i++) {
         snprintf (name, sizeof name, "shard-%d", i);
-        s_arg (&a, "%s/kudus-shard", bindir);
+        s_arg (&a, "%s/kudus-shard", self->bindir);
         const char *shard_host = s_net ? kd_netns_addr (s_net, 2 + (size_t) i) : "127.0.0.1";
-        s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", relay ? "127.0.0.1" : shard_host, port + 100 + i);
-        if (relay) {
-            s_arg (&a, "--advertise"); s_arg (&a, "tcp://%s:%d", shard_host, port + 100 + i);
+        s_arg (&a, "--bind"); s_arg (&a, "tcp://%s:%d", self->relay ? "127.0.0.1" : shard_host, self->port + 100 + i);
+        if (self->relay) {
+            s_arg (&a, "--advertise"); s_arg (&a, "tcp://%s:%d", shard_host, self->port + 100 + i);
         }
-        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", self->sched_ep);
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
-        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, s_common [j]);
         //  Each shard checkpoints into its own subdirectory.
         if (*kd_config_str (c, "checkpoint-dir")) {
             s_arg (&a, "--checkpoint-dir"); s_arg (&a, "%s/%s", kd_config_str (c, "checkpoint-dir"), name);
             s_pass (&a, c, "checkpoint-every");
         }
-        if (*history_dir) {
-            s_arg (&a, "--history-file"); s_arg (&a, "%s/%s.jsonl", history_dir, name);
+        if (*self->history_dir) {
+            s_arg (&a, "--history-file"); s_arg (&a, "%s/%s.jsonl", self->history_dir, name);
         }
         s_pass (&a, c, "max-grad-norm");
         s_pass (&a, c, "grad-norm-action");
         s_pass (&a, c, "no-shm");
-        if (s_spawn (&children [n_children], name, S_KIND_SHARD, &a, s_net ? 2 + i : -1) == 0) n_children++; else rc = 1;
-        s_args_free (&a);
+        if (s_add (self, name, S_KIND_SHARD, &a, s_net ? 2 + i : -1))
+            return -1;
     }
-    for (int r = 0; r < workers && rc == 0; r++) {
+    return 0;
+}
+
+//  Our workers, and the evaluator (a kudus-worker that scores and reports,
+//  no more).
+static int
+s_start_workers (s_local_t *self)
+{
+    kd_config_t *c = self->c;
+    s_args_t a = { .argc = 0 };
+    char name [32], err [256];
+    for (int r = 0; r < self->workers; r++) {
         snprintf (name, sizeof name, "worker-%d", r);
-        s_arg (&a, "%s/kudus-worker", bindir);
-        if (aggregators > 0) {
-            s_arg (&a, "--scheduler"); s_arg (&a, "tcp://127.0.0.1:%d", port + 50 + r / fan_in);
+        s_arg (&a, "%s/kudus-worker", self->bindir);
+        if (self->aggregators > 0) {
+            s_arg (&a, "--scheduler"); s_arg (&a, "tcp://127.0.0.1:%d", self->port + 50 + r / self->fan_in);
         }
         else {
-            s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+            s_arg (&a, "--scheduler"); s_arg (&a, "%s", self->sched_ep);
         }
-        s_arg (&a, "--monitor"); s_arg (&a, "%s", intake_ep);
+        s_arg (&a, "--monitor"); s_arg (&a, "%s", self->intake_ep);
         s_arg (&a, "--name"); s_arg (&a, "%s", name);
-        s_arg (&a, "--slowdown"); s_arg (&a, "%g", s_straggler_factor (straggler, r, err, sizeof err));
+        s_arg (&a, "--slowdown"); s_arg (&a, "%g", s_straggler_factor (self->straggler, r, err, sizeof err));
         //  Worker i asks for rank i, so a scenario's rank i is the
         //  scheduler's rank i; and it follows the i-th speed schedule.
         if (s_has_setting ("rank", KD_SVC_WORKER)) {
             s_arg (&a, "--rank"); s_arg (&a, "%d", r);
         }
         char spec [KD_SPEED_MAX_SPEC + 1];
-        if (s_speed_spec (speeds, r, spec, sizeof spec) == 0 && *spec) {
+        if (s_speed_spec (self->speeds, r, spec, sizeof spec) == 0 && *spec) {
             s_arg (&a, "--speed"); s_arg (&a, "%s", spec);
         }
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
-        s_pass (&a, c, "data-dir");
-        s_pass (&a, c, "model");
-        s_pass (&a, c, "train-file");
-        s_pass (&a, c, "features");
-        s_pass (&a, c, "delay-ms");
-        s_pass (&a, c, "inject-nan-every");
-        s_pass (&a, c, "wire-dtype");
-        s_pass (&a, c, "no-shm");
-        s_pass (&a, c, "no-pull-ahead");
-        s_pass (&a, c, "hetero");
-        s_pass (&a, c, "hetero-period");
-        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
-        if (s_spawn (&children [n_children], name, S_KIND_WORKER, &a, s_net ? 2 + shards + r : -1) == 0) n_children++; else rc = 1;
-        s_args_free (&a);
+        static const char *passed [] = {
+            "data-dir", "model", "train-file", "features", "delay-ms", "inject-nan-every",
+            "wire-dtype", "no-shm", "no-pull-ahead", "hetero", "hetero-period"
+        };
+        for (size_t j = 0; j < sizeof passed / sizeof passed [0]; j++)
+            s_pass (&a, c, passed [j]);
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, s_common [j]);
+        if (s_add (self, name, S_KIND_WORKER, &a, s_net ? 2 + self->shards + r : -1))
+            return -1;
     }
-    //  The evaluator: a kudus-worker that scores and reports, no more.
-    if (evaluator && rc == 0) {
-        s_arg (&a, "%s/kudus-worker", bindir);
+    if (self->evaluator) {
+        s_arg (&a, "%s/kudus-worker", self->bindir);
         s_arg (&a, "--evaluator"); s_arg (&a, "true");
-        s_arg (&a, "--scheduler"); s_arg (&a, "%s", sched_ep);
+        s_arg (&a, "--scheduler"); s_arg (&a, "%s", self->sched_ep);
         s_arg (&a, "--name"); s_arg (&a, "evaluator");
         s_arg (&a, "--log-level"); s_arg (&a, "%s", kd_config_str (c, "log-level"));
         s_pass (&a, c, "data-dir");
         s_pass (&a, c, "eval-interval");
-        for (size_t j = 0; j < 2; j++) s_pass (&a, c, common [j]);
-        if (s_spawn (&children [n_children], "evaluator", S_KIND_WORKER, &a, s_net ? 1 : -1) == 0) n_children++; else rc = 1;
-        s_args_free (&a);
+        for (size_t j = 0; j < 2; j++) s_pass (&a, c, s_common [j]);
+        if (s_add (self, "evaluator", S_KIND_WORKER, &a, s_net ? 1 : -1))
+            return -1;
     }
-    if (rc != 0)
-        fprintf (stderr, "kudus local: cannot start the services: %s\n", strerror (errno));
-    else
-        printf ("kudus: local cluster: scheduler %s, monitor %s (stream %s), %d shards, %d workers, "
-                "%s/%s\n", sched_ep, intake_ep, pub_ep, shards, workers,
-                kd_config_str (c, "model"), kd_config_str (c, "consistency"));
-    if (rc == 0 && external > 0)
-        printf ("kudus: waiting for %d external worker(s): connect them to scheduler %s, "
-                "telemetry to %s\n", external, sched_ep, intake_ep);
-    fflush (stdout);
+    return 0;
+}
 
+//  Watch the cluster until the scheduler ends the run, a child fails for
+//  good, the run stalls or a signal comes: print progress, pass the
+//  children's output on, restart what died.  Returns the exit code; the
+//  scheduler's wait status goes to *sched_status_p (-1: still running).
+static int
+s_supervise (s_local_t *self, int *sched_status_p)
+{
+    s_child_t *children = self->children;
+    size_t n_children = self->n_children;
+    int rc = 0;
     zsock_t *sub = zsock_new (ZMQ_SUB);
     zsock_set_subscribe (sub, "stats");
     zsock_set_maxmsgsize (sub, 16 << 20);
-    kd_curve_client (curve, sub);
-    zsock_connect (sub, "%s", pub_ep);
+    kd_curve_client (self->curve, sub);
+    zsock_connect (sub, "%s", self->pub_ep);
     uint64_t last_progress = 0, sched_exit_at = 0, workers_gone_at = 0;
     uint64_t version = 0, changed_at = kd_now_ms ();
     int sched_status = -1;
@@ -982,7 +1019,7 @@ kd_local_main (int argc, char **argv)
         zmq_poll (items, (int) np + 1, 100);
         for (size_t i = 0; i < np; i++)
             if (items [i + 1].revents)
-                s_drain_output (&children [map [i]], quiet);
+                s_drain_output (&children [map [i]], self->quiet);
         if (items [0].revents & ZMQ_POLLIN) {
             kd_stream_t *stats = NULL;
             char why [128];
@@ -1008,7 +1045,7 @@ kd_local_main (int argc, char **argv)
             if (ch->restart_at && sched_status >= 0)
                 ch->restart_at = 0;
             if (ch->pid == 0 && ch->restart_at && now >= ch->restart_at) {
-                if (s_restart (ch, quiet, now) != 0) {
+                if (s_restart (ch, self->quiet, now) != 0) {
                     failure = ch->name;
                     rc = 1;
                 }
@@ -1020,8 +1057,8 @@ kd_local_main (int argc, char **argv)
             bool clean = WIFEXITED (ch->status) && WEXITSTATUS (ch->status) == 0;
             //  Nothing comes back once the run is over (the scheduler
             //  exited 0 and asked everyone to stop).
-            bool restart = restart_on && !clean && sched_status < 0
-                        && (ch->kind != S_KIND_SHARD || shard_can_restart);
+            bool restart = self->restart_on && !clean && sched_status < 0
+                        && (ch->kind != S_KIND_SHARD || self->shard_can_restart);
             if (ch->kind == S_KIND_SCHEDULER) {
                 //  Not restarted: a new scheduler would start its epochs,
                 //  its run time and its summary over.
@@ -1044,7 +1081,7 @@ kd_local_main (int argc, char **argv)
             s_status_text (ch->status, why, sizeof why);
             failure = ch->name;
             fprintf (stderr, "kudus local: %s exited unexpectedly (%s)%s\n", ch->name, why,
-                     ch->kind == S_KIND_SHARD && restart_on && !shard_can_restart
+                     ch->kind == S_KIND_SHARD && self->restart_on && !self->shard_can_restart
                      ? ", and it has no replica or checkpoint to come back from; stopping"
                        " (--replicas 2 or --checkpoint-dir keep a run going)" : "");
             rc = 1;
@@ -1052,7 +1089,7 @@ kd_local_main (int argc, char **argv)
         //  Workers exit 0 on STOP, just before the scheduler's final
         //  evaluation; only a scheduler that outlives them for long is stuck.
         //  External workers are not our children: we cannot see them go.
-        if (sched_status < 0 && live_workers == 0 && external == 0 && !failure) {
+        if (sched_status < 0 && live_workers == 0 && self->external == 0 && !failure) {
             if (!workers_gone_at)
                 workers_gone_at = kd_now_ms ();
             if (kd_now_ms () - workers_gone_at > S_STUCK_MS) {
@@ -1078,15 +1115,23 @@ kd_local_main (int argc, char **argv)
                 break;
         }
     }
-    s_teardown (children, n_children, quiet);
-    for (size_t i = 0; i < n_children; i++)
-        if (children [i].fd >= 0) {
-            s_drain_output (&children [i], quiet);
-            close (children [i].fd);
+    zsock_destroy (&sub);
+    *sched_status_p = sched_status;
+    return rc;
+}
+
+//  Stop what still runs, report, and free the run.
+static int
+s_finish (s_local_t *self, int rc, int sched_status)
+{
+    s_teardown (self->children, self->n_children, self->quiet);
+    for (size_t i = 0; i < self->n_children; i++)
+        if (self->children [i].fd >= 0) {
+            s_drain_output (&self->children [i], self->quiet);
+            close (self->children [i].fd);
         }
     kd_netns_destroy (&s_net);
     kd_history_destroy (&s_history);
-    zsock_destroy (&sub);
     if (rc == 0 && !(WIFEXITED (sched_status) && WEXITSTATUS (sched_status) == 0)) {
         if (WIFEXITED (sched_status))
             fprintf (stderr, "kudus local: scheduler failed (exit code %d; its log is above)\n",
@@ -1096,28 +1141,79 @@ kd_local_main (int argc, char **argv)
         rc = 1;
     }
     if (rc == 0) {
-        unsigned restarts = s_note_restarts (summary, children, n_children);
+        unsigned restarts = s_note_restarts (self->summary, self->children, self->n_children);
         if (restarts)
             fprintf (stderr, "kudus local: %u restart(s) during the run (in the summary's \"restarts\")\n",
                      restarts);
-        char *text = kd_read_file (summary);
+        char *text = kd_read_file (self->summary);
         if (text && *text)
-            printf ("kudus: summary (%s):\n%s", own_summary ? "not saved" : summary, text);
+            printf ("kudus: summary (%s):\n%s", self->own_summary ? "not saved" : self->summary, text);
         else {
-            fprintf (stderr, "kudus local: no summary at %s\n", summary);
+            fprintf (stderr, "kudus local: no summary at %s\n", self->summary);
             rc = 1;
         }
         free (text);
     }
-    if (own_summary)
-        unlink (summary);
-    kd_curve_destroy (&curve);
-    if (temp_keys)
-        kd_curve_keys_remove (temp_keys);
-    free (temp_keys);
-    for (size_t i = 0; i < n_children; i++)
-        s_args_free (&children [i].args);
-    free (children);
-    kd_config_destroy (&c);
+    if (self->own_summary)
+        unlink (self->summary);
+    kd_curve_destroy (&self->curve);
+    if (self->temp_keys)
+        kd_curve_keys_remove (self->temp_keys);
+    free (self->temp_keys);
+    for (size_t i = 0; self->children && i < self->n_children; i++)
+        s_args_free (&self->children [i].args);
+    free (self->children);
+    kd_config_destroy (&self->c);
     return rc;
+}
+
+int
+kd_local_main (int argc, char **argv)
+{
+    int rc = 0;
+    s_local_t self_s = { .c = kd_config_from_args (KD_SVC_LOCAL, "kudus local", "kudus local", argc, argv, &rc) };
+    s_local_t *self = &self_s;
+    kd_config_t *c = self->c;
+    if (!c)
+        return rc;
+    self->workers = (int) kd_config_int (c, "workers");
+    self->external = (int) kd_config_int (c, "external-workers");
+    //  Each key range runs on replicas shard processes.
+    self->shards = (int) kd_config_int (c, "shards") * (int) kd_config_int (c, "replicas");
+    self->port = (int) kd_config_int (c, "base-port");
+    self->quiet = kd_config_bool (c, "quiet");
+    self->restart_on = !strcmp (kd_config_str (c, "restart"), "on-failure");
+    //  A restarted shard without a replica or a checkpoint would serve a
+    //  fresh range: better to stop than to lose its parameters silently.
+    self->shard_can_restart = kd_config_int (c, "replicas") > 1 || *kd_config_str (c, "checkpoint-dir");
+    self->straggler = kd_config_str (c, "straggler");
+    self->speeds = kd_config_str (c, "speeds");
+    self->history_dir = kd_config_str (c, "history-dir");
+    self->evaluator = kd_config_bool (c, "evaluator");
+    //  Barrier aggregators: workers i*fan-in .. go through aggregator i.
+    self->fan_in = (int) kd_config_int (c, "fan-in");
+    self->aggregators = self->fan_in > 0 ? (self->workers + self->fan_in - 1) / self->fan_in : 0;
+    rc = s_check (self);
+    if (rc) {
+        kd_config_destroy (&self->c);
+        return rc;
+    }
+    if (s_prepare (self))
+        return s_finish (self, 1, 0);
+    //  Relays first, then the monitor: the scheduler announces it.
+    if (s_start_relays (self) || s_start_monitor (self) || s_start_scheduler (self)
+    ||  s_start_shards (self) || s_start_workers (self)) {
+        fprintf (stderr, "kudus local: cannot start the services: %s\n", strerror (errno));
+        return s_finish (self, 1, 0);
+    }
+    printf ("kudus: local cluster: scheduler %s, monitor %s (stream %s), %d shards, %d workers, "
+            "%s/%s\n", self->sched_ep, self->intake_ep, self->pub_ep, self->shards, self->workers,
+            kd_config_str (c, "model"), kd_config_str (c, "consistency"));
+    if (self->external > 0)
+        printf ("kudus: waiting for %d external worker(s): connect them to scheduler %s, "
+                "telemetry to %s\n", self->external, self->sched_ep, self->intake_ep);
+    fflush (stdout);
+    int sched_status = -1;
+    rc = s_supervise (self, &sched_status);
+    return s_finish (self, rc, sched_status);
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Speed before and after a change, in alternating pairs (issue 33: the
+# restructuring must not cost speed).  Builds BASELINE_COMMIT in a
+# temporary worktree, then runs, TRIALS times, this build's and the
+# baseline's `kudus bench phase` and `kudus bench pushpull --sizes 4K,1M,16M
+# --shards 1,2 --inflight 1,8`, alternating which goes first.  Every row is
+# appended to OUT with the trial, the side and the commit that ran it; a
+# trial already recorded is skipped, so an interrupted run resumes.  At the
+# end, bench/before-after.py prints the median of the paired ratios.
+#
+#   bench/before-after.sh [BUILD_DIR] [BASELINE_COMMIT] [TRIALS] [OUT]
+#
+# Run it on a quiet machine: anything beside it (a build, a test suite, a
+# sweep) moves the figures more than the change does.
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+commit=${2:-93a4113}
+trials=${3:-6}
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${4:-$here/docs/results/before-after.jsonl}
+port=${KUDUS_BASE_PORT:-14000}
+after=$(git -C "$here" rev-parse --short HEAD)
+tree=$(mktemp -d)
+trap 'git -C "$here" worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
+git -C "$here" worktree add --detach "$tree" "$commit" >/dev/null
+cmake -S "$tree" -B "$tree/build" -DKUDUS_TESTS=OFF >/dev/null
+cmake --build "$tree/build" -j 2 --target kudus kudus-shard kudus-scheduler kudus-worker kudus-monitor >/dev/null
+touch "$out"
+# One side's two benchmarks, tagged, appended to OUT.
+run_side () {
+    local trial=$1 side=$2 bin=$3 id=$4
+    for bench in phase pushpull; do
+        local extra=()
+        [ "$bench" = pushpull ] && extra=(--sizes 4K,1M,16M --shards 1,2 --inflight 1,8 --repeat 3)
+        "$bin/kudus" bench "$bench" --json true --base-port "$port" "${extra[@]}" 2>/dev/null |
+            python3 -c '
+import json, sys
+trial, side, build = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("{"):
+        row = json.loads(line)
+        row.update(trial=trial, side=side, build=build)
+        print(json.dumps(row))' "$trial" "$side" "$id" >> "$out"
+    done
+}
+for t in $(seq 1 "$trials"); do
+    if grep -q "\"trial\": $t, \"side\": \"after\", \"build\": \"$after\"" "$out" \
+    && grep -q "\"trial\": $t, \"side\": \"before\", \"build\": \"$commit\"" "$out"; then
+        echo "before-after: trial $t recorded, skipped"
+        continue
+    fi
+    if [ $((t % 2)) -eq 1 ]; then
+        run_side "$t" before "$tree/build" "$commit"; run_side "$t" after "$build" "$after"
+    else
+        run_side "$t" after "$build" "$after"; run_side "$t" before "$tree/build" "$commit"
+    fi
+    echo "before-after: trial $t done"
+done
+python3 "$here/bench/before-after.py" "$out" "$commit" "$after"
