@@ -301,6 +301,19 @@ s_render_metrics (self_t *self, double window_s)
     free (text);
 }
 
+//  A follower subscribed to the stream (or left): a new one is sent the
+//  model event with the next stats, not up to S_MODEL_EVERY_MS later (or
+//  never, in a shorter run): what it follows must not depend on whether
+//  it subscribed before or after the event first went out.
+static void
+s_on_subscribe (self_t *self)
+{
+    zframe_t *frame = zframe_recv (self->pub);
+    if (frame && zframe_size (frame) > 0 && zframe_data (frame) [0] == 1)
+        self->model_published = 0;
+    zframe_destroy (&frame);
+}
+
 static void
 s_publish_stats (self_t *self)
 {
@@ -1146,7 +1159,10 @@ kd_monitor_run (kd_config_t *config)
         }
     }
     self->router = zsock_new (ZMQ_ROUTER);
-    self->pub = zsock_new (ZMQ_PUB);
+    //  XPUB, verbose: every new follower's subscription reaches us, and
+    //  it is sent the model event at once (s_on_subscribe).
+    self->pub = zsock_new (ZMQ_XPUB);
+    zsock_set_xpub_verbose (self->pub, 1);
     kd_socket_harden (self->router, max_msg);
     kd_socket_harden (self->pub, max_msg);
     kd_curve_server (kd_curve_process (), self->router);
@@ -1191,7 +1207,7 @@ kd_monitor_run (kd_config_t *config)
 
     while (!self->stop && !zsys_interrupted) {
         //  Zeroed: a START handled below adds shards this poll never saw.
-        zmq_pollitem_t items [3 + S_MAX_SHARDS] = { { 0 } };
+        zmq_pollitem_t items [4 + S_MAX_SHARDS] = { { 0 } };
         items [0] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
         items [1] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
         for (size_t i = 0; i < self->n_shards; i++)
@@ -1201,12 +1217,16 @@ kd_monitor_run (kd_config_t *config)
         size_t guard_at = 2 + self->n_shards;   //  before a START adds shards
         if (guard_sock)
             items [guard_at] = (zmq_pollitem_t) { zsock_resolve (guard_sock), 0, ZMQ_POLLIN, 0 };
+        size_t pub_at = guard_at + (guard_sock ? 1 : 0);
+        items [pub_at] = (zmq_pollitem_t) { zsock_resolve (self->pub), 0, ZMQ_POLLIN, 0 };
         uint64_t now = kd_now_ms ();
         int wait = next_publish > now ? (int) (next_publish - now) : 0;
         if (wait > 20)
             wait = 20;
-        if (zmq_poll (items, (int) guard_at + (guard_sock ? 1 : 0), wait) < 0)
+        if (zmq_poll (items, (int) pub_at + 1, wait) < 0)
             break;
+        if (items [pub_at].revents & ZMQ_POLLIN)
+            s_on_subscribe (self);
         if (guard_sock && (items [guard_at].revents & ZMQ_POLLIN))
             kd_guard_on_event (self->guard);
         if (items [0].revents & ZMQ_POLLIN)
