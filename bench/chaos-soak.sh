@@ -8,18 +8,20 @@
 # machine, and they are the harder test for it.
 #
 #   bench/chaos-soak.sh [--seeds "1 2 3"] [--seconds 1800] [--jobs 2]
-#                       [--port 17400] [--work DIR] [--build DIR] [--refreeze]
+#                       [--port 17000] [--work DIR] [--build DIR] [--refreeze]
 #                       [--results FILE]
 #
 # --jobs soaks run at once (at most 2: each is a cluster of 10 processes),
-# soak i on base port --port + 200 i.  Histories stay in --work/seed-S for
+# soak i on base port --port + 200 i (17000 and 17200: a cluster takes its
+# base to base + 103, and test_prometheus binds 17700 when make test runs
+# beside).  Histories stay in --work/seed-S for
 # a failing seed to be looked at (about 240 MB for 30 minutes).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 seeds="1 2 3 5 6 7 8 9 10 11"
 seconds=1800
 jobs=2
-port=17400
+port=17000
 work=/var/tmp/kudus-chaos-soak
 build=$here/build
 refreeze=0
