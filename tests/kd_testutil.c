@@ -122,13 +122,43 @@ kd_test_kill (pid_t pid)
     }
 }
 
+//  True when nothing listens on the ports a local cluster at base takes
+//  first: scheduler, monitor, stream, metrics, aggregators, shards.
+static bool
+s_ports_free (int base)
+{
+    const int offsets [] = { 0, 1, 2, 3, 50, 100, 101, 102, 103 };
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets [0]; i++) {
+        int fd = socket (AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return true;
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) (base + offsets [i])) };
+        a.sin_addr.s_addr = htonl (INADDR_ANY);
+        int one = 1;
+        setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        bool free_port = bind (fd, (struct sockaddr *) &a, sizeof a) == 0;
+        close (fd);
+        if (!free_port)
+            return false;
+    }
+    return true;
+}
+
 int
 kd_test_base_port (void)
 {
     //  Below Linux's ephemeral range (32768 and up): a port there can be
     //  the source port of any outgoing connection, and then bind fails.
+    //  Other suites (other checkouts' too) draw from the same 60 bases at
+    //  the same time: a base whose cluster ports are bound is passed over.
     unsigned seed = (unsigned) getpid () ^ (unsigned) time (NULL);
-    return 20000 + (int) (seed % 60) * 200;
+    int base = 20000 + (int) (seed % 60) * 200;
+    for (int tries = 0; tries < 60; tries++) {
+        base = 20000 + (int) ((seed + (unsigned) tries * 37) % 60) * 200;
+        if (s_ports_free (base))
+            break;
+    }
+    return base;
 }
 
 char *
@@ -176,6 +206,38 @@ kd_test_count (const char *path, const char *needle)
         n++;
     free (text);
     return n;
+}
+
+void
+kd_test_log_word (const char *path, const char *needle, const char *key, char *out, size_t size)
+{
+    out [0] = 0;
+    char *text = kd_test_slurp (path);
+    char *line = text ? strstr (text, needle) : NULL, *last = NULL;
+    while (line) {
+        last = line;
+        line = strstr (line + 1, needle);
+    }
+    if (last) {
+        char *eol = strchr (last, '\n');
+        char *at = strstr (last, key);
+        if (at && (!eol || at < eol)) {
+            at += strlen (key);
+            size_t n = strcspn (at, " \n");
+            n = n < size - 1 ? n : size - 1;
+            memcpy (out, at, n);
+            out [n] = 0;
+        }
+    }
+    free (text);
+}
+
+int64_t
+kd_test_log_value (const char *path, const char *needle, const char *key)
+{
+    char word [32];
+    kd_test_log_word (path, needle, key, word, sizeof word);
+    return *word ? strtoll (word, NULL, 10) : -1;
 }
 
 void

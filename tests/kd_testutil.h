@@ -53,6 +53,15 @@ void
 int
     kd_test_count (const char *path, const char *needle);
 
+//  What the last line of a log holding needle says after key (e.g.
+//  "version="), as text up to the next space, into out (empty when absent).
+void
+    kd_test_log_word (const char *path, const char *needle, const char *key, char *out, size_t size);
+
+//  The same as a number; -1 if there is none.
+int64_t
+    kd_test_log_value (const char *path, const char *needle, const char *key);
+
 //  Path of a binary in the build directory (static buffer).
 const char *
     kd_test_bin (const char *name);

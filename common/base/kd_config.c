@@ -137,6 +137,8 @@ static const kd_setting_t s_table [] = {
       "write the final JSON summary to this file" },
     { "history-file", KD_CT_STRING, "", 0, 1024, NULL, S_SCH | S_SHD,
       "append the run's history here, one JSON line per lease, commit and apply (docs/chaos.md; '' = off)" },
+    { "history-crc-every", KD_CT_INT, "100", 0, 1000000000, NULL, S_SHD,
+      "with history-file: record the params_crc after every version that is a multiple of this, so the checker compares replicas there too (0 = only at the end)" },
     { "history-dir", KD_CT_STRING, "", 0, 1000, NULL, S_LOC,
       "write every service's history (scheduler.jsonl, shard-N.jsonl) and the restarts (local.jsonl) into this directory ('' = off)" },
 

@@ -304,6 +304,21 @@ s_render_metrics (self_t *self, double window_s)
     free (text);
 }
 
+//  A follower subscribed to the stream (or left): a new one is sent the
+//  model event with the next stats, not up to S_MODEL_EVERY_MS later (or
+//  never, in a shorter run): what it follows must not depend on whether
+//  it subscribed before or after the event first went out.
+static void
+s_on_subscribe (void *state, zsock_t *sock)
+{
+    self_t *self = (self_t *) state;
+    (void) sock;
+    zframe_t *frame = zframe_recv (self->pub);
+    if (frame && zframe_size (frame) > 0 && zframe_data (frame) [0] == 1)
+        self->model_published = 0;
+    zframe_destroy (&frame);
+}
+
 static void
 s_publish_stats (self_t *self)
 {
@@ -1144,7 +1159,10 @@ kd_monitor_run (kd_config_t *config, zsock_t *pipe)
         }
     }
     self->router = zsock_new (ZMQ_ROUTER);
-    self->pub = zsock_new (ZMQ_PUB);
+    //  XPUB, verbose: every new follower's subscription reaches us, and
+    //  it is sent the model event at once (s_on_subscribe).
+    self->pub = zsock_new (ZMQ_XPUB);
+    zsock_set_xpub_verbose (self->pub, 1);
     kd_socket_harden (self->router, max_msg);
     kd_socket_harden (self->pub, max_msg);
     kd_curve_server (kd_curve_process (), self->router);
@@ -1192,6 +1210,7 @@ kd_monitor_run (kd_config_t *config, zsock_t *pipe)
     kd_server_echo_heartbeats (self->server);
     kd_server_set_tick (self->server, s_on_tick);
     kd_server_reader (self->server, kd_peer_socket (self->peer), s_on_scheduler);
+    kd_server_reader (self->server, self->pub, s_on_subscribe);
     kd_service_ready (pipe);
     kd_server_run (self->server, pipe);
     s_write_curve (self);

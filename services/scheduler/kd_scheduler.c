@@ -1655,10 +1655,12 @@ s_worker_gone (self_t *self, s_member_t *m, const char *why)
     m->alive = false;
     bool computing = m->released && !m->waiting;
     m->waiting = m->released = m->has_arrived = false;
-    kd_info ("%s worker name=%s rank=%llu", why, m->name, (unsigned long long) m->rank);
+    uint64_t silent_ms = kd_now_ms () - m->last_seen;
+    kd_info ("%s worker name=%s rank=%llu silent_ms=%llu", why, m->name, (unsigned long long) m->rank,
+             (unsigned long long) silent_ms);
     char detail [128];
     snprintf (detail, sizeof detail, "worker %s (%s) after %llu ms of silence", m->name, why,
-              (unsigned long long) (kd_now_ms () - m->last_seen));
+              (unsigned long long) silent_ms);
     s_event (self, !strcmp (why, "dead") ? "worker-dead" : "worker-left", m, detail);
     if (kd_controller_is_active (self->ctl, (uint32_t) m->rank)
     ||  self->state == S_TRAINING) {

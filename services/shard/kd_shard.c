@@ -159,6 +159,7 @@ typedef struct {
     uint64_t expired;           //  staged gradients dropped: older than staged-ttl
     uint64_t parked_expired;    //  parked pulls dropped: older than parked-ttl
     kd_history_t *history;      //  --history: what we applied (or NULL)
+    uint64_t crc_every;         //  --history-crc-every: versions between CRC points (0 = none)
     uint64_t *hist_u [2];       //  scratch: the ranks and clocks applied
     size_t hist_cap;            //  entries each scratch array holds
     char *hist_buf;             //  scratch: those as JSON text
@@ -863,14 +864,34 @@ s_apply_step (self_t *self, size_t n, const float *const *grads, const double *w
     kd_optimizer_step (self->opt, self->params, g);
 }
 
+//  The CRC-32 of our parameters, to compare replicas bit for bit.
+static unsigned long
+s_params_crc (self_t *self)
+{
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (size_t done = 0; self->params && done < self->n * sizeof (float); ) {
+        size_t chunk = self->n * sizeof (float) - done;
+        chunk = chunk > (1u << 30) ? (1u << 30) : chunk;
+        crc = crc32 (crc, (const Bytef *) self->params + done, (uInt) chunk);
+        done += chunk;
+    }
+    return (unsigned long) crc;
+}
+
 //  The history's line for a step we took: the version it made and the
 //  gradients in it (only those we held: a missing one is counted apart).
+//  Every crc_every versions it is a CRC point too: every replica makes
+//  that version from the same state, so the checker compares them there
+//  and not only at the end.
 static void
 s_history_apply (self_t *self, uint64_t version, const uint64_t *ranks, const uint64_t *clocks,
                  size_t n, size_t missing)
 {
     if (!self->history)
         return;
+    if (self->crc_every && version % self->crc_every == 0)
+        kd_history_line (self->history, "crc", "\"lo\":%llu,\"version\":%llu,\"params_crc\":\"%08lx\"",
+                         (unsigned long long) self->lo, (unsigned long long) version, s_params_crc (self));
     size_t size = KD_HISTORY_MAX_LINE / 2, len = 0;
     char *b = self->hist_buf;
     len += (size_t) snprintf (b, size, "\"ranks\":");
@@ -2029,6 +2050,7 @@ kd_shard_run (kd_config_t *config, zsock_t *pipe)
         self->hist_buf = (char *) malloc (KD_HISTORY_MAX_LINE / 2);
         assert (self->hist_buf);
         kd_history_line (self->history, "open", "\"name\":\"%s\"", kd_config_str (config, "name"));
+        self->crc_every = (uint64_t) kd_config_int (config, "history-crc-every");
     }
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, max_msg);
@@ -2088,20 +2110,14 @@ kd_shard_run (kd_config_t *config, zsock_t *pipe)
     //  A clean stop loses nothing: the last version goes to disk.
     s_checkpoint (self, true);
     //  The CRC of the values lets replicas of a range be compared bit for bit.
-    uLong crc = crc32 (0L, Z_NULL, 0);
-    for (size_t done = 0; self->params && done < self->n * sizeof (float); ) {
-        size_t chunk = self->n * sizeof (float) - done;
-        chunk = chunk > (1u << 30) ? (1u << 30) : chunk;
-        crc = crc32 (crc, (const Bytef *) self->params + done, (uInt) chunk);
-        done += chunk;
-    }
+    unsigned long crc = s_params_crc (self);
     kd_history_line (self->history, "final",
                      "\"lo\":%llu,\"version\":%llu,\"primary\":%s,\"params_crc\":\"%08lx\"",
                      (unsigned long long) self->lo, (unsigned long long) self->version,
-                     self->primary ? "true" : "false", (unsigned long) crc);
+                     self->primary ? "true" : "false", crc);
     kd_info ("replica %s version=%llu lo=%llu params_crc=%08lx chain_bytes=%llu bytes_in=%llu",
              self->primary ? "primary" : "backup", (unsigned long long) self->version,
-             (unsigned long long) self->lo, (unsigned long) crc,
+             (unsigned long long) self->lo, crc,
              (unsigned long long) kd_chain_bytes (self->chain), (unsigned long long) self->bytes_in);
     kd_info ("exit version=%llu pushes=%llu commits=%llu pulls=%llu errors=%llu lost=%llu checkpoints=%llu "
              "refused=%llu clipped=%llu limited=%llu disconnects=%llu aged_staged=%llu aged_parked=%llu",

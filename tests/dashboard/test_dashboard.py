@@ -27,6 +27,7 @@ import urllib.request
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 BASE = int(sys.argv[2]) if len(sys.argv) > 2 else 17900
 WORKERS = 4
+CEILING = 120       # s: waits are for events; this only ends a wait that never would
 procs = []
 
 
@@ -117,6 +118,13 @@ def summary(wd):
     return wd.js("return window.kudusDashboard ? window.kudusDashboard.summary() : null;")
 
 
+def runs(s):
+    """The page's runs, but for one of stats sent before the run started
+    (consistency not known yet, label '?'): a page that connects early on a
+    slow machine shows one."""
+    return [r for r in s["runs"] if r["label"] != "?"]
+
+
 def wait_summary(wd, check, seconds, what):
     deadline = time.time() + seconds
     s = None
@@ -169,7 +177,10 @@ def main():
         speeds = ";".join(["1"] * (WORKERS - 1) + ["3"])
         cluster = ["--workers", str(WORKERS), "--model", "mlp", "--hidden", "64", "--delay-ms", "20",
                    "--speeds", speeds, "--base-port", str(BASE), "--quiet", "true"]
-        first_run = spawn([f"{BIN}/kudus", "local", "--consistency", "alsp", "--max-seconds", "15"]
+        # The runs last until the test has seen what it waits for and stops
+        # them: on a busy machine a run of fixed length can end before the
+        # browser is even up.
+        first_run = spawn([f"{BIN}/kudus", "local", "--consistency", "alsp", "--max-seconds", "900"]
                           + cluster, local_log)
         dash_log_path = os.path.join(tmp, "dashboard.log")
         dash = spawn([f"{BIN}/kudus", "dashboard", "--monitor", f"tcp://127.0.0.1:{BASE + 2}",
@@ -193,20 +204,20 @@ def main():
 
         # The curves gain points while the cluster trains.
         first = wait_summary(wd, lambda s: s["runs"] and s["runs"][-1]["accuracy_points"] >= 2,
-                             30, "no accuracy points")
+                             CEILING, "no accuracy points")
         # An event-driven wait with a generous ceiling: on a busy machine the
         # next evaluation can take longer than a fixed window.
         p0, a0 = first["runs"][-1]["points"], first["runs"][-1]["accuracy_points"]
         later = wait_summary(wd, lambda s: s["runs"][-1]["points"] > p0
                              and s["runs"][-1]["accuracy_points"] > a0,
-                             30, f"the curves to grow past {p0} points and {a0} accuracy points")
+                             CEILING, f"the curves to grow past {p0} points and {a0} accuracy points")
         print(f"test_dashboard: points {first['runs'][-1]['points']} -> {later['runs'][-1]['points']}")
 
         # Every rank has a row in the worker table, and ALSP's groups show.
         s = wait_summary(wd, lambda s: s["ranks"] == list(range(WORKERS))
                          and s["table_rows"] == WORKERS and s["groups"] == WORKERS
                          and s["shard_rows"] == 2,
-                         20, f"ranks 0..{WORKERS - 1} in the table, their groups and 2 shards")
+                         CEILING, f"ranks 0..{WORKERS - 1} in the table, their groups and 2 shards")
         print(f"test_dashboard: table rows {s['table_rows']}, ranks {s['ranks']}, grouped {s['groups']}, "
               f"shards {s['shard_rows']}")
 
@@ -226,20 +237,23 @@ def main():
         before = summary(wd)["runs"][-1]["points"]
         wd.go(page)
         replay = wait_summary(wd, lambda s: s["runs"] and s["runs"][-1]["points"] >= before,
-                              10, f"a reloaded page replaying {before} points")
+                              CEILING, f"a reloaded page replaying {before} points")
         print(f"test_dashboard: a reloaded page replayed {replay['runs'][-1]['points']} points")
 
         # A second run on the same ports (as `kudus experiment` runs its
         # models) is overlaid as a line of its own.
+        wait_summary(wd, lambda s: runs(s) and runs(s)[0]["accuracy_points"] >= 10, CEILING,
+                     "the first run's tenth accuracy point")
+        first_run.send_signal(signal.SIGTERM)
         try:
-            first_run.wait(timeout=40)
+            first_run.wait(timeout=CEILING)
         except subprocess.TimeoutExpired:
-            fail("the first run did not end")
-        spawn([f"{BIN}/kudus", "local", "--consistency", "lsp", "--max-seconds", "10"] + cluster, local_log)
-        s = wait_summary(wd, lambda s: len(s["runs"]) == 2 and s["runs"][1]["accuracy_points"] >= 4,
-                         30, "a second run overlaid")
-        labels = [r["label"] for r in s["runs"]]
-        if labels != ["alsp", "lsp"] or s["runs"][0]["accuracy_points"] < 10:
+            fail("the first run did not stop")
+        spawn([f"{BIN}/kudus", "local", "--consistency", "lsp", "--max-seconds", "900"] + cluster, local_log)
+        s = wait_summary(wd, lambda s: len(runs(s)) == 2 and runs(s)[1]["accuracy_points"] >= 4,
+                         CEILING, "a second run overlaid")
+        labels = [r["label"] for r in runs(s)]
+        if labels != ["alsp", "lsp"] or runs(s)[0]["accuracy_points"] < 10:
             fail(f"expected the alsp run then the lsp run, got {s['runs']}")
         print(f"test_dashboard: runs overlaid: {s['runs']}")
         time.sleep(1)

@@ -255,27 +255,6 @@ s_checkpoints (const char *dir, bool *has_tmp)
     return n;
 }
 
-//  Value of "key=" on the last line of a log holding needle; -1 if none.
-static int64_t
-s_log_value (const char *path, const char *needle, const char *key)
-{
-    char *text = kd_test_slurp (path);
-    int64_t value = -1;
-    char *line = text ? strstr (text, needle) : NULL, *last = NULL;
-    while (line) {
-        last = line;
-        line = strstr (line + 1, needle);
-    }
-    if (last) {
-        char *eol = strchr (last, '\n');
-        char *at = strstr (last, key);
-        if (at && (!eol || at < eol))
-            value = strtoll (at + strlen (key), NULL, 10);
-    }
-    free (text);
-    return value;
-}
-
 Test (recovery, killed_shard_restores_its_checkpoint)
 {
     s_cluster_t c;
@@ -302,9 +281,9 @@ Test (recovery, killed_shard_restores_its_checkpoint)
         s_dump_all (&c);
     cr_assert (after >= before + 10, "training did not resume after the shard restart (%lld -> %lld)",
                (long long) before, (long long) after);
-    int64_t restored = s_log_value (c.shard_log [0], "restored checkpoint", "version=");
-    int64_t resynced = s_log_value (c.shard_log [0], "resync version=", "resync version=");
-    int64_t had = s_log_value (c.shard_log [0], "resync version=", "have=");
+    int64_t restored = kd_test_log_value (c.shard_log [0], "restored checkpoint", "version=");
+    int64_t resynced = kd_test_log_value (c.shard_log [0], "resync version=", "resync version=");
+    int64_t had = kd_test_log_value (c.shard_log [0], "resync version=", "have=");
     cr_assert (restored > 0, "the shard did not restore a checkpoint");
     cr_assert_eq (had, restored, "resync started from the restored version");
     int64_t lost = resynced - had;
@@ -511,7 +490,7 @@ Test (recovery, shard_killed_during_a_checkpoint_write_loads_the_previous_one)
     fclose (f);
     s_start_shard (&c, 0);
     int64_t after = s_wait_version (c.shard [0], (int64_t) meta.version + 2, 60000);
-    int64_t restored = s_log_value (c.shard_log [0], "restored checkpoint", "version=");
+    int64_t restored = kd_test_log_value (c.shard_log [0], "restored checkpoint", "version=");
     if (restored != (int64_t) meta.version)
         kd_test_dump (c.shard_log [0]);
     cr_assert_eq (restored, (int64_t) meta.version, "restored version %lld, newest complete %llu",
@@ -534,8 +513,8 @@ Test (recovery, restarted_scheduler_resumes_from_the_shards)
     if (v < 50)
         s_dump_all (&c);
     cr_assert (v >= 50, "training did not start (version %lld)", (long long) v);
-    int64_t rank0 = s_log_value (c.sched_log, "join worker name=worker-0", "rank=");
-    int64_t rank1 = s_log_value (c.sched_log, "join worker name=worker-1", "rank=");
+    int64_t rank0 = kd_test_log_value (c.sched_log, "join worker name=worker-0", "rank=");
+    int64_t rank1 = kd_test_log_value (c.sched_log, "join worker name=worker-1", "rank=");
     cr_assert (rank0 >= 0 && rank1 >= 0 && rank0 != rank1);
 
     kill (c.sched_pid, SIGKILL);
@@ -551,11 +530,11 @@ Test (recovery, restarted_scheduler_resumes_from_the_shards)
         s_dump_all (&c);
     cr_assert (after >= at_kill + 30, "training did not continue (version %lld at kill, %lld after)",
                (long long) at_kill, (long long) after);
-    int64_t from = s_log_value (c.sched_log, "training resumes from version", "version ");
+    int64_t from = kd_test_log_value (c.sched_log, "training resumes from version", "version ");
     cr_expect (kd_test_count (c.sched_log, "kind=resume") == 1, "no resume event");
     //  The ranks are rebuilt from the members, as they were: no duplicates.
-    int64_t again0 = s_log_value (c.sched_log, "worker name=worker-0", "rank=");
-    int64_t again1 = s_log_value (c.sched_log, "worker name=worker-1", "rank=");
+    int64_t again0 = kd_test_log_value (c.sched_log, "worker name=worker-0", "rank=");
+    int64_t again1 = kd_test_log_value (c.sched_log, "worker name=worker-1", "rank=");
     cr_expect_eq (again0, rank0, "worker-0 had rank %lld, now %lld", (long long) rank0, (long long) again0);
     cr_expect_eq (again1, rank1, "worker-1 had rank %lld, now %lld", (long long) rank1, (long long) again1);
     cr_expect_eq (kd_test_count (c.sched_log, "join worker"), 2, "one registration per worker");

@@ -150,32 +150,6 @@ s_wait_above (const char *endpoint, int64_t above, int timeout_ms)
     return -1;
 }
 
-//  What the last line of a log holding `needle` says after `key`, as
-//  text up to the next space (empty when absent).
-static void
-s_log_word (const char *path, const char *needle, const char *key, char *out, size_t size)
-{
-    out [0] = 0;
-    char *text = kd_test_slurp (path);
-    char *line = text ? strstr (text, needle) : NULL, *last = NULL;
-    while (line) {
-        last = line;
-        line = strstr (line + 1, needle);
-    }
-    if (last) {
-        char *eol = strchr (last, '\n');
-        char *at = strstr (last, key);
-        if (at && (!eol || at < eol)) {
-            at += strlen (key);
-            size_t n = strcspn (at, " \n");
-            n = n < size - 1 ? n : size - 1;
-            memcpy (out, at, n);
-            out [n] = 0;
-        }
-    }
-    free (text);
-}
-
 //  The shard that is the primary of the range starting at lo, by the last
 //  CHAIN each shard's log reports; -1 if none.
 static int
@@ -183,8 +157,8 @@ s_primary_of (s_cluster_t *c, const char *lo)
 {
     for (int i = 0; i < S_SHARDS; i++) {
         char role [16], at [32];
-        s_log_word (c->shard_log [i], "chain role=", "chain role=", role, sizeof role);
-        s_log_word (c->shard_log [i], "chain role=", " lo=", at, sizeof at);
+        kd_test_log_word (c->shard_log [i], "chain role=", "chain role=", role, sizeof role);
+        kd_test_log_word (c->shard_log [i], "chain role=", " lo=", at, sizeof at);
         if (!strcmp (role, "primary") && !strcmp (at, lo) && waitpid (c->shard_pid [i], NULL, WNOHANG) == 0)
             return i;
     }
@@ -196,11 +170,11 @@ static int
 s_partner_of (s_cluster_t *c, int i)
 {
     char lo [32], other [32];
-    s_log_word (c->shard_log [i], "chain role=", " lo=", lo, sizeof lo);
+    kd_test_log_word (c->shard_log [i], "chain role=", " lo=", lo, sizeof lo);
     for (int j = 0; j < S_SHARDS; j++) {
         if (j == i)
             continue;
-        s_log_word (c->shard_log [j], "chain role=", " lo=", other, sizeof other);
+        kd_test_log_word (c->shard_log [j], "chain role=", " lo=", other, sizeof other);
         if (!strcmp (lo, other))
             return j;
     }
@@ -244,16 +218,16 @@ s_replicas_equal (s_cluster_t *c, long long *lost)
     *lost = 0;
     for (int i = 0; i < S_SHARDS; i++) {
         char v [32], crc [32], lo [32], l [32];
-        s_log_word (c->shard_log [i], "replica ", "version=", v, sizeof v);
-        s_log_word (c->shard_log [i], "replica ", "params_crc=", crc, sizeof crc);
-        s_log_word (c->shard_log [i], "replica ", "lo=", lo, sizeof lo);
-        s_log_word (c->shard_log [i], " exit version=", "lost=", l, sizeof l);
+        kd_test_log_word (c->shard_log [i], "replica ", "version=", v, sizeof v);
+        kd_test_log_word (c->shard_log [i], "replica ", "params_crc=", crc, sizeof crc);
+        kd_test_log_word (c->shard_log [i], "replica ", "lo=", lo, sizeof lo);
+        kd_test_log_word (c->shard_log [i], " exit version=", "lost=", l, sizeof l);
         *lost += atoll (l);
         for (int j = i + 1; j < S_SHARDS; j++) {
             char v2 [32], crc2 [32], lo2 [32];
-            s_log_word (c->shard_log [j], "replica ", "version=", v2, sizeof v2);
-            s_log_word (c->shard_log [j], "replica ", "params_crc=", crc2, sizeof crc2);
-            s_log_word (c->shard_log [j], "replica ", "lo=", lo2, sizeof lo2);
+            kd_test_log_word (c->shard_log [j], "replica ", "version=", v2, sizeof v2);
+            kd_test_log_word (c->shard_log [j], "replica ", "params_crc=", crc2, sizeof crc2);
+            kd_test_log_word (c->shard_log [j], "replica ", "lo=", lo2, sizeof lo2);
             if (*lo && !strcmp (lo, lo2)) {
                 cr_expect_str_eq (v, v2, "range lo=%s: replicas end at versions %s and %s", lo, v, v2);
                 cr_expect_str_eq (crc, crc2, "range lo=%s: replicas differ (CRC %s and %s)", lo, crc, crc2);
@@ -272,8 +246,8 @@ s_log_sum (s_cluster_t *c, const char *key)
     long long sum = 0;
     for (int i = 0; i < S_SHARDS; i++) {
         char role [16], b [32];
-        s_log_word (c->shard_log [i], "replica ", "replica ", role, sizeof role);
-        s_log_word (c->shard_log [i], "replica ", key, b, sizeof b);
+        kd_test_log_word (c->shard_log [i], "replica ", "replica ", role, sizeof role);
+        kd_test_log_word (c->shard_log [i], "replica ", key, b, sizeof b);
         if (!strcmp (role, "primary"))
             sum += atoll (b);
     }

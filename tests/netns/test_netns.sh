@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # `kudus local --netns`: a cluster across network namespaces, as root.
 #
-#  1. Shaped links: every node 1 ms, worker 2 behind 20 ms / 20 Mbit, and
-#     0.1 % loss everywhere.  The run trains, worker 2 is the straggler (it
-#     waits least), and every namespace and veth is gone afterwards.
-#  2. A partition: shard 0's link goes down for 10 s, then up.  The
-#     scheduler declares it dead, it rejoins after the heal, and training
-#     goes on past the version it stalled at.
+#  1. Shaped links: every node 1 ms, worker 2 behind 50 ms / 20 Mbit, and
+#     0.1 % loss everywhere.  The run trains, worker 2 spends the most time
+#     on the network, and every namespace and veth is gone afterwards.
+#  2. A partition: once training runs, shard 0's link goes down until the
+#     scheduler declared it dead and 6 s more, then up.  It rejoins after
+#     the heal, and training goes on past the version it stalled at.
 #  3. SIGKILL of kudus local: the guard removes every namespace, veth and
 #     process of the run.
-#  4. Replicated shards (--replicas 2): a range's primary is partitioned for
-#     6 s.  Its backup is promoted, the cut-off primary rejoins as a backup
+#  4. Replicated shards (--replicas 2): a range's primary is partitioned
+#     until its backup is promoted, and 3 s more.  Its backup is promoted, the cut-off primary rejoins as a backup
 #     after the heal and receives the range's state, and at the end both
 #     replicas of every range hold the same bits, with nothing lost.
 #
@@ -28,6 +28,18 @@ cleanup () {
 trap cleanup EXIT
 fail () { echo "test_netns: FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "network namespaces need root"
+
+# Every wait is for an event, with a generous ceiling: on a busy machine
+# a fixed sleep can end before the event it stands for.
+#   wait_for FILE REGEX SECONDS: true once a line of FILE matches.
+wait_for () {
+    local i
+    for i in $(seq 1 $(($3 * 10))); do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
 # Namespaces, host veth and processes of the run of kudus local PID.
 leftovers () {
@@ -47,29 +59,31 @@ expect_clean () {
 
 # 1. Shaped links.
 "$bin/kudus" local --netns true --workers 3 --max-seconds 8 --base-port "$port" \
-    --link-delay-ms 1 --link-loss 0.001 --link "worker:2=delay:20,rate:20" \
+    --link-delay-ms 1 --link-loss 0.001 --link "worker:2=delay:50,rate:20" \
     --quiet true --summary "$tmp/shaped.json" > "$tmp/shaped.log" 2>&1 &
 lp=$!
 pids+=("$lp")
 wait "$lp" || fail "the shaped run failed: $(tail -5 "$tmp/shaped.log")"
-grep -q "w2=10\.[0-9.]*/20ms/20Mbit/0.001" "$tmp/shaped.log" \
+grep -q "w2=10\.[0-9.]*/50ms/20Mbit/0.001" "$tmp/shaped.log" \
     || fail "the links were not set as asked: $(grep 'netns:' "$tmp/shaped.log")"
 python3 - "$tmp/shaped.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 w = {p["rank"]: p for p in s["per_worker"]}
 assert s["updates"] > 20 and s["test_accuracy"] > 0.6, (s["updates"], s["test_accuracy"])
-# Behind the slow link, worker 2 is the one the others wait for.
-assert w[2]["wait_fraction"] < min(w[0]["wait_fraction"], w[1]["wait_fraction"]), \
-    [w[r]["wait_fraction"] for r in range(3)]
+# Behind the slow link, worker 2 spends the most of an iteration on the
+# network: what is neither computing nor waiting at the barrier.  (Which
+# worker waits least also depends on how the CPU is shared: not asked.)
+net = {r: p["iter_ms_mean"] * (1 - p["wait_fraction"]) - p["compute_ms_mean"] for r, p in w.items()}
+assert net[2] > max(net[0], net[1]), net
 print(f"test_netns: shaped run: {s['updates']} updates, accuracy {s['test_accuracy']}, "
-      f"wait fractions {[round(w[r]['wait_fraction'], 3) for r in range(3)]}")
+      f"network ms per iteration {[round(net[r], 1) for r in range(3)]}")
 PY
 expect_clean "$lp" "a clean exit"
 echo "test_netns: shaped run cleaned up"
 
 # 2. A shard partitioned for 10 s, then healed.
-"$bin/kudus" local --netns true --workers 2 --max-seconds 30 --base-port "$port" \
+"$bin/kudus" local --netns true --workers 2 --max-seconds 60 --base-port "$port" \
     --link-delay-ms 1 --quiet true --summary "$tmp/part.json" > "$tmp/part.log" 2>&1 &
 lp=$!
 pids+=("$lp")
@@ -79,11 +93,13 @@ for _ in $(seq 1 100); do
 done
 stream=$(grep -o 'stream tcp://[0-9.:]*' "$tmp/part.log" | cut -d' ' -f2)
 [ -n "$stream" ] || fail "no stream endpoint in: $(head -5 "$tmp/part.log")"
-"$bin/kudus" tail --json --timeout 40 "$stream" > "$tmp/part.tail" 2>&1 &
+"$bin/kudus" tail --json --timeout 70 "$stream" > "$tmp/part.tail" 2>&1 &
 pids+=("$!")
-sleep 4
+wait_for "$tmp/part.tail" '"topic":"stats".*"version":[1-9]' 120 || fail "training did not start"
 ip -n "kudus-$lp-s0" link set eth0 down
-sleep 10
+# Down until it is declared dead, and 6 s more: it must not rejoin while cut off.
+wait_for "$tmp/part.tail" '"kind":"shard-dead"' 120 || { ip -n "kudus-$lp-s0" link set eth0 up; fail "shard 0 was not declared dead"; }
+sleep 6
 ip -n "kudus-$lp-s0" link set eth0 up
 wait "$lp" || fail "the partitioned run failed: $(tail -5 "$tmp/part.log")"
 python3 - "$tmp/part.tail" "$tmp/part.json" <<'PY'
@@ -120,19 +136,20 @@ for p in $procs; do
 done
 echo "test_netns: SIGKILL of kudus local: $(echo "$procs" | wc -w) processes, every namespace and veth removed"
 # 4. A replicated range's primary partitioned for 6 s, then healed.
-"$bin/kudus" local --netns true --replicas 2 --workers 2 --max-seconds 25 --base-port "$port" \
+"$bin/kudus" local --netns true --replicas 2 --workers 2 --max-seconds 45 --base-port "$port" \
     --link-delay-ms 1 --summary "$tmp/repl.json" > "$tmp/repl.log" 2>&1 &
 lp=$!
 pids+=("$lp")
-for _ in $(seq 1 150); do
-    grep -q "chain role=primary lo=0 " "$tmp/repl.log" && break
-    sleep 0.1
-done
+wait_for "$tmp/repl.log" "chain role=primary lo=0 " 120 || true
 prim=$(grep "chain role=primary lo=0 " "$tmp/repl.log" | head -1 | sed -n 's/^shard-\([0-9]*\) .*/\1/p')
 [ -n "$prim" ] || fail "no primary of range 0 in: $(grep -c . "$tmp/repl.log") lines of log"
+# Let it train a moment (nothing below depends on how long), cut it, and
+# keep it cut until its backup is promoted, and 3 s more.
 sleep 3
 ip -n "kudus-$lp-s$prim" link set eth0 down
-sleep 6
+wait_for "$tmp/repl.log" "kind=shard-promoted .*after shard-$prim" 120 \
+    || { ip -n "kudus-$lp-s$prim" link set eth0 up; fail "no backup of shard-$prim was promoted"; }
+sleep 3
 ip -n "kudus-$lp-s$prim" link set eth0 up
 wait "$lp" || fail "the replicated run failed: $(tail -5 "$tmp/repl.log")"
 python3 - "$tmp/repl.log" "shard-$prim" <<'PY'

@@ -554,8 +554,8 @@ kd_bench_pushpull (kd_bench_t *b)
                 snprintf (v [5], 32, "%.4g", med [S_PUSHPULL]);
                 snprintf (v [6], 32, "%.4g", med [S_ECHO]);
                 snprintf (v [7], 32, "%.3f", memcpy_gbps);
-                snprintf (v [8], 32, "%.3f", med [S_PUSHPULL] / med [S_ECHO]);
-                snprintf (v [9], 32, "%.4f", med [S_PUSHPULL] / memcpy_gbps);
+                snprintf (v [8], 32, "%.4g", med [S_PUSHPULL] / med [S_ECHO]);
+                snprintf (v [9], 32, "%.4g", med [S_PUSHPULL] / memcpy_gbps);
                 snprintf (v [10], 32, "%.1f", med_us [S_PUSHPULL]);
                 snprintf (v [11], 32, "%.1f", med_us [S_ECHO]);
                 snprintf (v [12], 32, "%.3f", med_us [S_PUSHPULL] / med_us [S_ECHO]);
@@ -564,8 +564,8 @@ kd_bench_pushpull (kd_bench_t *b)
                     fp32_pushpull = med [S_PUSHPULL];
                 char shm [4][32];
                 snprintf (shm [0], 32, "%.4g", med [S_SHM]);
-                snprintf (shm [1], 32, "%.3f", med [S_SHM] / med [S_ECHO]);
-                snprintf (shm [2], 32, "%.4f", med [S_SHM] / memcpy_gbps);
+                snprintf (shm [1], 32, "%.4g", med [S_SHM] / med [S_ECHO]);
+                snprintf (shm [2], 32, "%.4g", med [S_SHM] / memcpy_gbps);
                 snprintf (shm [3], 32, "%.1f", med_us [S_SHM]);
                 if (modes == S_SHM)
                     for (int k = 0; k < 4; k++)
@@ -574,7 +574,7 @@ kd_bench_pushpull (kd_bench_t *b)
                 snprintf (dtype_json, sizeof dtype_json, "\"%s\"", kd_dtype_name (c.dtype));
                 //  GB/s count fp32-equivalent payload, so a ratio above 1 is
                 //  a 16-bit wire that moves the model faster.
-                snprintf (vs_fp32, sizeof vs_fp32, "%.3f", fp32_pushpull > 0 ? med [S_PUSHPULL] / fp32_pushpull : 0.0);
+                snprintf (vs_fp32, sizeof vs_fp32, "%.4g", fp32_pushpull > 0 ? med [S_PUSHPULL] / fp32_pushpull : 0.0);
                 //  Peak resident sets, read while the processes live.
                 long shard_rss = -1, echo_rss = -1;
                 for (size_t s = 0; s < shards; s++) {

@@ -17,8 +17,10 @@
     a fault that could not fire is reported as a failure.
 
     The scheduler is never a target: `kudus local` does not restart it (a
-    new scheduler would start its epochs, run time and summary over, see
-    kd_local.c), so killing it ends the run.
+    new scheduler would start its epochs, run time and summary over: the
+    sampler's book and the leases out live only in its memory; see
+    docs/chaos.md, "Why the scheduler is not a target"), so killing it
+    ends the run.
 */
 #define _GNU_SOURCE    //  asprintf
 #include "kd_spawn.h"

@@ -13,14 +13,19 @@
     - no gradient (rank, clock and its lease) applied at two versions of
       a range, and no two replicas that applied one version differently;
     - versions only go up on each shard process;
-    - the replicas of each range ended at one version with one params_crc;
+    - the replicas of each range ended at one version with one params_crc,
+      and had one params_crc at every CRC point (a version the shards
+      made a multiple of history-crc-every) two of them reported;
     - the run reached its target (the scheduler ended on epochs, time or
       accuracy, with an epoch complete) and no process was left behind;
     - no service's descriptors or RSS grew more than 5 % after warm-up;
     - the cluster committed again after every fault.
 
-    Pure logic: no sockets, no processes; Criterion feeds it hand-made
-    lines (tests/test_kd_history_check.c).
+    It streams: lines must come in time order across sources (as
+    kd_history_check_load merges the files), and state is released as
+    epochs close and replicas move on, so memory stays bounded however long
+    the run.  Pure logic: no sockets, no processes; Criterion feeds it
+    hand-made lines (tests/test_kd_history_check.c).
 */
 #ifndef KD_HISTORY_CHECK_H_INCLUDED
 #define KD_HISTORY_CHECK_H_INCLUDED
@@ -47,19 +52,21 @@ void
     kd_history_check_destroy (kd_history_check_t **self_p);
 
 //  Feed one line from source: "scheduler", "local", "chaos", or a shard's
-//  name ("shard-0").  Lines of one source must come in file order.
+//  name ("shard-0").  Lines must come in time order (their "t"), across
+//  sources too: a lease before the apply that names it.
 //  Returns 0, or -2 when the line is malformed (it is counted and
 //  reported, and a cut last line of a killed process is forgiven).
 int
     kd_history_check_line (kd_history_check_t *self, const char *source, const char *line);
 
 //  Feed every history file of a run's directory: scheduler.jsonl,
-//  local.jsonl, chaos.jsonl and shard-*.jsonl.  Returns 0, or -1 with a
+//  local.jsonl, chaos.jsonl and shard-*.jsonl, merged by time.  Returns 0, or -1 with a
 //  message in err when the directory cannot be read.
 int
     kd_history_check_load (kd_history_check_t *self, const char *dir, char *err, size_t err_size);
 
-//  Check what was fed.  Returns the number of failures.
+//  Check what was fed (once: the lines are judged as they come, and what
+//  is still open is judged now).  Returns the number of failures.
 size_t
     kd_history_check_run (kd_history_check_t *self);
 
@@ -82,6 +89,12 @@ size_t
     kd_history_check_survived (kd_history_check_t *self);
 size_t
     kd_history_check_restarts (kd_history_check_t *self);
+//  CRC points two replicas reported and were compared at.
+size_t
+    kd_history_check_crc_points (kd_history_check_t *self);
+//  The most entries (leases, versions, epochs, gradients) held at once.
+size_t
+    kd_history_check_held_peak (kd_history_check_t *self);
 
 //  The report for people, and as one JSON object.
 void
