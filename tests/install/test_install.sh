@@ -4,11 +4,13 @@
 # with find_package (kudus), then train with two of those workers against a
 # cluster started by the installed `kudus local --external-workers 2`.
 #
-#   tests/install/test_install.sh SOURCE_DIR BUILD_DIR [BASE_PORT]
+#   tests/install/test_install.sh SOURCE_DIR BUILD_DIR [BASE_PORT]   (default: random)
 set -euo pipefail
 src=$1
 bin=$2
-port=${3:-17400}
+# A random base below the ephemeral range, like the other tests' bases, so
+# that two suites running side by side do not meet on one port.
+port=${3:-$((20000 + (RANDOM % 60) * 200))}
 tmp=$(mktemp -d)
 pids=()
 cleanup () {

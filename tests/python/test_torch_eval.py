@@ -128,6 +128,37 @@ def test_builtin_and_reported_evaluations_agree(cluster, tmp_path):
     assert c.summary()["stop_reason"] == "max-seconds"
 
 
+@budget(150)
+def test_slow_c_evaluator_stays_alive(cluster, tmp_path):
+    """kudus-worker --evaluator whose scoring outlasts the scheduler's
+    liveness window (each of the 10 test batches takes 600 ms more, 6 s a
+    scoring against 3 x 1000 ms): it answers heartbeats between batches, so
+    it is never declared dead, and its reports reach the stream."""
+    c = cluster("--model", "softmax", "--workers", "1", "--shards", "1", "--delay-ms", "100",
+                "--max-seconds", "20")
+    tail = Tail(tmp_path, c.port)
+    log = open(tmp_path / "evaluator.log", "w")
+    ev = subprocess.Popen([os.path.join(BIN, "kudus-worker"), "--evaluator", "true", "--scheduler", c.scheduler,
+                           "--name", "slow-eval", "--eval-interval", "0", "--eval-delay-ms", "600"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert c.wait(90) == 0
+        assert ev.wait(30) == 0
+    finally:
+        if ev.poll() is None:
+            ev.kill()
+            ev.wait()
+        log.close()
+    stream = tail.messages()
+    local_log = (tmp_path / "local.log").read_text()
+    assert "dead evaluator" not in local_log, local_log[-2000:]
+    reports = [m for m in stream if m["topic"] == "eval" and m["name"] == "slow-eval"]
+    # 20 s of run, 6 s or more a scoring: two reports at least.
+    assert len(reports) >= 2, reports
+    versions = [m["version"] for m in reports]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+
+
 def test_evaluator_refuses_a_bad_metric():
     with pytest.raises(ValueError):
         kudus.torch.Evaluator(torch.nn.Linear(2, 2), (torch.zeros(1, 2), torch.zeros(1)), "tcp://127.0.0.1:1",
