@@ -502,6 +502,14 @@ def test_pull_model_shape_mismatch_is_a_clear_error(cluster, tmp_path):
     from test_torch_eval import Tail
     c = cluster("--model", "softmax", "--workers", "1", "--epochs", "1000", "--max-seconds", "120")
     tail = Tail(tmp_path, c.port)
+    try:
+        s_pull_model_checks(c, tail)
+    finally:
+        tail.stop()
+
+
+def s_pull_model_checks(c, tail):
+    """The body of test_pull_model_shape_mismatch_is_a_clear_error."""
     wait_trained(c)
 
     class Softmax(torch.nn.Module):

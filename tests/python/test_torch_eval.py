@@ -26,19 +26,39 @@ from test_torch_day import budget, deadline, tiny, tree_env  # noqa: F401 (fixtu
 class Tail:
     """`kudus tail --json` on a cluster's stream, into a file."""
 
+    live = []           # every Tail not yet stopped (stop_tails ends them)
+
     def __init__(self, tmp_path, port):
         self.path = tmp_path / "stream.jsonl"
         self.out = open(self.path, "w")
         self.proc = subprocess.Popen([os.path.join(BIN, "kudus"), "tail", f"tcp://127.0.0.1:{port + 2}",
                                       "--json", "true"], stdout=self.out, stderr=subprocess.DEVNULL)
+        Tail.live.append(self)
 
-    def messages(self):
+    def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=20)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self.out.close()
+        if self in Tail.live:
+            Tail.live.remove(self)
+
+    def messages(self):
+        self.stop()
         with open(self.path) as f:
             return [json.loads(line) for line in f if line.startswith("{")]
+
+
+@pytest.fixture(autouse=True)
+def stop_tails():
+    """A test that failed before reading its stream leaves no kudus tail behind."""
+    yield
+    for t in list(Tail.live):
+        t.stop()
 
 
 @budget(240)
