@@ -2,6 +2,7 @@
 examples/torch_cnn.py, the data, snapshots of the model during training,
 and their evaluation afterwards (so evaluating costs no training time)."""
 import os
+import socket
 import sys
 import time
 
@@ -15,6 +16,25 @@ sys.path.insert(0, os.path.join(SRC, "examples"))
 
 from kudus.datasets import fashion_mnist  # noqa: E402
 from torch_cnn import CNN  # noqa: E402
+
+
+def free_base(first=21000, last=30000, step=157):
+    """A base port in [first, last) whose scheduler, monitor and stream
+    ports and first two shard ports are free now."""
+    for base in range(first, last - 101, step):
+        socks = []
+        try:
+            for p in (base, base + 1, base + 2, base + 100, base + 101):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            pass
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no free ports in {first}-{last}")
 
 
 def train_set():

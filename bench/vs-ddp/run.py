@@ -37,23 +37,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def free_base():
-    for base in range(21000, 30000, 157):
-        try:
-            socks = []
-            for p in (base, base + 1, base + 2, base + 100, base + 101):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
-
-
 def run_ddp(a, speeds, tmp):
     port = free_port()
     snaps = os.path.join(tmp, "snaps.npz")
@@ -78,7 +61,7 @@ def run_ddp(a, speeds, tmp):
 
 
 def run_kudus(a, consistency, speeds, tmp):
-    base = free_base()
+    base = common.free_base()
     summary = os.path.join(tmp, "summary.json")
     snaps = os.path.join(tmp, "snaps.npz")
     kudus = os.path.join(a.bin_dir, "kudus")

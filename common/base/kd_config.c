@@ -226,6 +226,9 @@ static const kd_setting_t s_table [] = {
     { "evaluator", KD_CT_BOOL, "false", 0, 0, NULL, S_WRK | S_LOC,
       "kudus-worker: be an evaluator (pull, score the test set, report to the monitor; "
       "no training); kudus local: start one beside the workers" },
+    { "eval-delay-ms", KD_CT_DOUBLE, "0", 0, 600000, NULL, S_WRK,
+      "an evaluator's emulated scoring time per test batch of 1000 rows: a sleep that answers "
+      "nothing, as slow scoring (tests)" },
     { "snapshot-ms", KD_CT_INT, "0", 0, 60000, NULL, S_MON | S_LOC,
       "copy the model this often for the accuracy curve, evaluated at the end (0 = off)" },
     { "test-file", KD_CT_STRING, "", 0, 1024, NULL, S_MON | S_LOC,

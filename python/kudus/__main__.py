@@ -1,6 +1,6 @@
 """python3 -m kudus: the binding's command line.
 
-    python3 -m kudus export --scheduler tcp://127.0.0.1:7000 --samples 60000 --out model.pt
+    python3 -m kudus export --scheduler tcp://127.0.0.1:7000 --out model.pt
     python3 -m kudus export --checkpoint-dir ckpt --out model.npz
     python3 -m kudus version
 """
@@ -23,9 +23,9 @@ The layout knows each tensor as rows x cols, by a name of at most 31 bytes:
 module with buffers (BatchNorm's running statistics) loads it with
 load_state_dict(..., strict=False).
 
---scheduler pulls the current model of a running cluster: it joins as a
-worker for one pull and leaves, so it needs --samples, the training set's
-row count. --checkpoint-dir reads the shards' newest checkpoints (kudus
+--scheduler pulls the current model of a running cluster: it joins as an
+evaluator (pull only; no barrier waits for it) for one pull and leaves.
+--checkpoint-dir reads the shards' newest checkpoints (kudus
 local --checkpoint-dir DIR): a shard writes one at a clean stop, so after
 a run they hold its final model.
 """
@@ -62,7 +62,7 @@ def export(args):
         # The module's layout is checked before anything is pulled.
         check = None if module is None else (
             lambda tensors: _match(module, tensors, f"the cluster at {args.scheduler}"))
-        snap = snapshot.pull(args.scheduler, args.samples, timeout_ms=int(args.timeout * 1000),
+        snap = snapshot.pull(args.scheduler, timeout_ms=int(args.timeout * 1000),
                              curve_keys=args.curve_keys, check=check)
     else:
         snap = snapshot.read_checkpoints(args.checkpoint_dir)
@@ -102,8 +102,8 @@ def main(argv=None):
     source.add_argument("--checkpoint-dir", metavar="DIR",
                         help="the shards' checkpoint directory (or its parent, one directory per shard)")
     ex.add_argument("--out", required=True, metavar="FILE", help="FILE.pt (PyTorch) or FILE.npz (numpy)")
-    ex.add_argument("--samples", type=int, metavar="N",
-                    help="with --scheduler: the cluster's training-set row count")
+    # Taken and ignored: earlier versions pulled as a worker, which needed it.
+    ex.add_argument("--samples", type=int, metavar="N", help=argparse.SUPPRESS)
     ex.add_argument("--like", metavar="FILE.py:NAME",
                     help="a module (class, function or instance) whose parameter shapes to write")
     ex.add_argument("--timeout", type=float, default=30, metavar="S",
@@ -112,9 +112,6 @@ def main(argv=None):
     sub.add_parser("version", help="the package's and the loaded libkudus's versions and path")
     args = parser.parse_args(argv)
     if args.command == "export":
-        if args.scheduler and not args.samples:
-            parser.error("export --scheduler needs --samples N, the cluster's training-set row count "
-                         "(the pull joins the cluster as a worker, which must hold the training set)")
         try:
             return export(args)
         except (OSError, ValueError, RuntimeError) as e:     # RuntimeError: KudusError

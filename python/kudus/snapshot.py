@@ -2,7 +2,7 @@
 cluster or from the shards' checkpoints, for kudus.torch.pull_model and
 `python3 -m kudus export`. numpy only.
 
-    snap = kudus.snapshot.pull("tcp://127.0.0.1:7000", samples=60000)
+    snap = kudus.snapshot.pull("tcp://127.0.0.1:7000")
     snap = kudus.snapshot.read_checkpoints("ckpt")   # kudus local --checkpoint-dir ckpt
     for name, array in kudus.snapshot.arrays(snap).items(): ...
 
@@ -31,32 +31,29 @@ Snapshot.__doc__ = "A model's layout (tensors), its flat values (params) and ver
 _names = itertools.count()
 
 
-def pull(scheduler, samples, name=None, timeout_ms=30000, curve_keys=None, check=None):
+def pull(scheduler, samples=None, name=None, timeout_ms=30000, curve_keys=None, check=None):
     """The current model of a running cluster.
 
-    There is no read-only pull in kd_client yet: this joins the cluster as a
-    worker for one pull and leaves at once (the scheduler logs a join and a
-    `worker-left` event; under BSP the barrier waits for it for those few
-    milliseconds). A worker must hold the cluster's training set, so
-    `samples` is that set's row count (the `samples=` of the cluster's
-    workers). Call it while the cluster trains: before, this join would
-    count as one of the workers the scheduler waits for, and a model at
-    version 0 is refused. `check(tensors)`, when given, sees the layout
-    before the pull and may raise to stop it.
+    It joins the cluster as an evaluator (the role that may pull and
+    report, nothing else: it holds no lease and no barrier waits for it),
+    pulls the newest committed model once and leaves. `samples` is not
+    needed and ignored (an earlier version joined as a worker, which must
+    declare the training set's row count). A model nothing has committed
+    to yet (version 0) is waited for until `timeout_ms`, then refused.
+    `check(tensors)`, when given, sees the layout before the pull and may
+    raise to stop it. With CURVE, `curve_keys` is a directory holding the
+    evaluator's key (kudus keygen).
     """
-    if not samples or int(samples) <= 0:
-        raise ValueError("kudus: pulling the model joins the cluster as a worker for one pull, "
-                         "so it needs samples=, the cluster's training-set row count")
+    del samples             # the old signature's; an evaluator declares none
     name = name or f"pull-{socket.gethostname()}-{os.getpid()}-{next(_names)}"
     timeout_ms = int(timeout_ms)
-    with Client(scheduler, name, samples=int(samples), curve_keys=curve_keys) as c:
+    with Client(scheduler, name, timeout_ms=timeout_ms, curve_keys=curve_keys, evaluator=True) as c:
         try:
             registered = c.register(timeout_ms)
         except KudusError:
             raise KudusError(f"kudus: {scheduler} did not welcome us within {timeout_ms / 1000:g} s: "
-                             "no cluster there, training has ended, or samples="
-                             f"{int(samples)} is not its training set's row count "
-                             "(the reason is in the log)") from None
+                             "no cluster there, or training has ended (the reason is in the "
+                             "log)") from None
         if not registered:
             raise KudusError(f"kudus: the run at {scheduler} ended before the pull")
         if c.keyed:
@@ -65,18 +62,22 @@ def pull(scheduler, samples, name=None, timeout_ms=30000, curve_keys=None, check
         tensors = c.tensors
         if check:
             check(tensors)
-        release = c.wait_start(timeout_ms)
-        if release is None:
+        try:
+            started = c.wait_start(timeout_ms) is not None
+        except KudusError:
+            raise KudusError(f"kudus: the cluster at {scheduler} did not start training within "
+                             f"{timeout_ms / 1000:g} s") from None
+        if not started:
             raise KudusError(f"kudus: the run at {scheduler} ended before the pull")
-        if release.version == 0:
-            # Nothing committed: the run has not trained yet (this join may
-            # even have been the one it waited for to start), and an
-            # external model's shards serve no pull before a worker seeds it.
-            raise KudusError(f"kudus: the cluster at {scheduler} has no trained model yet "
-                             "(version 0); pull once it trains")
         params = np.empty(c.param_count, np.float32)
-        if not c.pull(params):
-            raise KudusError(f"kudus: the run at {scheduler} ended during the pull")
+        # At least version 1: a model nothing committed to is no trained
+        # model (and an external model's shards serve none before a worker
+        # seeds it); the shard holds the pull until one is.
+        if not c.pull(params, 1):
+            if c.stopped:
+                raise KudusError(f"kudus: the run at {scheduler} ended during the pull")
+            raise KudusError(f"kudus: the cluster at {scheduler} has no trained model (version "
+                             f"1 or later) within {timeout_ms / 1000:g} s")
         version, model = c.version, c.model
         c.leave("pulled")
     return Snapshot(tensors, params, version, (version,), model, scheduler)

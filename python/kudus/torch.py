@@ -29,7 +29,7 @@ values seed the shards (every worker sends them; the first one counts, so
 seed torch the same way everywhere or not, as you like).
 
 The trained model back: run() ends with the newest model it can get in the
-module (see Worker.run), pull_model(model, scheduler, samples) loads a
+module (see Worker.run), pull_model(model, scheduler) loads a
 running cluster's current model into any module of the same layout,
 load_checkpoint(model, directory) the model in the shards' checkpoints, and
 `python3 -m kudus export` writes either to a file.
@@ -122,20 +122,22 @@ def load_snapshot(model, snap, where="the snapshot"):
     return snap.version
 
 
-def pull_model(model, scheduler, samples, name=None, timeout_ms=30000, curve_keys=None):
+def pull_model(model, scheduler, samples=None, name=None, timeout_ms=30000, curve_keys=None):
     """Load the current model of the cluster at `scheduler` into `model`,
     any module whose trainable parameters have the layout's names and
     shapes (ValueError naming the differences otherwise, before anything is
     pulled). Returns the model version.
 
-    It joins the cluster as a worker for one pull and leaves at once (see
-    kudus.snapshot.pull), so `samples` is the cluster's training-set row
-    count, as its workers declare it. A cluster whose run ended does not
-    answer: read its shards' checkpoints with load_checkpoint instead.
+    It joins the cluster as an evaluator for one pull and leaves at once
+    (see kudus.snapshot.pull): no barrier waits for it, and it needs no
+    training set. `samples` is ignored (kept so that the earlier
+    pull_model(model, scheduler, samples) still works). A cluster whose
+    run ended does not answer: read its shards' checkpoints with
+    load_checkpoint instead.
     """
     where = f"the cluster at {scheduler}"
-    snap = _snapshot.pull(scheduler, samples, name=name, timeout_ms=timeout_ms,
-                          curve_keys=curve_keys, check=lambda tensors: _match(model, tensors, where))
+    snap = _snapshot.pull(scheduler, name=name, timeout_ms=timeout_ms, curve_keys=curve_keys,
+                          check=lambda tensors: _match(model, tensors, where))
     return load_snapshot(model, snap, where)
 
 

@@ -21,6 +21,7 @@
 #include <math.h>
 
 #define S_EVAL_BATCH    1000    //  rows per evaluation batch, as the monitor's
+#define S_EVAL_ANSWER_MS 1      //  between batches: long enough to answer a heartbeat
 
 typedef struct {
     kd_config_t *config;        //  settings
@@ -43,6 +44,7 @@ typedef struct {
     uint64_t iterations;        //  gradients computed
     size_t n_params;            //  the model's size
     bool evaluator;             //  --evaluator: score and report, no training
+    double eval_delay_ms;       //  emulated scoring time per test batch
 } self_t;
 
 //  One splitmix64 step from z, for stateless seeded choices.
@@ -233,6 +235,35 @@ s_train (self_t *self, kd_release_t *release)
     }
 }
 
+//  Score the whole test set in batches of S_EVAL_BATCH rows.  Between
+//  batches the client answers the scheduler, so a scoring that outlasts
+//  its liveness window (liveness x heartbeat-ms) is no death.  -1 when the
+//  run stopped meanwhile.
+static int
+s_score (self_t *self, double *accuracy, double *loss)
+{
+    kd_client_t *client = self->client;
+    size_t n = kd_dataset_count (self->data);
+    double correct = 0, total = 0;
+    for (size_t r = 0; r < n; r += S_EVAL_BATCH) {
+        size_t rows = n - r < S_EVAL_BATCH ? n - r : S_EVAL_BATCH;
+        double batch_accuracy = 0, batch_loss = 0;
+        kd_model_evaluate (self->model, self->params, kd_dataset_images (self->data) + r * KD_INPUT_DIM,
+                           kd_dataset_labels (self->data) + r, rows, &batch_accuracy, &batch_loss);
+        //  Emulated slow scoring: a sleep that answers nothing, as a long
+        //  batch on a slow machine would not.
+        if (self->eval_delay_ms > 0)
+            zclock_sleep ((int) self->eval_delay_ms);
+        correct += floor (batch_accuracy * (double) rows + 0.5);
+        total += batch_loss * (double) rows;
+        if (kd_client_sleep (client, S_EVAL_ANSWER_MS))
+            return -1;
+    }
+    *accuracy = n ? correct / (double) n : 0;
+    *loss = n ? total / (double) n : 0;
+    return 0;
+}
+
 //  Evaluator: pull the version the shards hold (with eval-interval 0, each
 //  next one as it is committed), score it on the test set and report it,
 //  until STOP.
@@ -248,9 +279,8 @@ s_evaluate (self_t *self)
         uint64_t version = kd_client_version (client);
         if (!scored || version != last) {
             double accuracy = 0, loss = 0;
-            kd_model_evaluate (self->model, self->params, kd_dataset_images (self->data),
-                               kd_dataset_labels (self->data), kd_dataset_count (self->data),
-                               &accuracy, &loss);
+            if (s_score (self, &accuracy, &loss))
+                break;
             kd_client_report_eval (client, "accuracy", accuracy, loss, version);
             kd_debug ("eval version=%llu accuracy=%.4f", (unsigned long long) version, accuracy);
             scored = true;
@@ -274,6 +304,7 @@ kd_worker_run (kd_config_t *config, zsock_t *pipe)
     self->hetero = strcmp (kd_config_str (config, "hetero"), "dynamic") == 0;
     self->hetero_period = kd_config_double (config, "hetero-period");
     self->evaluator = kd_config_bool (config, "evaluator");
+    self->eval_delay_ms = kd_config_double (config, "eval-delay-ms");
     //  Checked now, built once WELCOME brings the run's seed.
     if (*kd_config_str (config, "speed")) {
         self->speed = kd_speed_new (kd_config_str (config, "speed"), 0, err, sizeof err);

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -331,8 +332,8 @@ def test_trained_model_back_scores_the_same(cluster, tmp_path, tiny):
 
     export = [sys.executable, "-m", "kudus", "export"]
     like = ["--like", f"{tiny.PATH}:Net"]
-    out = run(export + ["--scheduler", c.scheduler, "--samples", str(len(x)), "--out",
-                        str(tmp_path / "model.pt")] + like, 120, env=tree_env())
+    out = run(export + ["--scheduler", c.scheduler, "--out", str(tmp_path / "model.pt")] + like, 120,
+              env=tree_env())
     assert f"model version {version} " in out.stdout, out.stdout
     run(export + ["--scheduler", c.scheduler, "--samples", str(len(x)), "--out",
                   str(tmp_path / "model.npz")], 120, env=tree_env())
@@ -347,7 +348,7 @@ def test_trained_model_back_scores_the_same(cluster, tmp_path, tiny):
         assert np.array_equal(np.concatenate([z[t.name].reshape(-1) for t in tensors]), params)
 
     pulled = tiny.Net()
-    assert kudus.torch.pull_model(pulled, c.scheduler, len(x)) == version
+    assert kudus.torch.pull_model(pulled, c.scheduler) == version
     assert np.array_equal(flat_of(pulled), params)
 
     # Without --like the 3-d weight is rows x cols: load_state_dict says so.
@@ -476,7 +477,7 @@ def test_lease_sampler_and_join():
 
 def wait_trained(c, timeout=60):
     """Until the monitor's stream (kudus tail --json) shows a version above
-    0: a pull joins as a worker, and must not be the one the run waits for."""
+    0: own_pull joins as a worker, and must not be the one the run waits for."""
     tail = subprocess.Popen([os.path.join(BIN, "kudus"), "tail", f"tcp://127.0.0.1:{c.port + 2}",
                              "--json", "true", "--timeout", str(timeout)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -492,11 +493,23 @@ def wait_trained(c, timeout=60):
 
 
 @budget(180)
-def test_pull_model_shape_mismatch_is_a_clear_error(cluster):
+def test_pull_model_shape_mismatch_is_a_clear_error(cluster, tmp_path):
     """pull_model into a module whose parameters differ from the cluster's
     layout names each difference, before anything is pulled; a module of
-    the same layout gets the model."""
+    the same layout gets the model. It pulls as an evaluator: no training
+    set's row count, and no worker joins or leaves the cluster (the
+    earlier call, with samples, still works the same way)."""
+    from test_torch_eval import Tail
     c = cluster("--model", "softmax", "--workers", "1", "--epochs", "1000", "--max-seconds", "120")
+    tail = Tail(tmp_path, c.port)
+    try:
+        s_pull_model_checks(c, tail)
+    finally:
+        tail.stop()
+
+
+def s_pull_model_checks(c, tail):
+    """The body of test_pull_model_shape_mismatch_is_a_clear_error."""
     wait_trained(c)
 
     class Softmax(torch.nn.Module):
@@ -508,14 +521,24 @@ def test_pull_model_shape_mismatch_is_a_clear_error(cluster):
 
     with pytest.raises(ValueError, match=r"parameter W is \[784, 12\] \(784 x 12\) in the module but "
                                          r"784 x 10 in the cluster"):
-        kudus.torch.pull_model(Softmax(classes=12), c.scheduler, 60000)
+        kudus.torch.pull_model(Softmax(classes=12), c.scheduler)
     with pytest.raises(ValueError, match=r"tensor b \(10 x 1\) of the cluster at .* is no parameter"):
-        kudus.torch.pull_model(Softmax(bias=False), c.scheduler, 60000)
+        kudus.torch.pull_model(Softmax(bias=False), c.scheduler)
     model = Softmax()
-    version = kudus.torch.pull_model(model, c.scheduler, 60000)
+    version = kudus.torch.pull_model(model, c.scheduler)
     assert version > 0 and float(model.W.abs().sum()) > 0
-    with pytest.raises(ValueError, match="samples"):
-        kudus.torch.pull_model(model, c.scheduler, 0)
+    again = Softmax()
+    assert kudus.torch.pull_model(again, c.scheduler, 60000, timeout_ms=20000) >= version
+    assert float(again.W.abs().sum()) > 0
+    # The control: a pull as a worker leaves a worker-left event behind.
+    own_pull(c.scheduler, 60000)
+    until = time.monotonic() + 20
+    while b'"test-reader"' not in tail.path.read_bytes() and time.monotonic() < until:
+        time.sleep(0.2)
+    c.kill()
+    events = [m for m in tail.messages() if m["topic"] == "event"]
+    assert [m["kind"] for m in events if m.get("name") == "test-reader"] == ["worker-left"], events
+    assert not [m for m in events if m.get("name", "").startswith("pull-")], events
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -572,7 +595,7 @@ def test_export_like_restores_long_names(cluster, tmp_path, tiny):
     assert w.run(max_iterations=5) == 5 and w.final
     names = [t.name for t in w.client.tensors]
     assert names == ["a_rather_long_submodule_name.we", "a_rather_long_submodule_name.bi"]
-    export = [sys.executable, "-m", "kudus", "export", "--scheduler", c.scheduler, "--samples", str(len(x))]
+    export = [sys.executable, "-m", "kudus", "export", "--scheduler", c.scheduler]
     run(export + ["--like", f"{tmp_path / 'long.py'}:Long", "--out", str(tmp_path / "long.pt")], 120,
         env=tree_env())
     fresh = mod.Long()

@@ -26,19 +26,39 @@ from test_torch_day import budget, deadline, tiny, tree_env  # noqa: F401 (fixtu
 class Tail:
     """`kudus tail --json` on a cluster's stream, into a file."""
 
+    live = []           # every Tail not yet stopped (stop_tails ends them)
+
     def __init__(self, tmp_path, port):
         self.path = tmp_path / "stream.jsonl"
         self.out = open(self.path, "w")
         self.proc = subprocess.Popen([os.path.join(BIN, "kudus"), "tail", f"tcp://127.0.0.1:{port + 2}",
                                       "--json", "true"], stdout=self.out, stderr=subprocess.DEVNULL)
+        Tail.live.append(self)
 
-    def messages(self):
+    def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=20)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self.out.close()
+        if self in Tail.live:
+            Tail.live.remove(self)
+
+    def messages(self):
+        self.stop()
         with open(self.path) as f:
             return [json.loads(line) for line in f if line.startswith("{")]
+
+
+@pytest.fixture(autouse=True)
+def stop_tails():
+    """A test that failed before reading its stream leaves no kudus tail behind."""
+    yield
+    for t in list(Tail.live):
+        t.stop()
 
 
 @budget(240)
@@ -126,6 +146,37 @@ def test_builtin_and_reported_evaluations_agree(cluster, tmp_path):
           f"accuracy {by['monitor'][common[-1]]:.4f} at version {common[-1]}")
     assert worst <= 0.001
     assert c.summary()["stop_reason"] == "max-seconds"
+
+
+@budget(150)
+def test_slow_c_evaluator_stays_alive(cluster, tmp_path):
+    """kudus-worker --evaluator whose scoring outlasts the scheduler's
+    liveness window (each of the 10 test batches takes 600 ms more, 6 s a
+    scoring against 3 x 1000 ms): it answers heartbeats between batches, so
+    it is never declared dead, and its reports reach the stream."""
+    c = cluster("--model", "softmax", "--workers", "1", "--shards", "1", "--delay-ms", "100",
+                "--max-seconds", "20")
+    tail = Tail(tmp_path, c.port)
+    log = open(tmp_path / "evaluator.log", "w")
+    ev = subprocess.Popen([os.path.join(BIN, "kudus-worker"), "--evaluator", "true", "--scheduler", c.scheduler,
+                           "--name", "slow-eval", "--eval-interval", "0", "--eval-delay-ms", "600"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert c.wait(90) == 0
+        assert ev.wait(30) == 0
+    finally:
+        if ev.poll() is None:
+            ev.kill()
+            ev.wait()
+        log.close()
+    stream = tail.messages()
+    local_log = (tmp_path / "local.log").read_text()
+    assert "dead evaluator" not in local_log, local_log[-2000:]
+    reports = [m for m in stream if m["topic"] == "eval" and m["name"] == "slow-eval"]
+    # 20 s of run, 6 s or more a scoring: two reports at least.
+    assert len(reports) >= 2, reports
+    versions = [m["version"] for m in reports]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
 
 
 def test_evaluator_refuses_a_bad_metric():
