@@ -98,3 +98,42 @@ Test (kd_fault_plan, only_the_kinds_asked_for_and_no_unknown_kind)
     cr_expect_null (kd_fault_plan_new (9, 60, 6, 2, 2, 4, "worker,meteor", err, sizeof err));
     cr_expect (strstr (err, "meteor"), "%s", err);
 }
+
+//  Seeds 6, 7 and 8 of the 30-minute soak once killed the monitor six
+//  times within a minute; kudus local rightly gave up on it as a crash
+//  loop and the soak ended early.  No plan may do that to any target.
+Test (kd_fault_plan, no_target_is_killed_into_a_crash_loop)
+{
+    char err [256];
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        //  The long soak's shape, and a dense plan that kills only the
+        //  monitor, where a crash loop is certain unless kills are left out.
+        kd_fault_plan_t *soak = kd_fault_plan_new (seed, 1800, 6, 2, 2, 4, S_ALL, err, sizeof err);
+        kd_fault_plan_t *dense = kd_fault_plan_new (seed, 600, 2, 2, 2, 4, "monitor", err, sizeof err);
+        cr_assert (soak && dense, "%s", err);
+        kd_fault_plan_t *plans [2] = { soak, dense };
+        for (int p = 0; p < 2; p++)
+            for (size_t i = 0; i < kd_fault_plan_size (plans [p]); i++) {
+                const kd_fault_t *f = kd_fault_plan_at (plans [p], i);
+                if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_FLOOD)
+                    continue;
+                int kills = 0;
+                for (size_t j = i + 1; j < kd_fault_plan_size (plans [p]); j++) {
+                    const kd_fault_t *g = kd_fault_plan_at (plans [p], j);
+                    if (g->at_ms >= f->at_ms + KD_FAULT_KILL_WINDOW_MS)
+                        break;
+                    kills += g->kind != KD_FAULT_PAUSE && g->kind != KD_FAULT_FLOOD
+                          && !strcmp (g->target, f->target);
+                }
+                cr_expect (kills < KD_FAULT_KILLS_PER_WINDOW, "seed %llu: %d more kills of %s within %d s of %llu ms",
+                           (unsigned long long) seed, kills, f->target, KD_FAULT_KILL_WINDOW_MS / 1000,
+                           (unsigned long long) f->at_ms);
+            }
+        //  The dense plan still kills the monitor as often as it may:
+        //  about KD_FAULT_KILLS_PER_WINDOW a minute.
+        cr_expect (kd_fault_plan_size (dense) >= 30, "seed %llu: %zu monitor kills in 10 minutes",
+                   (unsigned long long) seed, kd_fault_plan_size (dense));
+        kd_fault_plan_destroy (&soak);
+        kd_fault_plan_destroy (&dense);
+    }
+}

@@ -46,6 +46,28 @@ s_below (uint64_t *state, uint64_t n)
     return n ? kd_splitmix64 (state) % n : 0;
 }
 
+static bool
+s_is_kill (kd_fault_kind_t kind)
+{
+    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
+        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
+}
+
+//  Kills of f's target already planned within the window before f.  A
+//  range's primary and backup kills count together: either may land on
+//  the same process.
+static int
+s_recent_kills (const kd_fault_t *faults, size_t n, const kd_fault_t *f)
+{
+    int kills = 0;
+    for (size_t i = n; i-- > 0; ) {
+        if (faults [i].at_ms + KD_FAULT_KILL_WINDOW_MS <= f->at_ms)
+            break;
+        kills += s_is_kill (faults [i].kind) && !strcmp (faults [i].target, f->target);
+    }
+    return kills;
+}
+
 kd_fault_plan_t *
 kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int replicas,
                    int workers, const char *kinds, char *err, size_t err_size)
@@ -133,6 +155,9 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
             default:
                 assert (false);
         }
+        if (s_is_kill (f->kind)
+        &&  s_recent_kills (self->faults, self->n - 1, f) >= KD_FAULT_KILLS_PER_WINDOW)
+            self->n--;          //  a crash loop, not a fault: leave it out
     }
     return self;
 }

@@ -26,6 +26,11 @@
                                         //  process is sometimes declared dead
 #define KD_FAULT_FLOOD_MIN      200     //  malformed messages in a flood
 #define KD_FAULT_FLOOD_MAX      2000
+#define KD_FAULT_KILL_WINDOW_MS 60000   //  at most KD_FAULT_KILLS_PER_WINDOW
+#define KD_FAULT_KILLS_PER_WINDOW 4     //  kills of one target in any window:
+                                        //  kudus local takes a 6th death in
+                                        //  60 s for a crash loop and gives up,
+                                        //  which is not the fault under test
 
 typedef enum {
     KD_FAULT_KILL_WORKER,       //  kill -9 a worker
@@ -51,7 +56,9 @@ typedef struct _kd_fault_plan_t kd_fault_plan_t;
 //  Draw a plan: faults every gap_s seconds on average (each gap uniform in
 //  [gap/2, 3gap/2]) over seconds, against shards ranges of replicas shard
 //  processes each and workers workers.  kinds is a comma-separated list
-//  of kind names (kd_fault_kind_name).  NULL with a message in err when
+//  of kind names (kd_fault_kind_name).  A kill that would be the target's
+//  (KD_FAULT_KILLS_PER_WINDOW + 1)th within KD_FAULT_KILL_WINDOW_MS is left
+//  out of the plan, its time slot empty.  NULL with a message in err when
 //  kinds names an unknown kind.  Caller owns return value.
 kd_fault_plan_t *
     kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int replicas,
