@@ -171,12 +171,6 @@ kd_server_stop (kd_server_t *self)
     self->stop = true;
 }
 
-bool
-kd_server_stopping (kd_server_t *self)
-{
-    return self->stop;
-}
-
 uint64_t
 kd_server_forbidden (kd_server_t *self)
 {

@@ -109,10 +109,6 @@ void
 void
     kd_server_stop (kd_server_t *self);
 
-//  True once the loop was asked to end.
-bool
-    kd_server_stopping (kd_server_t *self);
-
 //  Requests refused so far because their sender's role may not send them
 //  (answered 403 by the role check, not through the error function).
 uint64_t

@@ -2,10 +2,13 @@
     every service executable.
 
     A service is a function that sets itself up, then serves until it is
-    done, is interrupted, or reads "$TERM" from its pipe (CZMQ's zactor
-    contract).  kd_service_new runs one in a thread of this process with its
-    own CURVE keys and log name (the log level is process-wide), so that a test can run a whole cluster in
-    one process; kd_service_main is what each executable's main () calls:
+    done, is interrupted, or reads "$TERM" from its pipe.  The pipe works as
+    CZMQ's zactor's does, but the thread is our own (a pthread joined on
+    destroy) and set-up reports READY or FAILED with the exit code, so a
+    failed bind is an error to the caller instead of a thread left running.
+    kd_service_new runs one in a thread of this process with its own CURVE
+    keys and log name (the log level is process-wide), so that a test can
+    run a whole cluster in one process; kd_service_main is what each executable's main () calls:
     it reads flags and KUDUS_* variables into the config table, starts the
     one actor, and waits for it.  Exit codes: the service's, or 2 for a bad
     setting.
