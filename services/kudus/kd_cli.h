@@ -37,4 +37,9 @@ int
 int
     kd_genctr_main (int argc, char **argv);
 
+//  kudus export: a model to .pt or .npz, through the Python package's
+//  writer (kd_export.c).
+int
+    kd_export_main (int argc, char **argv);
+
 #endif

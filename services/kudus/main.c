@@ -22,6 +22,7 @@ s_usage (FILE *out)
         "  experiment FILE run a scenario file (bench/scenarios/*.json), resumably\n"
         "  keygen DIR      write CURVE keys for --curve into DIR\n"
         "  gen-ctr OUT     write a synthetic click log (LIBSVM) with a planted model\n"
+        "  export          a cluster's or a checkpoint's model to .pt (state_dict) or .npz\n"
         "  linkd           link delay in user space (started by local --netns)\n"
         "  aggregate       a barrier-tree node: workers connect here, not to the scheduler\n"
         "  bench pushpull|barrier|compute|sparse\n"
@@ -60,6 +61,8 @@ main (int argc, char **argv)
         return kd_keygen_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "gen-ctr"))
         return kd_genctr_main (argc - 1, argv + 1);
+    if (!strcmp (cmd, "export"))
+        return kd_export_main (argc - 1, argv + 1);
     if (!strcmp (cmd, "version") || !strcmp (cmd, "--version")) {
         int major, minor, patch;
         zmq_version (&major, &minor, &patch);

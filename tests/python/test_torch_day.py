@@ -285,8 +285,9 @@ def own_pull(scheduler, samples):
 def test_trained_model_back_scores_the_same(cluster, tmp_path, tiny):
     """Two workers (one through the parameter copies any device takes)
     train for a number of iterations and end with the cluster's model in
-    their modules; pull_model and `python3 -m kudus export` (.pt and .npz,
-    from the running cluster and, once it stopped, from its checkpoints)
+    their modules; pull_model, `python3 -m kudus export` (.pt) and the C
+    command `kudus export` (.npz), from the running cluster and, once it
+    stopped, from its checkpoints,
     give the same values; a fresh module loaded with torch.load +
     load_state_dict scores what the cluster's model scores."""
     torch.set_num_threads(1)
@@ -335,8 +336,10 @@ def test_trained_model_back_scores_the_same(cluster, tmp_path, tiny):
     out = run(export + ["--scheduler", c.scheduler, "--out", str(tmp_path / "model.pt")] + like, 120,
               env=tree_env())
     assert f"model version {version} " in out.stdout, out.stdout
-    run(export + ["--scheduler", c.scheduler, "--samples", str(len(x)), "--out",
-                  str(tmp_path / "model.npz")], 120, env=tree_env())
+    # The C command runs the same writer and finds the package and the
+    # library beside its build by itself: no PYTHONPATH, no KUDUS_LIB.
+    run([os.path.join(BIN, "kudus"), "export", "--scheduler", c.scheduler, "--samples", str(len(x)),
+         "--out", str(tmp_path / "model.npz")], 120, env=clean_env(KUDUS_PYTHON=sys.executable))
 
     fresh = tiny.Net()
     fresh.load_state_dict(torch.load(tmp_path / "model.pt"))
