@@ -1968,6 +1968,40 @@ Test (kd_controller, auto_splits_a_far_straggler_and_merges_it_back)
     kd_controller_destroy (&t.ctl);
 }
 
+//  While auto keeps everyone in one group it decides exactly as LSP with
+//  the adaptive barrier: the same commits with the same weights, the same
+//  early releases, the same arrivals.  (The sweep's auto runs that needed
+//  more samples than LSP's on the same seed ran as LSP all along: the
+//  difference is the run's timing, not a rule.)  Two workers at 3x, as
+//  in six-slow, are within s + 1 and stay in the group.
+Test (kd_controller, auto_in_one_group_decides_as_lsp)
+{
+    const uint64_t period [8] = { 40, 40, 120, 40, 40, 120, 40, 40 };
+    kd_controller_opts_t lsp_opts = s_adaptive_opts (KD_CONS_LSP);
+    kd_controller_opts_t auto_opts = s_adaptive_opts (KD_CONS_AUTO);
+    timed_t *a = calloc (1, sizeof (timed_t)), *b = calloc (1, sizeof (timed_t));
+    cr_assert (a && b);
+    s_timed_start (a, &lsp_opts, 8, period);
+    s_timed_start (b, &auto_opts, 8, period);
+    s_timed_until (a, 6000);
+    s_timed_until (b, 6000);
+    cr_assert_eq (kd_controller_group_count (b->ctl), 1);
+    cr_expect_eq (kd_controller_mode (b->ctl), KD_CONS_LSP, "auto names the result lsp");
+    cr_expect_eq (a->n_commits, b->n_commits);
+    cr_expect_gt (a->n_commits, 100);
+    cr_expect_eq (a->late_applied, b->late_applied);
+    cr_expect_gt (a->late_applied, 0, "the slow pair's gradients come late");
+    cr_expect_eq (kd_controller_early_releases (a->ctl), kd_controller_early_releases (b->ctl));
+    cr_expect_eq (kd_controller_dropped (a->ctl), kd_controller_dropped (b->ctl));
+    cr_expect_eq (kd_controller_version (a->ctl), kd_controller_version (b->ctl));
+    for (uint32_t rank = 0; rank < 8; rank++)
+        cr_expect_eq (a->arrivals [rank], b->arrivals [rank], "rank %u", rank);
+    kd_controller_destroy (&a->ctl);
+    kd_controller_destroy (&b->ctl);
+    free (a);
+    free (b);
+}
+
 //  Auto leaves ALSP when its slower group empties: the straggler that had
 //  a group of its own leaves the run.
 Test (kd_controller, auto_is_one_group_again_when_the_slow_group_leaves)
@@ -2206,6 +2240,34 @@ Test (kd_controller, alsp_no_speed_sample_without_elapsed_time)
     cr_expect_eq (kd_controller_regroups (ctl), 1);
     cr_expect_eq (s_take (ctl), 0, "a regroup moves nobody by itself");
     kd_controller_destroy (&ctl);
+}
+
+//  --speed-source telemetry: while a rank's telemetry is fresh, its
+//  arrivals are not timed, so the groups follow what the monitor reports;
+//  when the reports stop, arrivals fill the gap.  Here the arrivals say
+//  ranks 4 and 5 are four times slower and the telemetry says nobody is.
+Test (kd_controller, alsp_speeds_follow_fresh_telemetry_and_arrivals_fill_the_gaps)
+{
+    kd_controller_opts_t opts = s_alsp_opts ();
+    opts.telemetry_fresh_ms = 2000;
+    timed_t t;
+    s_timed_start (&t, &opts, 6, s_six);
+    for (uint64_t at = 0; at <= 6000; at += 500) {
+        s_timed_until (&t, at);
+        for (uint32_t rank = 0; rank < 6; rank++)
+            cr_assert_eq (kd_controller_telemetry (t.ctl, rank, 10, t.now), 0);
+        s_take (t.ctl);
+        s_timed_apply (&t);
+    }
+    cr_expect_eq (kd_controller_group_count (t.ctl), 1, "one speed reported, one group");
+    cr_expect_eq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 0));
+    //  The monitor goes quiet: after the freshness and the dwell, the
+    //  arrivals regroup the slow pair.
+    s_timed_until (&t, 12000);
+    cr_expect_eq (kd_controller_group_count (t.ctl), 2);
+    cr_expect_neq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 0));
+    cr_expect_eq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 5));
+    kd_controller_destroy (&t.ctl);
 }
 
 Test (kd_controller, alsp_regroup_moves_only_the_changed_worker)

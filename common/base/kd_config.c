@@ -169,6 +169,8 @@ static const kd_setting_t s_table [] = {
       "ALSP: commits a group may make while another group's phase is open" },
     { "regroup-dwell", KD_CT_DOUBLE, "1", 0, 3600, NULL, S_SCH | S_LOC,
       "ALSP: seconds between regroups at least" },
+    { "speed-source", KD_CT_ENUM, "arrivals", 0, 0, "arrivals|telemetry", S_SCH | S_LOC,
+      "ALSP/auto worker speeds: arrivals (the scheduler times release to arrival) or telemetry (the monitor's compute, push and pull times from monitor-pub; arrivals fill the gaps)" },
     { "status-ms", KD_CT_INT, "500", 50, 10000, NULL, S_SCH,
       "how often the scheduler reports its state to the monitor" },
 

@@ -113,6 +113,7 @@ typedef struct {
     uint32_t n_speed;           //  speed samples so far
     uint32_t outside;           //  samples in a row outside its band
     uint64_t t_release;         //  ms of its last release
+    uint64_t t_telemetry;       //  ms of its last telemetry sample (0: none)
 } s_worker_t;
 
 //  One group of the phase engine (BSP and LSP have exactly one).
@@ -300,6 +301,7 @@ kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
         .max_groups = 4,
         .group_staleness = 8,
         .regroup_dwell_ms = 1000,
+        .telemetry_fresh_ms = 0,
         .weight = KD_WEIGHT_INVERSE,
         .weight_lambda = 0,
         .rows = 0,
@@ -1520,6 +1522,21 @@ s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
     s_track (self, rank);
 }
 
+//  An arrival times the iteration since the release, unless the monitor's
+//  telemetry for the rank is fresh: then that is the speed source, and
+//  arrivals, which also hold a slow pull or push, would count twice.
+static void
+s_observe_arrival (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+{
+    s_worker_t *worker = &self->workers [rank];
+    if (now_ms <= worker->t_release)
+        return;
+    if (self->opts.telemetry_fresh_ms > 0 && worker->t_telemetry
+    &&  now_ms < worker->t_telemetry + self->opts.telemetry_fresh_ms)
+        return;
+    s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
+}
+
 //  ALSP: regroup when every member has a couple of speed samples and
 //  either no groups were formed yet (the first grouping waits for no
 //  dwell: until then ALSP is LSP over everyone), or some member has been
@@ -1691,8 +1708,7 @@ kd_controller_arrive (kd_controller_t *self, uint32_t rank, uint64_t clock,
         return -1;
     uint32_t n = samples == 0 ? 1 : samples > UINT32_MAX ? UINT32_MAX : (uint32_t) samples;
     s_begin (self, now_ms);
-    if (now_ms > worker->t_release)
-        s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
+    s_observe_arrival (self, rank, now_ms);
     if (s_phased (self))
         s_arrive_phase (self, rank, base, n, false, now_ms);
     else
@@ -1710,8 +1726,7 @@ kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
         return -1;
     s_worker_t *worker = &self->workers [rank];
     s_begin (self, now_ms);
-    if (now_ms > worker->t_release)
-        s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
+    s_observe_arrival (self, rank, now_ms);
     self->refused++;
     if (s_phased (self))
         //  It still counts at the barrier, as the worker did its
@@ -1745,6 +1760,7 @@ kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
         return -1;
     s_begin (self, now_ms);
     s_observe_speed (self, rank, iter_ms);
+    self->workers [rank].t_telemetry = now_ms ? now_ms : 1;
     s_finish (self, now_ms);
     return 0;
 }

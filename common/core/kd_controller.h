@@ -100,6 +100,11 @@ typedef struct {
     uint32_t group_staleness;   //  ALSP G: commits another group may make
                                 //  while a group's phase is open
     uint32_t regroup_dwell_ms;  //  ALSP: minimum time between regroups
+    uint32_t telemetry_fresh_ms;    //  speeds: while a rank's last
+                                //  kd_controller_telemetry is younger than
+                                //  this, its arrivals are not timed (the
+                                //  monitor's reports lead, arrivals fill
+                                //  the gaps); 0 = arrivals always count
     kd_weight_kind_t weight;    //  staleness weight f
     double weight_lambda;       //  lambda of KD_WEIGHT_EXP
     uint64_t rows;              //  training rows: leases on when > 0
@@ -188,6 +193,8 @@ int
 int
     kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
                           uint64_t base, uint64_t now_ms);
+//  An iteration time of rank measured elsewhere (the monitor's telemetry:
+//  compute, push and pull), as a speed sample.  See telemetry_fresh_ms.
 int
     kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
                              double iter_ms, uint64_t now_ms);

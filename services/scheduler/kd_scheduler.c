@@ -22,6 +22,7 @@
 #include "kd_role.h"
 #include "kd_server.h"
 #include "kd_service.h"
+#include "kd_speed_feed.h"
 #include <math.h>
 #include <msgpack.h>
 
@@ -190,6 +191,12 @@ typedef struct {
                                 //  epoch's rows applied (1.0 by design)
     kd_history_t *history;      //  --history: leases and commits (or NULL)
     char *history_buf;          //  scratch: a commit's arrays as JSON
+    kd_speed_feed_t *feed;      //  --speed-source telemetry: the monitor's
+                                //  per-worker timings (or NULL)
+    float feed_compute [S_MAX_WORKERS];  //  its last compute ms, by rank
+    float feed_link [S_MAX_WORKERS];     //  and push + pull ms (0: none yet)
+    bool causes_due;            //  a regroup since the last GROUPS: log
+                                //  what its groups spend their time on
 } self_t;
 
 //  --------------------------------------------------------------------------
@@ -842,6 +849,34 @@ s_note_regroups (self_t *self)
     kd_info ("regroup regroups=%llu groups=%u at_s=%.3f", (unsigned long long) regroups,
              kd_controller_group_count (self->ctl), at);
     self->regroups = regroups;
+    self->causes_due = true;
+}
+
+//  With telemetry, say what each group's members spend an iteration on:
+//  a group slow to compute and one slow on its link look alike to arrival
+//  times, not to the monitor.
+static void
+s_log_group_causes (self_t *self, const kd_decision_t *d)
+{
+    for (uint32_t g = 0; g < d->group_count && g < 64; g++) {
+        double compute = 0, link = 0;
+        unsigned n = 0, heard = 0;
+        for (size_t r = 0; r < d->n_groups && r < S_MAX_WORKERS; r++) {
+            if (d->groups [r] != g)
+                continue;
+            n++;
+            if (self->feed_compute [r] + self->feed_link [r] > 0) {
+                compute += self->feed_compute [r];
+                link += self->feed_link [r];
+                heard++;
+            }
+        }
+        if (heard > 0)
+            kd_info ("group %u workers=%u compute_ms=%.1f link_ms=%.1f bound=%s", g, n,
+                     compute / heard, link / heard, link > compute ? "link" : "compute");
+        else
+            kd_info ("group %u workers=%u (no telemetry yet)", g, n);
+    }
 }
 
 //  Keep the latest group assignment for STATUS.
@@ -857,6 +892,10 @@ s_do_groups (self_t *self, const kd_decision_t *d)
     memcpy (self->groups, d->groups, d->n_groups * sizeof (uint32_t));
     self->n_groups = d->n_groups;
     kd_info ("groups count=%u regroups=%llu", d->group_count, (unsigned long long) self->regroups);
+    if (self->feed && self->causes_due) {
+        s_log_group_causes (self, d);
+        self->causes_due = false;
+    }
 }
 
 //  Auto changed the effective model: log it, keep it for the summary, and
@@ -1225,6 +1264,11 @@ s_write_summary (self_t *self)
     for (size_t i = 0; i < self->n_regroup_s; i++)
         fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
     fputs ("],\n", f);
+    //  Where ALSP's speeds came from, and how many reports the monitor's
+    //  stream gave (0 with arrivals).
+    fprintf (f, "  \"speed_source\": \"%s\",\n  \"speed_reports\": %llu,\n",
+             self->feed ? "telemetry" : "arrivals",
+             (unsigned long long) (self->feed ? kd_speed_feed_reports (self->feed) : 0));
     //  What the barrier did, and under auto which model it ran as.
     fprintf (f, "  \"early_releases\": %llu,\n  \"mode\": ",
              (unsigned long long) kd_controller_early_releases (self->ctl));
@@ -2070,6 +2114,10 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.max_groups = (uint32_t) kd_config_int (c, "max-groups");
     opts.group_staleness = (uint32_t) kd_config_int (c, "group-staleness");
     opts.regroup_dwell_ms = (uint32_t) (kd_config_double (c, "regroup-dwell") * 1000);
+    //  With the monitor's telemetry as the speed source, a rank's arrivals
+    //  are timed only while its reports are missing.
+    if (!strcmp (kd_config_str (c, "speed-source"), "telemetry"))
+        opts.telemetry_fresh_ms = KD_SPEED_FEED_MAX_AGE_MS;
     if (kd_staleness_weight_parse (kd_config_str (c, "staleness-weight"), &opts.weight,
                                    &opts.weight_lambda))
         return NULL;
@@ -2127,6 +2175,33 @@ s_on_request (void *state, kd_msg_t *msg)
         s_on_peer_message (self, msg);
     if (self->state == S_DONE)
         kd_server_stop (self->server);
+}
+
+//  The monitor's stream (--speed-source telemetry): a worker's timings
+//  become a speed sample.  A malformed message is logged, a few at most,
+//  and otherwise ignored: the stream is advice, never a command.
+static void
+s_on_speed_report (void *state, zsock_t *sock)
+{
+    self_t *self = (self_t *) state;
+    (void) sock;
+    kd_speed_report_t r;
+    char err [160];
+    int rc = kd_speed_feed_recv (self->feed, &r, err, sizeof err);
+    if (rc == -2) {
+        uint64_t bad = kd_speed_feed_malformed (self->feed);
+        if (bad <= 3 || bad % 1000 == 0)
+            kd_warn ("monitor stream: malformed worker report (%s); %llu so far", err,
+                     (unsigned long long) bad);
+        return;
+    }
+    if (rc != 1 || r.rank >= S_MAX_WORKERS || self->state != S_TRAINING)
+        return;
+    self->feed_compute [r.rank] = (float) r.compute_ms;
+    self->feed_link [r.rank] = (float) (r.push_ms + r.pull_ms);
+    if (kd_controller_telemetry (self->ctl, r.rank, r.compute_ms + r.push_ms + r.pull_ms,
+                                 kd_now_ms ()) == 0)
+        s_drain (self);
 }
 
 static void
@@ -2275,6 +2350,16 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
     kd_server_set_tick (self->server, s_on_loop_tick);
     //  A burst of arrivals is read before timers are looked at.
     kd_server_set_burst (self->server, 1000);
+    if (!strcmp (kd_config_str (config, "speed-source"), "telemetry")) {
+        self->feed = kd_speed_feed_new (kd_config_str (config, "monitor-pub"), err, sizeof err);
+        if (!self->feed) {
+            kd_error ("%s", err);
+            goto cleanup;
+        }
+        kd_server_reader (self->server, kd_speed_feed_socket (self->feed), s_on_speed_report);
+        kd_info ("speeds from the monitor's telemetry at %s; arrivals fill the gaps",
+                 kd_config_str (config, "monitor-pub"));
+    }
     kd_service_ready (pipe);
     kd_server_run (self->server, pipe);
     kd_server_destroy (&self->server);
@@ -2294,6 +2379,8 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
     zsock_set_linger (self->router, 1000);
     rc = 0;
 cleanup:
+    kd_server_destroy (&self->server);
+    kd_speed_feed_destroy (&self->feed);
     kd_guard_destroy (&self->guard);
     kd_aggregators_destroy (&self->aggs);
     zsock_destroy (&self->router);

@@ -2,6 +2,7 @@
     inside this test process, with no binary spawned.
 
     - a scheduler, two shards, a monitor and two workers train one epoch;
+    - ALSP's groups form from the monitor's telemetry (--speed-source);
     - garbage sent to each service is answered with ERROR, and each still
       serves a valid request afterwards;
     - "$TERM" ends every service cleanly, as SIGTERM ends its process.
@@ -120,6 +121,63 @@ Test (inproc, a_cluster_of_actors_trains)
     cr_expect (kd_test_json_number (json, "epochs_completed") >= 1, "%s", json);
     printf ("FIGURE inproc: one epoch, 2 workers, 2 shards: accuracy %.4f, updates %.0f\n", accuracy,
             kd_test_json_number (json, "updates"));
+    free (json);
+}
+
+//  --speed-source telemetry: the scheduler follows the monitor's stream
+//  and groups ALSP's workers by the timings there.  Worker 3 computes six
+//  times slower than the others, so it gets a group of its own from the
+//  reports.
+Test (inproc, alsp_groups_from_the_monitors_telemetry)
+{
+    s_endpoints_t e;
+    s_endpoints (&e);
+    char summary [256];
+    snprintf (summary, sizeof summary, "%s/summary.json", e.dir);
+    const char *a_sched [] = { "--bind", e.sched, "--shards", "2", "--min-workers", "4",
+                               "--consistency", "alsp", "--speed-source", "telemetry",
+                               "--monitor-pub", e.pub, "--max-seconds", "8", "--epochs", "50",
+                               "--summary", summary, "--log-level", "warn", NULL };
+    s_svc_t sched = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
+    s_svc_t shards [2];
+    for (int i = 0; i < 2; i++) {
+        char name [16];
+        snprintf (name, sizeof name, "shard-%d", i);
+        const char *a_shard [] = { "--bind", e.shard [i], "--scheduler", e.sched, "--name", name,
+                                   "--log-level", "warn", NULL };
+        shards [i] = s_start (KD_SVC_SHARD, name, kd_shard_run, a_shard);
+    }
+    const char *a_mon [] = { "--bind", e.intake, "--pub-bind", e.pub, "--scheduler", e.sched,
+                             "--eval-interval", "1", "--publish-ms", "200", "--metrics-bind", "",
+                             "--log-level", "warn", NULL };
+    s_svc_t mon = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
+    s_svc_t workers [4];
+    for (int r = 0; r < 4; r++) {
+        char name [16], rank [8];
+        snprintf (name, sizeof name, "worker-%d", r);
+        snprintf (rank, sizeof rank, "%d", r);
+        const char *a_worker [] = { "--scheduler", e.sched, "--monitor", e.intake, "--name", name,
+                                    "--rank", rank, "--delay-ms", "5", "--slowdown", r == 3 ? "6" : "1",
+                                    "--log-level", "warn", NULL };
+        workers [r] = s_start (KD_SVC_WORKER, name, kd_worker_run, a_worker);
+    }
+    cr_assert (kd_service_wait (sched.actor, 60000), "the run did not end in 60 s");
+    s_svc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1], &workers [2],
+                         &workers [3] };
+    for (int i = 0; i < 7; i++)
+        kd_service_wait (rest [i]->actor, 15000);
+    cr_expect_eq (s_stop (&sched), 0);
+    for (int i = 0; i < 7; i++)
+        s_stop (rest [i]);
+    char *json = kd_test_slurp (summary);
+    cr_assert (json, "no summary written");
+    cr_expect (strstr (json, "\"speed_source\": \"telemetry\""), "%s", json);
+    double reports = kd_test_json_number (json, "speed_reports");
+    double regroups = kd_test_json_number (json, "regroups");
+    //  4 workers x 5 reports a second over most of 8 s.
+    cr_expect (reports >= 40, "only %.0f telemetry reports were used", reports);
+    cr_expect (regroups >= 1, "the groups never formed: %s", json);
+    printf ("FIGURE inproc: ALSP from telemetry: %.0f reports, %.0f regroups\n", reports, regroups);
     free (json);
 }
 

@@ -61,7 +61,7 @@ static const char *const s_owned [] = {
     "workers", "shards", "model", "hidden", "batch", "epochs", "delay-ms", "lr", "momentum",
     "seed", "consistency", "staleness", "staleness-weight", "quota", "quota-ratio", "window-ms",
     "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups", "group-staleness", "global-sync-every",
-    "regroup-dwell", "max-seconds", "target-accuracy", "snapshot-ms", "eval-interval",
+    "regroup-dwell", "speed-source", "max-seconds", "target-accuracy", "snapshot-ms", "eval-interval",
     "curve-file", "summary", "speeds", "straggler", "hetero", "hetero-period", "quiet",
     "checkpoint-dir", "checkpoint-every", NULL
 };

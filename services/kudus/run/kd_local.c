@@ -861,7 +861,7 @@ s_start_scheduler (s_local_t *self)
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups",
         "group-staleness", "staleness-weight",
-        "regroup-dwell", "heartbeat-ms", "liveness"
+        "regroup-dwell", "speed-source", "heartbeat-ms", "liveness"
     };
     s_args_t a = { .argc = 0 };
     s_arg (&a, "%s/kudus-scheduler", self->bindir);
