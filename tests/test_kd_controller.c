@@ -2261,12 +2261,17 @@ Test (kd_controller, alsp_speeds_follow_fresh_telemetry_and_arrivals_fill_the_ga
     }
     cr_expect_eq (kd_controller_group_count (t.ctl), 1, "one speed reported, one group");
     cr_expect_eq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 0));
-    //  The monitor goes quiet: after the freshness and the dwell, the
-    //  arrivals regroup the slow pair.
+    uint64_t untimed = kd_controller_untimed (t.ctl);
+    cr_expect_gt (untimed, 100, "arrivals gave way to fresh telemetry");
+    //  The monitor goes quiet: after the freshness (2 s) every arrival is
+    //  a sample again, and after the dwell they regroup the slow pair.
+    s_timed_until (&t, 8100);
+    untimed = kd_controller_untimed (t.ctl);
     s_timed_until (&t, 12000);
     cr_expect_eq (kd_controller_group_count (t.ctl), 2);
     cr_expect_neq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 0));
     cr_expect_eq (kd_controller_group_of (t.ctl, 4), kd_controller_group_of (t.ctl, 5));
+    cr_expect_eq (kd_controller_untimed (t.ctl), untimed, "arrivals are timed again once it went stale");
     kd_controller_destroy (&t.ctl);
 }
 

@@ -2,8 +2,8 @@
     monitor's stream.
 
     A PUB socket stands in for the monitor.  A fresh worker report comes
-    out as a report; other topics, stale reports and idle workers are
-    passed over; a malformed message or a report with a bad rank or
+    out as a report; other topics, stale reports, idle workers and a
+    window that repeats the last one are passed over; a malformed message or a report with a bad rank or
     timing is refused with -2, counted, and the feed goes on reading.
 */
 #include <criterion/criterion.h>
@@ -13,11 +13,16 @@
 
 TestSuite (kd_speed_feed, .timeout = 30);
 
+//  A "worker" message; each one carries a sample count higher than the
+//  last, as a worker that iterated in the window.
+static uint64_t s_samples = 0;
+
 static kd_stream_t *
 s_worker (uint64_t rank, double compute, double push, double pull, uint64_t age)
 {
     kd_stream_t *m = kd_stream_new (KD_ST_WORKER);
     kd_stream_set_uint (m, KD_S_RANK, rank);
+    kd_stream_set_uint (m, KD_S_SAMPLES, s_samples += 32);
     kd_stream_set_float (m, KD_S_COMPUTE_MS, compute);
     kd_stream_set_float (m, KD_S_PUSH_MS, push);
     kd_stream_set_float (m, KD_S_PULL_MS, pull);
@@ -76,6 +81,16 @@ Test (kd_speed_feed, reads_fresh_worker_reports_and_refuses_malformed_ones)
     kd_stream_send (&m, pub);
     cr_expect_eq (s_next (feed, &r, err, sizeof err), 0, "a stale report is no sample");
     cr_expect_eq (s_next (feed, &r, err, sizeof err), 0, "an idle worker is no sample");
+    //  A window without a new iteration repeats the last means: one
+    //  sample, not two.
+    m = s_worker (5, 40, 5, 2, 10);
+    kd_stream_t *again = s_worker (5, 40, 5, 2, 510);
+    kd_stream_set_uint (again, KD_S_SAMPLES, s_samples - 32);
+    kd_stream_send (&m, pub);
+    kd_stream_send (&again, pub);
+    cr_expect_eq (s_next (feed, &r, err, sizeof err), 1);
+    cr_expect_eq (r.rank, 5);
+    cr_expect_eq (s_next (feed, &r, err, sizeof err), 0, "a repeated window is no sample");
 
     //  Malformed: a bad body, a rank beyond any cluster, a negative timing.
     zstr_sendm (pub, "worker");
@@ -96,7 +111,7 @@ Test (kd_speed_feed, reads_fresh_worker_reports_and_refuses_malformed_ones)
     cr_expect_eq (s_next (feed, &r, err, sizeof err), 1);
     cr_expect_eq (r.rank, 4);
     cr_expect_float_eq (r.push_ms + r.pull_ms, 60, 1e-9);
-    cr_expect_eq (kd_speed_feed_reports (feed), taken + 1);
+    cr_expect_eq (kd_speed_feed_reports (feed), taken + 2);
     kd_speed_feed_destroy (&feed);
     cr_expect_null (feed);
     zsock_destroy (&pub);

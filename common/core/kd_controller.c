@@ -109,8 +109,11 @@ typedef struct {
     uint32_t group;             //  group slot; 0 unless ALSP
     uint32_t next_group;        //  ALSP: slot it moves to at its release
     double ewma;                //  smoothed iteration ms; 0 = no sample
-    double recent [S_RECENT_TIMES]; //  its last iteration times, a ring
-    uint32_t n_speed;           //  speed samples so far
+    bool ewma_telemetry;        //  ewma is from telemetry, not arrivals
+    double recent [S_RECENT_TIMES]; //  its last release-to-arrival times,
+                                //  a ring: what the adaptive barrier expects
+    uint32_t n_times;           //  entries written to recent
+    uint32_t n_speed;           //  speed samples (ewma) so far
     uint32_t outside;           //  samples in a row outside its band
     uint64_t t_release;         //  ms of its last release
     uint64_t t_telemetry;       //  ms of its last telemetry sample (0: none)
@@ -177,6 +180,8 @@ struct _kd_controller_t {
     uint64_t dropped;           //  gradients named in drops so far
     uint64_t refused;           //  gradients refused by a shard so far
     uint64_t regroups;          //  regroups that changed the groups
+    uint64_t untimed;           //  arrivals not used as speed samples:
+                                //  the rank's telemetry was fresh
     s_group_t *groups;          //  group slots
     uint32_t n_slots;           //  allocated group slots
     uint32_t n_groups;          //  slots in use: 0 .. n_groups-1
@@ -950,7 +955,7 @@ s_wake_at (kd_controller_t *self, uint64_t at)
 static double
 s_expected_ms (const s_worker_t *worker)
 {
-    uint32_t n = worker->n_speed < S_RECENT_TIMES ? worker->n_speed : S_RECENT_TIMES;
+    uint32_t n = worker->n_times < S_RECENT_TIMES ? worker->n_times : S_RECENT_TIMES;
     if (n == 0)
         return 0;
     double sorted [S_RECENT_TIMES];
@@ -1501,16 +1506,24 @@ s_outside (const s_group_t *group, double value)
         || value < group->band_lo / S_BAND_SLACK;
 }
 
-//  One iteration time of a member: from its own arrivals (release to
-//  arrival, which leaves out barrier waits) or from telemetry.
+//  One speed sample of a member, for its group: from its own arrivals
+//  (release to arrival, which leaves out barrier waits) or from the
+//  monitor's telemetry (compute, push and pull on the worker, without the
+//  messages' latency).  The two measure slightly different spans, so when
+//  a rank's source changes its average starts afresh instead of mixing
+//  them, and so does its run outside the band.
 static void
-s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
+s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms, bool telemetry)
 {
     s_worker_t *worker = &self->workers [rank];
+    if (worker->n_speed > 0 && worker->ewma_telemetry != telemetry) {
+        worker->ewma = 0;
+        worker->outside = 0;
+    }
+    worker->ewma_telemetry = telemetry;
     worker->ewma = worker->ewma > 0
                  ? S_EWMA_ALPHA * iter_ms + (1 - S_EWMA_ALPHA) * worker->ewma
                  : iter_ms;
-    worker->recent [worker->n_speed % S_RECENT_TIMES] = iter_ms;
     worker->n_speed++;
     if (s_grouped (self)) {
         //  Both the sample and the average must be out: one spike moves
@@ -1522,19 +1535,25 @@ s_observe_speed (kd_controller_t *self, uint32_t rank, double iter_ms)
     s_track (self, rank);
 }
 
-//  An arrival times the iteration since the release, unless the monitor's
-//  telemetry for the rank is fresh: then that is the speed source, and
-//  arrivals, which also hold a slow pull or push, would count twice.
+//  An arrival times the iteration since the release.  The adaptive
+//  barrier always learns from it, as it predicts exactly that span.  The
+//  groups learn from it too, unless the monitor's telemetry for the rank
+//  is fresh: then that is their source, and arrivals only fill the gaps.
 static void
 s_observe_arrival (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
 {
     s_worker_t *worker = &self->workers [rank];
     if (now_ms <= worker->t_release)
         return;
+    double ms = (double) (now_ms - worker->t_release);
+    worker->recent [worker->n_times % S_RECENT_TIMES] = ms;
+    worker->n_times++;
     if (self->opts.telemetry_fresh_ms > 0 && worker->t_telemetry
-    &&  now_ms < worker->t_telemetry + self->opts.telemetry_fresh_ms)
+    &&  now_ms < worker->t_telemetry + self->opts.telemetry_fresh_ms) {
+        self->untimed++;
         return;
-    s_observe_speed (self, rank, (double) (now_ms - worker->t_release));
+    }
+    s_observe_speed (self, rank, ms, false);
 }
 
 //  ALSP: regroup when every member has a couple of speed samples and
@@ -1759,7 +1778,7 @@ kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
     if (!s_member (self, rank) || !isfinite (iter_ms) || iter_ms <= 0)
         return -1;
     s_begin (self, now_ms);
-    s_observe_speed (self, rank, iter_ms);
+    s_observe_speed (self, rank, iter_ms, true);
     self->workers [rank].t_telemetry = now_ms ? now_ms : 1;
     s_finish (self, now_ms);
     return 0;
@@ -1772,6 +1791,14 @@ kd_controller_tick (kd_controller_t *self, uint64_t now_ms)
     assert (self);
     s_begin (self, now_ms);
     s_finish (self, now_ms);
+}
+
+//  Arrivals whose times the groups did not use, telemetry being fresh.
+uint64_t
+kd_controller_untimed (kd_controller_t *self)
+{
+    assert (self);
+    return self->untimed;
 }
 
 //  When a tick may next release a phase.

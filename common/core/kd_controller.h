@@ -194,10 +194,16 @@ int
     kd_controller_refuse (kd_controller_t *self, uint32_t rank, uint64_t clock,
                           uint64_t base, uint64_t now_ms);
 //  An iteration time of rank measured elsewhere (the monitor's telemetry:
-//  compute, push and pull), as a speed sample.  See telemetry_fresh_ms.
+//  compute, push and pull), as a speed sample for ALSP's and auto's
+//  groups.  The adaptive barrier's expectations come from arrivals only.
+//  See telemetry_fresh_ms.
 int
     kd_controller_telemetry (kd_controller_t *self, uint32_t rank,
                              double iter_ms, uint64_t now_ms);
+//  Arrivals not used as speed samples for the groups because the rank's
+//  telemetry was fresh (telemetry_fresh_ms); 0 without telemetry.
+uint64_t
+    kd_controller_untimed (kd_controller_t *self);
 //  Time passes: windows and dwell timers fire.
 void
     kd_controller_tick (kd_controller_t *self, uint64_t now_ms);

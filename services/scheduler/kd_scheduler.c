@@ -195,6 +195,7 @@ typedef struct {
                                 //  per-worker timings (or NULL)
     float feed_compute [S_MAX_WORKERS];  //  its last compute ms, by rank
     float feed_link [S_MAX_WORKERS];     //  and push + pull ms (0: none yet)
+    uint64_t speed_reports;     //  telemetry reports the controller took
     bool causes_due;            //  a regroup since the last GROUPS: log
                                 //  what its groups spend their time on
 } self_t;
@@ -1264,11 +1265,13 @@ s_write_summary (self_t *self)
     for (size_t i = 0; i < self->n_regroup_s; i++)
         fprintf (f, "%s%.3f", i ? ", " : "", self->regroup_s [i]);
     fputs ("],\n", f);
-    //  Where ALSP's speeds came from, and how many reports the monitor's
-    //  stream gave (0 with arrivals).
-    fprintf (f, "  \"speed_source\": \"%s\",\n  \"speed_reports\": %llu,\n",
-             self->feed ? "telemetry" : "arrivals",
-             (unsigned long long) (self->feed ? kd_speed_feed_reports (self->feed) : 0));
+    //  Where ALSP's speeds came from: how many of the monitor's reports
+    //  the controller took, and how many arrivals it left out for them
+    //  (both 0 with arrivals).
+    fprintf (f, "  \"speed_source\": \"%s\",\n  \"speed_reports\": %llu,\n"
+             "  \"arrivals_untimed\": %llu,\n", self->feed ? "telemetry" : "arrivals",
+             (unsigned long long) self->speed_reports,
+             (unsigned long long) kd_controller_untimed (self->ctl));
     //  What the barrier did, and under auto which model it ran as.
     fprintf (f, "  \"early_releases\": %llu,\n  \"mode\": ",
              (unsigned long long) kd_controller_early_releases (self->ctl));
@@ -2200,8 +2203,10 @@ s_on_speed_report (void *state, zsock_t *sock)
     self->feed_compute [r.rank] = (float) r.compute_ms;
     self->feed_link [r.rank] = (float) (r.push_ms + r.pull_ms);
     if (kd_controller_telemetry (self->ctl, r.rank, r.compute_ms + r.push_ms + r.pull_ms,
-                                 kd_now_ms ()) == 0)
+                                 kd_now_ms ()) == 0) {
+        self->speed_reports++;
         s_drain (self);
+    }
 }
 
 static void
@@ -2354,6 +2359,7 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
         self->feed = kd_speed_feed_new (kd_config_str (config, "monitor-pub"), err, sizeof err);
         if (!self->feed) {
             kd_error ("%s", err);
+            rc = 2;         //  a bad setting
             goto cleanup;
         }
         kd_server_reader (self->server, kd_speed_feed_socket (self->feed), s_on_speed_report);

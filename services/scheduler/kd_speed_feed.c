@@ -8,9 +8,12 @@
 #include <math.h>
 
 #define S_MAX_RANK 1048576      //  a rank beyond any cluster: malformed
+#define S_MAX_MSG  (16 << 20)   //  a stream message larger is refused
 
 struct _kd_speed_feed_t {
     zsock_t *sub;               //  the monitor's stream, topic "worker"
+    uint64_t last [KD_SPEED_FEED_RANKS];    //  samples in the last report
+                                //  taken, by rank: one window, one sample
     uint64_t reports;           //  reports handed over
     uint64_t malformed;         //  messages refused
 };
@@ -25,9 +28,11 @@ kd_speed_feed_new (const char *endpoint, char *err, size_t err_size)
     assert (self->sub);
     //  Only the topic we read: the rest of the stream never reaches us.
     zsock_set_subscribe (self->sub, kd_stream_topic_name (KD_ST_WORKER));
-    //  A slow scheduler must not queue the stream without bound; the
-    //  newest report is the one that matters.
+    //  A slow scheduler must not queue the stream without bound: past the
+    //  high-water mark ZeroMQ drops what comes next, which a later window
+    //  reports again.
     zsock_set_rcvhwm (self->sub, 1000);
+    zsock_set_maxmsgsize (self->sub, S_MAX_MSG);
     kd_curve_client (kd_curve_process (), self->sub);
     if (zsock_connect (self->sub, "%s", endpoint) < 0) {
         snprintf (err, err_size, "setting 'monitor-pub': cannot connect to '%s': %s", endpoint,
@@ -82,6 +87,7 @@ kd_speed_feed_recv (kd_speed_feed_t *self, kd_speed_report_t *out, char *err, si
         return 0;
     }
     double rank = kd_stream_number (m, KD_S_RANK, -1);
+    double samples = kd_stream_number (m, KD_S_SAMPLES, -1);
     kd_speed_report_t r = {
         .compute_ms = kd_stream_number (m, KD_S_COMPUTE_MS, NAN),
         .push_ms = kd_stream_number (m, KD_S_PUSH_MS, NAN),
@@ -102,9 +108,17 @@ kd_speed_feed_recv (kd_speed_feed_t *self, kd_speed_report_t *out, char *err, si
     if (!s_timing (r.wait_ms))
         r.wait_ms = 0;
     //  A worker that stopped reporting keeps its last means on the stream;
-    //  they say nothing about its speed now.
-    if (r.age_ms > KD_SPEED_FEED_MAX_AGE_MS || r.compute_ms + r.push_ms + r.pull_ms <= 0)
+    //  they say nothing about its speed now.  Nor does a window in which
+    //  it finished no iteration: the monitor publishes the previous means
+    //  again, and counting them twice would make one slow iteration look
+    //  like a run of them.  Its sample count tells.
+    if (r.rank >= KD_SPEED_FEED_RANKS || r.age_ms > KD_SPEED_FEED_MAX_AGE_MS
+    ||  r.compute_ms + r.push_ms + r.pull_ms <= 0)
         return 0;
+    uint64_t count = samples >= 0 && samples < 1e18 ? (uint64_t) samples : 0;
+    if (count <= self->last [r.rank])
+        return 0;
+    self->last [r.rank] = count;
     *out = r;
     self->reports++;
     return 1;

@@ -17,6 +17,7 @@
 
 #define KD_SPEED_FEED_MAX_AGE_MS 2000   //  older reports (a worker silent
                                         //  since) are not speed samples
+#define KD_SPEED_FEED_RANKS      1024   //  worker ranks followed
 
 typedef struct {
     uint32_t rank;              //  worker
@@ -44,8 +45,10 @@ zsock_t *
     kd_speed_feed_socket (kd_speed_feed_t *self);
 
 //  Read one stream message.  1 and a report when it was a worker's fresh
-//  timings; 0 when it was something else (another topic, a stale or empty
-//  report, nothing to read); -2 with a reason in err when it was malformed.
+//  timings of a window with new iterations (its sample count went up);
+//  0 when it was something else (another topic, a stale, empty or
+//  repeated report, a rank beyond KD_SPEED_FEED_RANKS, nothing to read);
+//  -2 with a reason in err when it was malformed.
 int
     kd_speed_feed_recv (kd_speed_feed_t *self, kd_speed_report_t *out, char *err, size_t err_size);
 
