@@ -44,7 +44,9 @@ int
 kd_export_main (int argc, char **argv)
 {
     //  The binary's folder: build/ in a build tree, bin/ when installed.
-    char exe [PATH_MAX], bindir [PATH_MAX] = ".";
+    //  Without it, nothing is guessed: the package and the library are
+    //  whatever python3 finds.
+    char exe [PATH_MAX], bindir [PATH_MAX] = "";
     ssize_t n = readlink ("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe [n] = 0;
@@ -53,14 +55,14 @@ kd_export_main (int argc, char **argv)
     //  The package: python/ next to the build folder, else the source
     //  tree this binary was built from, else whatever python3 imports.
     char dir [PATH_MAX];
-    if (snprintf (dir, sizeof dir, "%s/../python", bindir) < (int) sizeof dir && s_has_package (dir))
+    if (*bindir && snprintf (dir, sizeof dir, "%s/../python", bindir) < (int) sizeof dir && s_has_package (dir))
         s_prepend ("PYTHONPATH", dir);
     else
     if (s_has_package (KUDUS_PYTHON_DIR))
         s_prepend ("PYTHONPATH", KUDUS_PYTHON_DIR);
     //  The library: this build's, unless the user named one.
     char lib [PATH_MAX];
-    if (snprintf (lib, sizeof lib, "%s/libkudus.so", bindir) < (int) sizeof lib
+    if (*bindir && snprintf (lib, sizeof lib, "%s/libkudus.so", bindir) < (int) sizeof lib
     &&  !getenv ("KUDUS_LIB") && access (lib, R_OK) == 0)
         setenv ("KUDUS_LIB", lib, 1);
 
@@ -81,5 +83,5 @@ kd_export_main (int argc, char **argv)
     fprintf (stderr, "kudus export: cannot run %s: %s (the exporter is the Python package's: "
              "install python3 and python3-torch, or set KUDUS_PYTHON)\n", python, strerror (errno));
     free (args);
-    return 2;
+    return 127;
 }
