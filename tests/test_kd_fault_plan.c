@@ -99,6 +99,46 @@ Test (kd_fault_plan, only_the_kinds_asked_for_and_no_unknown_kind)
     cr_expect (strstr (err, "meteor"), "%s", err);
 }
 
+static bool
+s_kill (kd_fault_kind_t kind)
+{
+    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
+        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
+}
+
+//  A partition cuts a worker's or a shard's link (each has a namespace
+//  under --netns) for a while; it is drawn only when asked for, so the
+//  default plans do not change.
+Test (kd_fault_plan, partitions_cut_workers_and_shards_only_when_asked)
+{
+    char err [256];
+    kd_fault_plan_t *p = kd_fault_plan_new (3, 600, 4, 2, 2, 4, "partition", err, sizeof err);
+    cr_assert (p, "%s", err);
+    cr_assert_gt (kd_fault_plan_size (p), 50);
+    bool worker = false, shard = false;
+    for (size_t i = 0; i < kd_fault_plan_size (p); i++) {
+        const kd_fault_t *f = kd_fault_plan_at (p, i);
+        cr_expect_eq (f->kind, KD_FAULT_PARTITION);
+        cr_expect (f->duration_ms >= KD_FAULT_PARTITION_MIN_MS && f->duration_ms <= KD_FAULT_PARTITION_MAX_MS);
+        int n = atoi (strrchr (f->target, '-') + 1);
+        if (!strncmp (f->target, "worker-", 7))
+            worker = true;
+        else {
+            cr_expect (!strncmp (f->target, "shard-", 6), "%s", f->target);
+            shard = true;
+        }
+        cr_expect (n >= 0 && n < 4, "%s", f->target);
+    }
+    cr_expect (worker && shard);
+    kd_fault_plan_destroy (&p);
+    //  The default kinds never draw one.
+    p = kd_fault_plan_new (3, 1800, 6, 2, 2, 4, S_ALL, err, sizeof err);
+    cr_assert (p, "%s", err);
+    for (size_t i = 0; i < kd_fault_plan_size (p); i++)
+        cr_expect_neq (kd_fault_plan_at (p, i)->kind, KD_FAULT_PARTITION);
+    kd_fault_plan_destroy (&p);
+}
+
 //  Seeds 6, 7 and 8 of the 30-minute soak once killed the monitor six
 //  times within a minute; kudus local rightly gave up on it as a crash
 //  loop and the soak ended early.  No plan may do that to any target.
@@ -115,15 +155,14 @@ Test (kd_fault_plan, no_target_is_killed_into_a_crash_loop)
         for (int p = 0; p < 2; p++)
             for (size_t i = 0; i < kd_fault_plan_size (plans [p]); i++) {
                 const kd_fault_t *f = kd_fault_plan_at (plans [p], i);
-                if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_FLOOD)
+                if (!s_kill (f->kind))
                     continue;
                 int kills = 0;
                 for (size_t j = i + 1; j < kd_fault_plan_size (plans [p]); j++) {
                     const kd_fault_t *g = kd_fault_plan_at (plans [p], j);
                     if (g->at_ms >= f->at_ms + KD_FAULT_KILL_WINDOW_MS)
                         break;
-                    kills += g->kind != KD_FAULT_PAUSE && g->kind != KD_FAULT_FLOOD
-                          && !strcmp (g->target, f->target);
+                    kills += s_kill (g->kind) && !strcmp (g->target, f->target);
                 }
                 cr_expect (kills < KD_FAULT_KILLS_PER_WINDOW, "seed %llu: %d more kills of %s within %d s of %llu ms",
                            (unsigned long long) seed, kills, f->target, KD_FAULT_KILL_WINDOW_MS / 1000,

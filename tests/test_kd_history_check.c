@@ -184,6 +184,21 @@ Test (kd_history_check, a_fault_nothing_recovered_from_is_reported)
     cr_expect_eq (kd_history_check_survived (s_check), 0);
 }
 
+//  A partition whose link would not come up again: the node stayed cut
+//  off for the rest of the run, which the check must not pass.
+Test (kd_history_check, a_partition_that_was_never_healed_is_reported)
+{
+    s_scheduler ();
+    s_replicas ("[0,1]", "[0,0]", "0badcafe");
+    s_feed ("chaos", "{\"t\":500,\"pid\":2,\"ev\":\"begin\",\"seed\":3,\"soak_ms\":60000,\"command\":\"kudus chaos --seed 3\"}");
+    s_feed ("chaos", "{\"t\":1500,\"pid\":2,\"ev\":\"fault\",\"index\":1,\"kind\":\"partition\",\"target\":\"worker-1\","
+                     "\"child\":20,\"fired\":true,\"duration_ms\":300,\"note\":\"\"}");
+    s_feed ("chaos", "{\"t\":3000,\"pid\":2,\"ev\":\"heal-failed\",\"node\":\"w1\",\"tries\":20}");
+    s_feed ("chaos", "{\"t\":9500,\"pid\":2,\"ev\":\"done\",\"code\":0}");
+    cr_expect_gt (s_run (), 0);
+    cr_expect (s_reported ("w1's link would not come up"));
+}
+
 Test (kd_history_check, a_growing_service_is_reported)
 {
     s_feed ("scheduler", "{\"t\":0,\"pid\":1,\"ev\":\"start\",\"rows\":8,\"batch\":4,\"epochs\":1,"

@@ -28,6 +28,7 @@
 #include "kd_chaos.h"
 #include "kd_fault_plan.h"
 #include "kd_history_check.h"
+#include "kd_netns.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -44,9 +45,18 @@
 #define S_LEFTOVER_WAIT_MS  5000        //  for the cluster's processes to go
 #define S_MAX_PROCS         256         //  services of one cluster
 #define S_MAX_SHARDS        64          //  shard processes
+#define S_KILLS_KEPT        64          //  kills remembered for the backstop
+#define S_HEAL_TRIES        20          //  ticks a heal is tried before the
+                                        //  run is failed
 #define S_FLOOD_FRAME_MAX   64          //  bytes of a garbage frame at most
 #define S_FLOOD_PER_SOCKET  150         //  messages per connection: past the
                                         //  guard's max-malformed (100)
+
+//  A kill fired: whom and when.
+typedef struct {
+    char who [48];
+    uint64_t at_ms;
+} s_kill_t;
 
 //  A service of the cluster, as found in /proc.
 typedef struct {
@@ -76,6 +86,10 @@ typedef struct {
     size_t n_procs;             //  found
     s_shard_t shard [S_MAX_SHARDS]; //  shard-N's history
     kd_history_t *history;      //  chaos.jsonl
+    bool netns;                 //  the cluster runs with --netns
+    char cut [16];              //  the node whose link is down ("w2"), or ""
+    s_kill_t kills [S_KILLS_KEPT];  //  the last kills fired, a ring
+    size_t n_kills;             //  kills fired so far
 } self_t;
 
 static volatile sig_atomic_t s_signal = 0;
@@ -358,6 +372,36 @@ s_flood (const char *endpoint, uint32_t count, uint64_t seed)
     zsock_destroy (&sock);
 }
 
+//  Kills of a process seen in the last minute: the plan keeps them under
+//  kudus local's crash-loop guard by their planned times, but faults that
+//  waited (for a pause, a partition, a range to be whole) fire late and
+//  can bunch up.  Remember each kill to defer one that would be too many.
+static bool
+s_is_kill (kd_fault_kind_t kind)
+{
+    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
+        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
+}
+
+static void
+s_note_kill (self_t *self, const kd_fault_t *f, const char *who, uint64_t now_ms)
+{
+    if (!s_is_kill (f->kind))
+        return;
+    s_kill_t *k = &self->kills [self->n_kills++ % S_KILLS_KEPT];
+    snprintf (k->who, sizeof k->who, "%s", who);
+    k->at_ms = now_ms;
+}
+
+static int
+s_recent_kills (self_t *self, const char *who, uint64_t now_ms)
+{
+    int n = 0;
+    for (size_t i = 0; i < S_KILLS_KEPT && i < self->n_kills; i++)
+        n += !strcmp (self->kills [i].who, who) && now_ms < self->kills [i].at_ms + KD_FAULT_KILL_WINDOW_MS;
+    return n;
+}
+
 //  Can fault f fire now?  Resolves its process into pid and who; a reason
 //  into why when it must wait.
 static bool
@@ -378,13 +422,18 @@ s_ready (self_t *self, const kd_fault_t *f, int *pid, char *who, size_t who_size
                 break;
             }
     }
-    if (f->kind == KD_FAULT_PAUSE && !strncmp (f->target, "shard-", 6)
+    if ((f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION) && !strncmp (f->target, "shard-", 6)
     &&  s_range_of_shard (self, atoi (f->target + 6)) < 0) {
         snprintf (why, why_size, "the range of %s is not whole", f->target);
         return false;
     }
     if (f->kind == KD_FAULT_FLOOD)
         return true;
+    if (s_is_kill (f->kind) && s_recent_kills (self, who, kd_now_ms ()) >= KD_FAULT_KILLS_PER_WINDOW) {
+        snprintf (why, why_size, "%s was killed %d times in the last %d s (kudus local's crash-loop guard)",
+                  who, KD_FAULT_KILLS_PER_WINDOW, KD_FAULT_KILL_WINDOW_MS / 1000);
+        return false;
+    }
     *pid = s_pid_of (self, who);
     if (!*pid) {
         snprintf (why, why_size, "%s is not running (restarting?)", who);
@@ -393,28 +442,93 @@ s_ready (self_t *self, const kd_fault_t *f, int *pid, char *who, size_t who_size
     return true;
 }
 
-//  Fire a fault at process pid (who).
-static void
-s_fire (self_t *self, const kd_fault_t *f, int pid, const char *who)
+//  Where a service listens, from its command line: --advertise, else
+//  --bind with a wildcard host made loopback.  0, or -1 when neither.
+static int
+s_endpoint_of (int pid, char *out, size_t size)
 {
-    char ep [64];
+    char buf [4096];
+    ssize_t n = pid > 0 ? s_proc_read (pid, "cmdline", buf, sizeof buf) : -1;
+    if (n <= 0)
+        return -1;
+    const char *prev = NULL, *bind = NULL, *advertise = NULL;
+    for (const char *p = buf; p < buf + n; p += strlen (p) + 1) {
+        if (prev && !strcmp (prev, "--bind"))
+            bind = p;
+        if (prev && !strcmp (prev, "--advertise") && *p)
+            advertise = p;
+        prev = p;
+    }
+    const char *ep = advertise ? advertise : bind;
+    if (!ep)
+        return -1;
+    if (!strncmp (ep, "tcp://*:", 8))
+        snprintf (out, size, "tcp://127.0.0.1:%s", ep + 8);
+    else
+        snprintf (out, size, "%s", ep);
+    return 0;
+}
+
+//  The namespace node of a worker or shard ("w2", "s0"), as kudus local
+//  names them under --netns.
+static void
+s_node_of (const char *who, char *out, size_t size)
+{
+    bool worker = !strncmp (who, "worker-", 7);
+    snprintf (out, size, "%c%d", worker ? 'w' : 's', atoi (who + (worker ? 7 : 6)));
+}
+
+//  Fire a fault at process pid (who).  Returns 0, or -1 with a reason in
+//  why when it could not be done.
+static int
+s_fire (self_t *self, const kd_fault_t *f, int pid, const char *who, char *why, size_t why_size)
+{
+    char ep [300];
     switch (f->kind) {
         case KD_FAULT_PAUSE:
             kill (pid, SIGSTOP);
             break;
         case KD_FAULT_FLOOD:
-            if (!strcmp (who, "scheduler"))
-                snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port);
-            else
-            if (!strcmp (who, "monitor"))
-                snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port + 1);
-            else
-                snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port + 100 + atoi (who + 6));
+            //  Where the target listens (under --netns, its namespace's
+            //  address); a service that is down gets its usual port.
+            if (s_endpoint_of (s_pid_of (self, who), ep, sizeof ep)) {
+                if (!strcmp (who, "scheduler"))
+                    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port);
+                else
+                if (!strcmp (who, "monitor"))
+                    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port + 1);
+                else
+                    snprintf (ep, sizeof ep, "tcp://127.0.0.1:%d", self->port + 100 + atoi (who + 6));
+            }
             s_flood (ep, f->count, f->seed);
+            break;
+        case KD_FAULT_PARTITION:
+            s_node_of (who, self->cut, sizeof self->cut);
+            if (kd_netns_set_link (self->local_pid, self->cut, false, why, why_size)) {
+                self->cut [0] = 0;
+                return -1;
+            }
             break;
         default:
             kill (pid, SIGKILL);
     }
+    return 0;
+}
+
+//  Heal the partition in force, if any.  0, or -1 when the link would not
+//  come up (the partition stays in force, to be tried again).
+static int
+s_heal (self_t *self)
+{
+    if (!self->cut [0])
+        return 0;
+    char why [300];
+    if (kd_netns_set_link (self->local_pid, self->cut, true, why, sizeof why)) {
+        fprintf (stderr, "kudus chaos: cannot heal %s: %s\n", self->cut, why);
+        return -1;
+    }
+    self->cut [0] = 0;
+    return 0;
 }
 
 //  --------------------------------------------------------------------------
@@ -496,6 +610,10 @@ s_start_local (self_t *self, int extra_argc, char **extra_argv, double run_s)
     if (*kd_config_str (c, "bin-dir")) {
         args [a++] = "--bin-dir";
         args [a++] = (char *) kd_config_str (c, "bin-dir");
+    }
+    if (self->netns) {
+        args [a++] = "--netns";
+        args [a++] = "true";
     }
     for (int i = 0; i < extra_argc && a < 126; i++)
         args [a++] = extra_argv [i];
@@ -604,6 +722,8 @@ s_command (kd_config_t *c, double seconds, int extra_argc, char **extra_argv)
              (long long) kd_config_int (c, "shards"), (long long) kd_config_int (c, "replicas"),
              (long long) kd_config_int (c, "workers"), kd_config_str (c, "consistency"),
              (long long) kd_config_int (c, "base-port"));
+    if (kd_config_bool (c, "netns"))
+        fprintf (f, " --netns true");
     if (extra_argc > 0)
         fprintf (f, " --");
     for (int i = 0; i < extra_argc; i++)
@@ -677,7 +797,8 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
     fflush (stdout);
     size_t next = 0;
     int paused = 0;
-    uint64_t resume_at = 0, deferred_from = 0;
+    uint64_t resume_at = 0, heal_at = 0, deferred_from = 0;
+    int heal_failures = 0;
     uint64_t deadline = t0 + (uint64_t) ((seconds + (run_s - seconds) / 2) * 1e6);
     uint64_t give_up = kd_now_ms () + (uint64_t) (run_s * 1000) + S_GRACE_MS;
     while (!s_signal) {
@@ -695,8 +816,19 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
             kill (paused, SIGCONT);
             paused = 0;
         }
+        if (self->cut [0] && now_ms >= heal_at && s_heal (self) && ++heal_failures >= S_HEAL_TRIES) {
+            //  A link that stays down is a cut-off node for the rest of
+            //  the run: the check must fail, not the soak go on.
+            kd_history_line (self->history, "heal-failed", "\"node\":\"%s\",\"tries\":%d",
+                             self->cut, heal_failures);
+            fprintf (stderr, "kudus chaos: %s's link would not come up after %d tries\n", self->cut,
+                     heal_failures);
+            self->cut [0] = 0;
+        }
+        if (!self->cut [0])
+            heal_failures = 0;
         const kd_fault_t *f = kd_fault_plan_at (plan, next);
-        bool due = f && !paused && now_us >= t0 + f->at_ms * 1000;
+        bool due = f && !paused && !self->cut [0] && now_us >= t0 + f->at_ms * 1000;
         //  /proc is walked only when we need to know who runs: it costs a
         //  read per process of the machine.
         if (due || now_ms >= next_sample) {
@@ -713,7 +845,12 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
             bool ready = s_ready (self, f, &pid, who, sizeof who, why, sizeof why);
             if (!deferred_from)
                 deferred_from = now_ms;
-            if (ready || now_us > deadline) {
+            //  Fired first, recorded after: a fault that failed (a link
+            //  that would not go down) is recorded as not fired.
+            bool failed = ready && s_fire (self, f, pid, who, why, sizeof why);
+            if (failed)
+                ready = false;
+            if (ready || failed || now_us > deadline) {
                 char note [200];
                 s_json_text (why, note, sizeof note);
                 kd_history_line (self->history, "fault",
@@ -721,20 +858,24 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
                                  "\"planned_ms\":%llu,\"deferred_ms\":%llu,\"duration_ms\":%u,\"note\":\"%s\"",
                                  next + 1, kd_fault_kind_name (f->kind), who, pid, ready ? "true" : "false",
                                  (unsigned long long) f->at_ms, (unsigned long long) (now_ms - deferred_from),
-                                 f->kind == KD_FAULT_PAUSE ? f->duration_ms : 0, ready ? "" : note);
+                                 f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION ? f->duration_ms : 0,
+                                 ready ? "" : note);
                 if (ready) {
                     printf ("kudus chaos: t=%6.1fs fault %zu: %s %s%s\n", (double) (now_us - t0) / 1e6,
                             next + 1, kd_fault_kind_name (f->kind), who,
-                            f->kind == KD_FAULT_PAUSE ? " (SIGSTOP)" : f->kind == KD_FAULT_FLOOD ? "" : " (kill -9)");
-                    s_fire (self, f, pid, who);
+                            f->kind == KD_FAULT_PAUSE ? " (SIGSTOP)" : f->kind == KD_FAULT_PARTITION ? " (link down)"
+                            : f->kind == KD_FAULT_FLOOD ? "" : " (kill -9)");
+                    s_note_kill (self, f, who, now_ms);
                     if (f->kind == KD_FAULT_PAUSE) {
                         paused = pid;
                         resume_at = kd_now_ms () + f->duration_ms;
                     }
+                    if (f->kind == KD_FAULT_PARTITION)
+                        heal_at = kd_now_ms () + f->duration_ms;
                 }
                 else
                     printf ("kudus chaos: fault %zu (%s %s) could not fire: %s\n", next + 1,
-                            kd_fault_kind_name (f->kind), f->target, why);
+                            kd_fault_kind_name (f->kind), f->target, *why ? why : "its time ran out");
                 fflush (stdout);
                 next++;
                 deferred_from = 0;
@@ -744,6 +885,9 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
     }
     if (paused)
         kill (paused, SIGCONT);
+    //  Once kudus local is gone its namespaces are too.
+    if (!*exited)
+        s_heal (self);
     //  Faults the run ended before.
     for (; next < kd_fault_plan_size (plan); next++) {
         const kd_fault_t *f = kd_fault_plan_at (plan, next);
@@ -786,6 +930,7 @@ kd_chaos_main (int argc, char **argv)
     self->replicas = (int) kd_config_int (c, "replicas");
     self->workers = (int) kd_config_int (c, "workers");
     self->port = (int) kd_config_int (c, "base-port");
+    self->netns = kd_config_bool (c, "netns");
     for (int i = 0; i < S_MAX_SHARDS; i++)
         self->shard [i].fd = -1;
     double seconds = kd_config_double (c, "minutes") > 0 ? kd_config_double (c, "minutes") * 60
@@ -802,6 +947,15 @@ kd_chaos_main (int argc, char **argv)
                                                err, sizeof err);
     if (!plan) {
         fprintf (stderr, "kudus chaos: %s\n", err);
+        kd_config_destroy (&c);
+        return 2;
+    }
+    //  A partition cuts a namespace's link: without namespaces there is
+    //  none to cut (every service shares loopback).
+    if (strstr (kd_config_str (c, "faults"), "partition") && !self->netns) {
+        fprintf (stderr, "kudus chaos: setting 'faults': partition needs --netns true (root: each service "
+                 "in a network namespace of its own)\n");
+        kd_fault_plan_destroy (&plan);
         kd_config_destroy (&c);
         return 2;
     }

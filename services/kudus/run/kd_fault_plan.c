@@ -21,7 +21,7 @@ struct _kd_fault_plan_t {
 };
 
 static const char *s_kind_names [KD_FAULT_KINDS] = {
-    "worker", "primary", "backup", "monitor", "pause", "flood"
+    "worker", "primary", "backup", "monitor", "pause", "flood", "partition"
 };
 
 const char *
@@ -46,6 +46,7 @@ s_below (uint64_t *state, uint64_t n)
     return n ? kd_splitmix64 (state) % n : 0;
 }
 
+//  True for the kinds that kill a process (kudus local restarts it).
 static bool
 s_is_kill (kd_fault_kind_t kind)
 {
@@ -80,7 +81,7 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
         int k = kd_fault_kind_parse (tok);
         if (k < 0) {
             snprintf (err, err_size, "setting 'faults': unknown kind '%s' (worker, primary, backup, "
-                      "monitor, pause, flood)", tok);
+                      "monitor, pause, flood, partition)", tok);
             free (list);
             return NULL;
         }
@@ -136,6 +137,18 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
                     snprintf (f->target, sizeof f->target, "monitor");
                 f->duration_ms = KD_FAULT_PAUSE_MIN_MS
                                + (uint32_t) s_below (&st, KD_FAULT_PAUSE_MAX_MS - KD_FAULT_PAUSE_MIN_MS + 1);
+                break;
+            }
+            case KD_FAULT_PARTITION: {
+                //  A worker or a shard process: each has a namespace of
+                //  its own under --netns.
+                uint64_t who = s_below (&st, (uint64_t) (workers + procs));
+                if (who < (uint64_t) workers)
+                    snprintf (f->target, sizeof f->target, "worker-%d", (int) who);
+                else
+                    snprintf (f->target, sizeof f->target, "shard-%d", (int) (who - (uint64_t) workers));
+                f->duration_ms = KD_FAULT_PARTITION_MIN_MS
+                               + (uint32_t) s_below (&st, KD_FAULT_PARTITION_MAX_MS - KD_FAULT_PARTITION_MIN_MS + 1);
                 break;
             }
             case KD_FAULT_FLOOD: {
@@ -197,7 +210,7 @@ kd_fault_plan_write_json (kd_fault_plan_t *self, FILE *out)
         const kd_fault_t *f = &self->faults [i];
         fprintf (out, "%s\n    {\"at_ms\": %llu, \"kind\": \"%s\", \"target\": \"%s\"", i ? "," : "",
                  (unsigned long long) f->at_ms, kd_fault_kind_name (f->kind), f->target);
-        if (f->kind == KD_FAULT_PAUSE)
+        if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION)
             fprintf (out, ", \"duration_ms\": %u", f->duration_ms);
         if (f->kind == KD_FAULT_FLOOD)
             fprintf (out, ", \"count\": %u, \"seed\": %llu", f->count, (unsigned long long) f->seed);
@@ -213,7 +226,7 @@ kd_fault_plan_print (kd_fault_plan_t *self, FILE *out)
         const kd_fault_t *f = &self->faults [i];
         fprintf (out, "kudus chaos: fault %2zu at %7.1fs  %-8s %-10s", i + 1, (double) f->at_ms / 1000,
                  kd_fault_kind_name (f->kind), f->target);
-        if (f->kind == KD_FAULT_PAUSE)
+        if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION)
             fprintf (out, " for %u ms", f->duration_ms);
         if (f->kind == KD_FAULT_FLOOD)
             fprintf (out, " %u messages", f->count);

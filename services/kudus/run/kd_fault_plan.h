@@ -24,6 +24,10 @@
 #define KD_FAULT_PAUSE_MAX_MS   4000    //  longest: beyond heartbeat x
                                         //  liveness (3 s), so a paused
                                         //  process is sometimes declared dead
+#define KD_FAULT_PARTITION_MIN_MS 1000  //  link down .. up, shortest
+#define KD_FAULT_PARTITION_MAX_MS 8000  //  longest: well past liveness, so a
+                                        //  cut-off process is declared dead
+                                        //  and must rejoin when healed
 #define KD_FAULT_FLOOD_MIN      200     //  malformed messages in a flood
 #define KD_FAULT_FLOOD_MAX      2000
 #define KD_FAULT_KILL_WINDOW_MS 60000   //  at most KD_FAULT_KILLS_PER_WINDOW
@@ -39,6 +43,8 @@ typedef enum {
     KD_FAULT_KILL_MONITOR,      //  kill -9 the monitor
     KD_FAULT_PAUSE,             //  SIGSTOP, then SIGCONT after duration_ms
     KD_FAULT_FLOOD,             //  malformed messages at a service's ROUTER
+    KD_FAULT_PARTITION,         //  --netns: a worker's or shard's link down
+                                //  for duration_ms, then up
     KD_FAULT_KINDS
 } kd_fault_kind_t;
 
@@ -46,7 +52,8 @@ typedef struct {
     uint64_t at_ms;             //  after training started
     kd_fault_kind_t kind;       //  what
     char target [32];           //  whom: "worker-2", "range-1", "shard-0", ...
-    uint32_t duration_ms;       //  pause: how long the process stays stopped
+    uint32_t duration_ms;       //  pause: how long the process stays stopped;
+                                //  partition: how long its link stays down
     uint32_t count;             //  flood: messages sent
     uint64_t seed;              //  flood: seed of the garbage
 } kd_fault_t;

@@ -816,6 +816,9 @@ s_on_chaos (kd_history_check_t *self, const char *ev, json_object *o)
         s->fds = (double) s_u (o, "fds");
     }
     else
+    if (!strcmp (ev, "heal-failed"))
+        s_fail (self, "%s's link would not come up again after a partition", s_s (o, "node"));
+    else
     if (!strcmp (ev, "leftover")) {
         self->leftovers++;
         s_fail (self, "%s pid %d was still running after the cluster stopped", s_s (o, "name"),

@@ -462,6 +462,12 @@ kd_netns_enter (kd_netns_t *self, size_t i)
 }
 
 int
+kd_netns_set_link (int owner, const char *node, bool up, char *err, size_t err_size)
+{
+    return s_step (err, err_size, "ip -n kudus-%d-%s link set eth0 %s", owner, node, up ? "up" : "down");
+}
+
+int
 kd_netns_override (const char *spec, const char *role, int rank, kd_link_t *link,
                    char *err, size_t err_size)
 {

@@ -70,6 +70,12 @@ int
     kd_netns_override (const char *spec, const char *role, int rank, kd_link_t *link,
                        char *err, size_t err_size);
 
+//  Take a node's link down or up again, from any process: the network of
+//  the kudus local with pid owner, node as it was named ("s0", "w3").  A
+//  partition for `kudus chaos`.  Returns 0, or -1 with a reason in err.
+int
+    kd_netns_set_link (int owner, const char *node, bool up, char *err, size_t err_size);
+
 //  Delete what earlier runs left behind: namespaces "kudus-PID-*" whose
 //  PID is no longer alive.  Returns the number deleted.
 int
