@@ -14,11 +14,13 @@
     them applied), time or target accuracy (a rolling mean of the
     monitor's evaluations); the scheduler then stops the workers, asks the
     monitor for a final evaluation, writes the summary and stops everyone
-    else.
+    else.  The member table, its indexes and their invariants are
+    kd_members.c's; what to answer a HELLO, and when, is decided here.
 */
 #include "kd_scheduler.h"
 #include "kd_aggregators.h"
 #include "kd_guard.h"
+#include "kd_members.h"
 #include "kd_role.h"
 #include "kd_server.h"
 #include "kd_service.h"
@@ -26,8 +28,6 @@
 #include <math.h>
 #include <msgpack.h>
 
-#define S_MAX_WORKERS   1024            //  worker ranks
-#define S_MAX_SHARDS    64              //  shard ranks
 #define S_STALE_BINS    1024            //  staleness histogram bins
 #define S_FINAL_EVAL_MS 30000           //  wait for the final evaluation
 #define S_LOSS_ALPHA    0.02            //  EWMA weight of one train loss
@@ -36,57 +36,16 @@
 #define S_MAX_REGROUPS  256             //  regroup times kept for the summary
 #define S_MAX_SWITCHES  64              //  auto's switches kept for the summary
 #define S_MAX_POLL_MS   20              //  longest poll: run limits, windows
-#define S_COMMIT_SCRATCH (2 * S_MAX_WORKERS)
+#define S_COMMIT_SCRATCH (2 * KD_MEMBERS_MAX_WORKERS)
 #define S_MAX_BATCH     8192            //  largest batch (config bound)
 #define S_MAX_EPOCH_LOG 1000            //  epochs whose share is reported  //  entries a commit holds without
                                         //  a malloc: a late and a fresh
                                         //  gradient per rank at most
 
-typedef enum { S_ROLE_WORKER, S_ROLE_SHARD, S_ROLE_MONITOR, S_ROLE_EVALUATOR } s_role_t;
 typedef enum { S_WAITING, S_TRAINING, S_FINISHING, S_DONE } s_state_t;
 
 static const double s_milestones [] = { 0.70, 0.75, 0.80, 0.82, 0.85 };
 #define S_N_MILESTONES (sizeof s_milestones / sizeof s_milestones [0])
-
-typedef struct {
-    char *name;                 //  stable instance name (table key)
-    s_role_t role;              //  what it is
-    uint64_t rank;              //  rank within its role
-    zframe_t *routing_id;       //  current ROUTER identity (behind an
-                                //  aggregator: its identity there)
-    zframe_t *via;              //  workers: the aggregator it is behind, or NULL
-    char id_hex [128];          //  routing id as hex (table key; behind an
-                                //  aggregator, the aggregator's first)
-    char key [64];              //  who registered it: CURVE key, else address
-    uint64_t refused;           //  its gradients a shard refused
-    uint64_t last_seen;         //  ms of its last message
-    bool alive;                 //  registered and not declared dead
-    char *endpoint;             //  shards, monitor: advertised endpoint
-    uint64_t version;           //  shards: last version reported
-    double arrive_ms;           //  workers: time of the last ARRIVE
-    double release_ms;          //  workers: time of the last RELEASE
-    uint64_t staleness;         //  workers: tau of its last applied gradient
-    bool waiting;               //  workers: arrived, not yet released
-    bool has_arrived;           //  workers: arrive_clock is valid
-    uint64_t arrive_clock;      //  workers: clock of the last accepted ARRIVE
-    bool released;              //  workers: last_release is valid
-    bool orphan;                //  workers: died computing; orphan_clock
-                                //  may still be pushed after the death
-    uint64_t orphan_clock;      //  workers: that clock
-    uint64_t samples;           //  shards: samples trained into version
-    kd_decision_t last_release; //  workers: the last RELEASE (its scalar
-                                //  fields only; the pointers go stale)
-    uint64_t applied;           //  workers: samples of applied gradients
-    uint64_t drops;             //  workers: gradients dropped
-    uint64_t iterations;        //  workers: accepted arrivals
-    double iter_ms;             //  workers: sum of release-to-arrival times
-    double compute_ms;          //  workers: sum of reported compute times
-    double emulated_ms;         //  workers: sum of emulated compute aimed at
-    double wait_ms;             //  workers: sum of arrival-to-release times
-    uint64_t reported_tau;      //  workers: staleness its last PUSH_OKs saw
-                                //  (ASP/SSP, measured by the shards)
-    bool synced;                //  shards, replicated: holds its range's state
-} s_member_t;
 
 #define S_MAX_REPLICAS  8               //  replicas of a range (config bound)
 #define S_MAX_QUEUED    100000          //  commits kept for a silent primary
@@ -113,20 +72,16 @@ typedef struct {
     zsock_t *router;            //  every peer talks to us here
     s_state_t state;            //  lifecycle
     kd_controller_t *ctl;       //  consistency decisions (and leases)
-    zhashx_t *by_name;          //  name -> s_member_t (owns)
-    zhashx_t *by_id;            //  routing id hex -> s_member_t (borrows)
-    zhashx_t *by_key;           //  registering key -> names it registered (count)
+    kd_members_t *members;      //  every peer that said HELLO, by name,
+                                //  routing id, rank and registering key
     kd_guard_t *guard;          //  connection and malformed-input limits
     kd_msg_source_t src;        //  where the message being handled came from
     zframe_t *via;              //  the aggregator that relayed it, or NULL
     kd_aggregators_t *aggs;     //  bundles for workers behind aggregators
-    s_member_t *workers [S_MAX_WORKERS];  //  by rank (borrowed)
-    s_member_t *shards [S_MAX_SHARDS];    //  by rank (borrowed)
-    s_member_t *monitor;        //  the monitor, if registered
     size_t n_shards;            //  shard processes: n_ranges x replicas
     size_t n_ranges;            //  key ranges (the shards setting)
     size_t replicas;            //  replicas of each range (1: none)
-    s_chain_t chains [S_MAX_SHARDS];    //  by range
+    s_chain_t chains [KD_MEMBERS_MAX_SHARDS];    //  by range
     size_t min_workers;         //  workers needed to start
     size_t max_live_workers;    //  most workers training at once
     kd_model_kind_t kind;       //  model
@@ -193,29 +148,16 @@ typedef struct {
     char *history_buf;          //  scratch: a commit's arrays as JSON
     kd_speed_feed_t *feed;      //  --speed-source telemetry: the monitor's
                                 //  per-worker timings (or NULL)
-    float feed_compute [S_MAX_WORKERS];  //  its last compute ms, by rank
-    float feed_link [S_MAX_WORKERS];     //  and push + pull ms (0: none yet)
+    float feed_compute [KD_MEMBERS_MAX_WORKERS];  //  its last compute ms, by rank
+    float feed_link [KD_MEMBERS_MAX_WORKERS];     //  and push + pull ms (0: none yet)
     uint64_t speed_reports;     //  telemetry reports the controller took
     bool causes_due;            //  a regroup since the last GROUPS: log
                                 //  what its groups spend their time on
 } self_t;
 
 //  --------------------------------------------------------------------------
-//  Members
-
-static void
-s_member_destroy (void **item)
-{
-    s_member_t *m = (s_member_t *) *item;
-    if (!m)
-        return;
-    zframe_destroy (&m->routing_id);
-    zframe_destroy (&m->via);
-    free (m->name);
-    free (m->endpoint);
-    free (m);
-    *item = NULL;
-}
+//  Members: the table and its indexes are kd_members'; here, what the
+//  scheduler says to them
 
 //  Of `refused` gradients, those also named in drops: under the phased
 //  models a refused gradient's slices are dropped at the shards.
@@ -235,31 +177,12 @@ s_true_drops (self_t *self, uint64_t drops, uint64_t refused)
     return drops > r ? drops - r : 0;
 }
 
-//  Routing id as a printable key, cut to fit; returns its length.
-static size_t
-s_id_hex (zframe_t *id, char *out, size_t size)
-{
-    return kd_hex (zframe_data (id), zframe_size (id), out, size);
-}
-
-static const char *
-s_role_name (s_role_t role)
-{
-    return role == S_ROLE_WORKER ? "worker" : role == S_ROLE_SHARD ? "shard"
-         : role == S_ROLE_MONITOR ? "monitor" : "evaluator";
-}
-
 //  The member-table key of the peer that sent the message being handled:
 //  its routing id, after its aggregator's when it came in a RELAY.
 static void
 s_peer_key (self_t *self, zframe_t *id, char *out, size_t size)
 {
-    size_t at = 0;
-    if (self->via && size > 2) {
-        at = s_id_hex (self->via, out, size / 2);
-        out [at++] = '/';
-    }
-    s_id_hex (id, out + at, size - at);
+    kd_members_id_key (self->via, id, out, size);
 }
 
 //  Send to a routing id, directly or through the aggregator it is behind
@@ -277,7 +200,7 @@ s_send_routed (self_t *self, zframe_t *via, zframe_t *id, kd_msg_t **msg_p)
 
 //  Send a message to a member (consumes the message).
 static void
-s_send_to (self_t *self, s_member_t *m, kd_msg_t **msg_p)
+s_send_to (self_t *self, kd_member_t *m, kd_msg_t **msg_p)
 {
     if (!m || !m->alive || !m->routing_id) {
         kd_msg_destroy (msg_p);
@@ -290,7 +213,7 @@ s_send_to (self_t *self, s_member_t *m, kd_msg_t **msg_p)
 static void
 s_error (self_t *self, zframe_t *id, int code, const char *reason)
 {
-    char hex [128] = "?";
+    char hex [KD_MEMBERS_ID_MAX] = "?";
     if (id)
         s_peer_key (self, id, hex, sizeof hex);
     kd_warn ("error peer=%s code=%d reason=\"%s\"", hex, code, reason);
@@ -313,10 +236,11 @@ s_strike (self_t *self, zframe_t *id, const char *reason)
 //  Tell the monitor about a membership or recovery event; it publishes it
 //  on the "event" topic.
 static void
-s_event (self_t *self, const char *kind, s_member_t *m, const char *detail)
+s_event (self_t *self, const char *kind, kd_member_t *m, const char *detail)
 {
     kd_info ("event kind=%s name=%s detail=\"%s\"", kind, m ? m->name : "-", detail);
-    if (!self->monitor || !self->monitor->alive)
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (!monitor || !monitor->alive)
         return;
     kd_msg_t *msg = kd_msg_new (KD_MSG_EVENT);
     kd_msg_set_str (msg, KD_F_KIND, kind);
@@ -324,10 +248,10 @@ s_event (self_t *self, const char *kind, s_member_t *m, const char *detail)
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
     if (m) {
         kd_msg_set_str (msg, KD_F_NAME, m->name);
-        kd_msg_set_str (msg, KD_F_ROLE, s_role_name (m->role));
+        kd_msg_set_str (msg, KD_F_ROLE, kd_member_role_name (m->role));
         kd_msg_set_uint (msg, KD_F_RANK, m->rank);
     }
-    s_send_to (self, self->monitor, &msg);
+    s_send_to (self, monitor, &msg);
 }
 
 //  The model's name in messages and the summary.
@@ -363,25 +287,25 @@ s_range_of (self_t *self, uint64_t rank)
 
 //  The member that takes a range's writes: its chain's head, replicated;
 //  else the shard of that rank.  NULL when there is none.
-static s_member_t *
+static kd_member_t *
 s_primary (self_t *self, size_t g)
 {
     if (self->replicas == 1)
-        return self->shards [g];
+        return kd_members_shard (self->members, g);
     s_chain_t *c = &self->chains [g];
-    return c->n > 0 ? self->shards [c->ranks [0]] : NULL;
+    return c->n > 0 ? kd_members_shard (self->members, c->ranks [0]) : NULL;
 }
 
 //  START for a worker or the monitor.
 static void
-s_send_start (self_t *self, s_member_t *m)
+s_send_start (self_t *self, kd_member_t *m)
 {
-    const char *endpoints [S_MAX_SHARDS];
-    uint64_t los [S_MAX_SHARDS], his [S_MAX_SHARDS];
+    const char *endpoints [KD_MEMBERS_MAX_SHARDS];
+    uint64_t los [KD_MEMBERS_MAX_SHARDS], his [KD_MEMBERS_MAX_SHARDS];
     for (size_t i = 0; i < self->n_ranges; i++) {
         //  A range without a live replica keeps its last primary's address.
-        s_member_t *head = s_primary (self, i);
-        endpoints [i] = head ? head->endpoint : self->shards [i]->endpoint;
+        kd_member_t *head = s_primary (self, i);
+        endpoints [i] = head ? head->endpoint : kd_members_shard (self->members, i)->endpoint;
         kd_range_split (self->n_params, self->n_ranges, i, &los [i], &his [i]);
     }
     kd_msg_t *msg = kd_msg_new (KD_MSG_START);
@@ -399,12 +323,12 @@ s_send_start (self_t *self, s_member_t *m)
 
 //  WELCOME for a member that registered.
 static void
-s_send_welcome (self_t *self, s_member_t *m)
+s_send_welcome (self_t *self, kd_member_t *m)
 {
     kd_config_t *c = self->config;
     kd_msg_t *msg = kd_msg_new (KD_MSG_WELCOME);
     kd_msg_set_uint (msg, KD_F_RANK, m->rank);
-    kd_msg_set_str (msg, KD_F_ROLE, s_role_name (m->role));
+    kd_msg_set_str (msg, KD_F_ROLE, kd_member_role_name (m->role));
     kd_msg_set_str (msg, KD_F_MODEL, s_model_name (self));
     kd_msg_set_uint (msg, KD_F_HIDDEN, self->hidden);
     kd_msg_set_uint (msg, KD_F_N_PARAMS, self->n_params);
@@ -420,21 +344,22 @@ s_send_welcome (self_t *self, s_member_t *m)
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (c, "consistency"));
     kd_msg_set_uint (msg, KD_F_STALENESS, (uint64_t) kd_config_int (c, "staleness"));
     kd_msg_set_uint (msg, KD_F_SESSION, self->session);
-    if (m->role == S_ROLE_SHARD) {
+    if (m->role == KD_MEMBER_SHARD) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_ranges, s_range_of (self, m->rank), &lo, &hi);
         kd_msg_set_uint (msg, KD_F_LO, lo);
         kd_msg_set_uint (msg, KD_F_HI, hi);
     }
     //  An evaluator reports to the monitor: it learns where from us.
-    if (m->role == S_ROLE_EVALUATOR && self->monitor && self->monitor->endpoint)
-        kd_msg_set_str (msg, KD_F_ENDPOINT, self->monitor->endpoint);
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (m->role == KD_MEMBER_EVALUATOR && monitor && monitor->endpoint)
+        kd_msg_set_str (msg, KD_F_ENDPOINT, monitor->endpoint);
     s_send_to (self, m, &msg);
 }
 
 //  STOP for a member.
 static void
-s_send_stop (self_t *self, s_member_t *m)
+s_send_stop (self_t *self, kd_member_t *m)
 {
     kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
     kd_msg_set_str (stop, KD_F_REASON, self->reason);
@@ -444,28 +369,25 @@ s_send_stop (self_t *self, s_member_t *m)
 //  Call fn for every live evaluator.  An evaluator only pulls and reports:
 //  it has no rank of its own, no lease and no place in any barrier.
 static void
-s_each_evaluator (self_t *self, void (*fn) (self_t *, s_member_t *))
+s_each_evaluator (self_t *self, void (*fn) (self_t *, kd_member_t *))
 {
-    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
-    while (m) {
-        if (m->alive && m->role == S_ROLE_EVALUATOR)
+    for (kd_member_t *m = kd_members_first (self->members); m; m = kd_members_next (self->members))
+        if (m->alive && m->role == KD_MEMBER_EVALUATOR)
             fn (self, m);
-        m = (s_member_t *) zhashx_next (self->by_name);
-    }
 }
 
 //  --------------------------------------------------------------------------
 //  Replicas: each key range's chain (--replicas R > 1)
 
-static void s_resync_shard (self_t *self, s_member_t *m);
+static void s_resync_shard (self_t *self, kd_member_t *m);
 
 //  CHAIN to one member: its role and its successor, if any.
 static void
 s_send_chain (self_t *self, size_t g, size_t pos, bool sync)
 {
     s_chain_t *c = &self->chains [g];
-    s_member_t *m = self->shards [c->ranks [pos]];
-    s_member_t *next = pos + 1 < c->n ? self->shards [c->ranks [pos + 1]] : NULL;
+    kd_member_t *m = kd_members_shard (self->members, c->ranks [pos]);
+    kd_member_t *next = pos + 1 < c->n ? kd_members_shard (self->members, c->ranks [pos + 1]) : NULL;
     kd_msg_t *msg = kd_msg_new (KD_MSG_CHAIN);
     kd_msg_set_str (msg, KD_F_ROLE, pos == 0 ? "primary" : "backup");
     kd_msg_set_str (msg, KD_F_ENDPOINT, next ? next->endpoint : "");
@@ -477,19 +399,16 @@ s_send_chain (self_t *self, size_t g, size_t pos, bool sync)
 static void
 s_send_route (self_t *self, size_t g)
 {
-    s_member_t *head = s_primary (self, g);
+    kd_member_t *head = s_primary (self, g);
     if (!head)
         return;
-    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
-    while (m) {
-        if (m->alive && m->role != S_ROLE_SHARD) {
+    for (kd_member_t *m = kd_members_first (self->members); m; m = kd_members_next (self->members))
+        if (m->alive && m->role != KD_MEMBER_SHARD) {
             kd_msg_t *msg = kd_msg_new (KD_MSG_ROUTE);
             kd_msg_set_uint (msg, KD_F_RANK, g);
             kd_msg_set_str (msg, KD_F_ENDPOINT, head->endpoint);
             s_send_to (self, m, &msg);
         }
-        m = (s_member_t *) zhashx_next (self->by_name);
-    }
 }
 
 //  Send a COMMIT to a range's primary; replicated, keep it until the
@@ -497,7 +416,7 @@ s_send_route (self_t *self, size_t g)
 static void
 s_send_commit (self_t *self, size_t g, kd_msg_t **msg_p)
 {
-    s_member_t *head = s_primary (self, g);
+    kd_member_t *head = s_primary (self, g);
     if (self->replicas > 1) {
         zlistx_t *q = self->chains [g].unacked;
         if (zlistx_size (q) >= S_MAX_QUEUED) {
@@ -535,7 +454,7 @@ s_chain_forget (self_t *self, size_t g)
 
 //  The primary acknowledged its oldest outstanding commit.
 static void
-s_chain_acked (self_t *self, s_member_t *m)
+s_chain_acked (self_t *self, kd_member_t *m)
 {
     size_t g = s_range_of (self, m->rank);
     if (self->replicas == 1 || s_primary (self, g) != m)
@@ -550,7 +469,7 @@ s_chain_acked (self_t *self, s_member_t *m)
 
 //  Place of a member in its range's chain, or -1.
 static int
-s_chain_pos (self_t *self, s_member_t *m)
+s_chain_pos (self_t *self, kd_member_t *m)
 {
     s_chain_t *c = &self->chains [s_range_of (self, m->rank)];
     for (size_t i = 0; i < c->n; i++)
@@ -565,9 +484,9 @@ s_chain_pos (self_t *self, s_member_t *m)
 //  routed to it; a dead backup's predecessor links to the next replica and
 //  sends it its state.
 static void
-s_chain_remove (self_t *self, s_member_t *m)
+s_chain_remove (self_t *self, kd_member_t *m)
 {
-    if (self->replicas == 1 || m->role != S_ROLE_SHARD)
+    if (self->replicas == 1 || m->role != KD_MEMBER_SHARD)
         return;
     int pos = s_chain_pos (self, m);
     if (pos < 0)
@@ -589,7 +508,7 @@ s_chain_remove (self_t *self, s_member_t *m)
         return;
     }
     if (pos == 0) {
-        s_member_t *head = self->shards [c->ranks [0]];
+        kd_member_t *head = kd_members_shard (self->members, c->ranks [0]);
         snprintf (detail, sizeof detail, "range %zu: %s promoted to primary after %s, %zu commits resent",
                   g, head->name, m->name, zlistx_size (c->unacked));
         kd_warn ("%s", detail);
@@ -625,7 +544,7 @@ s_chain_remove (self_t *self, s_member_t *m)
 //  becomes the tail and its predecessor sends it its state; into an empty
 //  chain it comes as the primary, with what it holds (a checkpoint).
 static void
-s_chain_join (self_t *self, s_member_t *m)
+s_chain_join (self_t *self, kd_member_t *m)
 {
     if (self->replicas == 1)
         return;
@@ -661,13 +580,14 @@ s_chain_configure (self_t *self)
     for (size_t g = 0; g < self->n_ranges; g++) {
         s_chain_t *c = &self->chains [g];
         for (size_t i = 1; i < c->n; i++)
-            if (self->shards [c->ranks [i]]->version > self->shards [c->ranks [0]]->version) {
+            if (kd_members_shard (self->members, c->ranks [i])->version
+              > kd_members_shard (self->members, c->ranks [0])->version) {
                 uint64_t r = c->ranks [0];
                 c->ranks [0] = c->ranks [i];
                 c->ranks [i] = r;
             }
         for (size_t i = 0; i < c->n; i++) {
-            self->shards [c->ranks [i]]->synced = i == 0;
+            kd_members_shard (self->members, c->ranks [i])->synced = i == 0;
             s_send_chain (self, g, i, true);
         }
     }
@@ -675,9 +595,9 @@ s_chain_configure (self_t *self)
 
 //  SYNC_OK: a backup holds its range's state, and may be promoted.
 static void
-s_on_sync_ok (self_t *self, s_member_t *m, kd_msg_t *msg)
+s_on_sync_ok (self_t *self, kd_member_t *m, kd_msg_t *msg)
 {
-    if (m->role != S_ROLE_SHARD)
+    if (m->role != KD_MEMBER_SHARD)
         return;
     m->synced = true;
     m->version = kd_msg_uint (msg, KD_F_VERSION);
@@ -733,8 +653,7 @@ s_do_commit (self_t *self, const kd_decision_t *d)
         ranks [i] = d->entries [i].rank;
         clocks [i] = d->entries [i].clock;
         weights [i] = d->entries [i].weight;
-        s_member_t *w = d->entries [i].rank < S_MAX_WORKERS ? self->workers [d->entries [i].rank]
-                                                             : NULL;
+        kd_member_t *w = kd_members_worker (self->members, d->entries [i].rank);
         //  Under ASP and SSP the shards measured the staleness when they
         //  applied the gradient; the controller's versions are only counts.
         uint64_t tau = d->direct && w ? w->reported_tau : d->entries [i].staleness;
@@ -750,8 +669,9 @@ s_do_commit (self_t *self, const kd_decision_t *d)
     for (size_t i = 0; i < nd; i++) {
         dranks [i] = d->drops [i].rank;
         dclocks [i] = d->drops [i].clock;
-        if (d->drops [i].rank < S_MAX_WORKERS && self->workers [d->drops [i].rank])
-            self->workers [d->drops [i].rank]->drops++;
+        kd_member_t *w = kd_members_worker (self->members, d->drops [i].rank);
+        if (w)
+            w->drops++;
     }
     if (n > 0)
         self->updates++;
@@ -784,13 +704,13 @@ s_do_commit (self_t *self, const kd_decision_t *d)
     }
 }
 
-static void s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d);
+static void s_send_release (self_t *self, kd_member_t *m, const kd_decision_t *d);
 
 //  RELEASE one worker.
 static void
 s_do_release (self_t *self, const kd_decision_t *d)
 {
-    s_member_t *m = d->rank < S_MAX_WORKERS ? self->workers [d->rank] : NULL;
+    kd_member_t *m = kd_members_worker (self->members, d->rank);
     if (!m || !m->alive)
         return;
     double now = kd_now_msf ();
@@ -808,7 +728,7 @@ s_do_release (self_t *self, const kd_decision_t *d)
 
 //  Send a worker its RELEASE (again, if its first copy was lost).
 static void
-s_send_release (self_t *self, s_member_t *m, const kd_decision_t *d)
+s_send_release (self_t *self, kd_member_t *m, const kd_decision_t *d)
 {
     kd_msg_t *msg = kd_msg_new (KD_MSG_RELEASE);
     kd_msg_set_uint (msg, KD_F_VERSION, d->version);
@@ -862,7 +782,7 @@ s_log_group_causes (self_t *self, const kd_decision_t *d)
     for (uint32_t g = 0; g < d->group_count && g < 64; g++) {
         double compute = 0, link = 0;
         unsigned n = 0, heard = 0;
-        for (size_t r = 0; r < d->n_groups && r < S_MAX_WORKERS; r++) {
+        for (size_t r = 0; r < d->n_groups && r < KD_MEMBERS_MAX_WORKERS; r++) {
             if (d->groups [r] != g)
                 continue;
             n++;
@@ -966,20 +886,6 @@ s_drop_gradient (self_t *self, uint64_t rank, uint64_t clock)
 //  --------------------------------------------------------------------------
 //  Lifecycle
 
-//  Number of live members of a role.
-static size_t
-s_live (self_t *self, s_role_t role)
-{
-    size_t n = 0;
-    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
-    while (m) {
-        if (m->alive && m->role == role)
-            n++;
-        m = (s_member_t *) zhashx_next (self->by_name);
-    }
-    return n;
-}
-
 static kd_controller_t *s_controller_new (kd_config_t *c, uint64_t initial_version,
                                           uint64_t rows);
 
@@ -988,7 +894,7 @@ static kd_controller_t *s_controller_new (kd_config_t *c, uint64_t initial_versi
 //  it adopt the version with the parameters it has.  The updates between
 //  are lost for its key range; that is the RPO of a checkpoint interval.
 static void
-s_resync_shard (self_t *self, s_member_t *m)
+s_resync_shard (self_t *self, kd_member_t *m)
 {
     uint64_t version = kd_controller_version (self->ctl);
     //  Under ASP and SSP a shard's version counts its own steps and is not
@@ -1021,19 +927,21 @@ s_maybe_start (self_t *self)
     if (self->state != S_WAITING || self->n_params == 0)
         return;
     for (size_t i = 0; i < self->n_shards; i++)
-        if (!self->shards [i] || !self->shards [i]->alive)
+        if (!kd_members_shard (self->members, i) || !kd_members_shard (self->members, i)->alive)
             return;
-    if (s_live (self, S_ROLE_WORKER) < self->min_workers)
+    if (kd_members_live (self->members, KD_MEMBER_WORKER) < self->min_workers)
         return;
     //  A scheduler that restarted finds shards that already trained: it
     //  resumes from the newest version they hold, with their sample count,
     //  and brings any shard that is behind up to it.
     uint64_t resume = 0, samples = 0;
-    for (size_t i = 0; i < self->n_shards; i++)
-        if (self->shards [i]->version > resume) {
-            resume = self->shards [i]->version;
-            samples = self->shards [i]->samples;
+    for (size_t i = 0; i < self->n_shards; i++) {
+        kd_member_t *shard = kd_members_shard (self->members, i);
+        if (shard->version > resume) {
+            resume = shard->version;
+            samples = shard->samples;
         }
+    }
     //  The controller is built now that the training set's size is known:
     //  it owns the lease book.
     kd_controller_t *ctl = s_controller_new (self->config, resume, self->train_rows);
@@ -1057,7 +965,7 @@ s_maybe_start (self_t *self)
     self->t0_ms = kd_wall_ms ();
     self->t0_mono = kd_now_msf ();
     kd_info ("start shards=%zu workers=%zu params=%zu rows=%llu consistency=%s",
-             self->n_shards, s_live (self, S_ROLE_WORKER), self->n_params,
+             self->n_shards, kd_members_live (self->members, KD_MEMBER_WORKER), self->n_params,
              (unsigned long long) self->train_rows, kd_config_str (self->config, "consistency"));
     kd_history_line (self->history, "start",
                      "\"rows\":%llu,\"batch\":%lld,\"epochs\":%.17g,\"ranges\":%zu,\"replicas\":%zu,"
@@ -1065,15 +973,18 @@ s_maybe_start (self_t *self)
                      (unsigned long long) self->train_rows, (long long) kd_config_int (self->config, "batch"),
                      self->epochs, self->n_ranges, self->replicas, kd_config_str (self->config, "consistency"),
                      (unsigned long long) resume);
-    if (self->monitor && self->monitor->alive)
-        s_send_start (self, self->monitor);
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (monitor && monitor->alive)
+        s_send_start (self, monitor);
     s_each_evaluator (self, s_send_start);
     uint64_t now = kd_now_ms ();
-    for (size_t r = 0; r < S_MAX_WORKERS; r++)
-        if (self->workers [r] && self->workers [r]->alive) {
-            s_send_start (self, self->workers [r]);
+    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++) {
+        kd_member_t *w = kd_members_worker (self->members, r);
+        if (w && w->alive) {
+            s_send_start (self, w);
             kd_controller_join (self->ctl, (uint32_t) r, now);
         }
+    }
     s_drain (self);
 }
 
@@ -1088,20 +999,21 @@ s_finish (self_t *self, const char *reason)
     kd_info ("finish reason=%s version=%llu samples=%llu", reason,
              (unsigned long long) kd_controller_version (self->ctl),
              (unsigned long long) self->samples);
-    for (size_t r = 0; r < S_MAX_WORKERS; r++)
-        if (self->workers [r])
-            s_send_stop (self, self->workers [r]);
+    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++)
+        if (kd_members_worker (self->members, r))
+            s_send_stop (self, kd_members_worker (self->members, r));
     s_each_evaluator (self, s_send_stop);
     self->final_version = kd_controller_version (self->ctl);
     //  The monitor cannot evaluate an external model (it is the workers'
     //  own), nor sparse-lr without a held-out file: waiting for it would
     //  only time out.
-    if (self->monitor && self->monitor->alive && self->state == S_TRAINING
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (monitor && monitor->alive && self->state == S_TRAINING
     &&  (!self->external || (self->sparse_lr && self->monitor_keyed))
     &&  !(self->accuracy_version >= self->final_version && self->accuracy_version > 0)) {
         kd_msg_t *eval = kd_msg_new (KD_MSG_EVAL);
         kd_msg_set_uint (eval, KD_F_VERSION, self->final_version);
-        s_send_to (self, self->monitor, &eval);
+        s_send_to (self, monitor, &eval);
         self->state = S_FINISHING;
         self->finish_deadline = kd_now_ms () + S_FINAL_EVAL_MS;
     }
@@ -1149,8 +1061,8 @@ s_write_workers (self_t *self, FILE *f)
 {
     fputs ("  \"per_worker\": [", f);
     bool first = true;
-    for (size_t r = 0; r < S_MAX_WORKERS; r++) {
-        s_member_t *m = self->workers [r];
+    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++) {
+        kd_member_t *m = kd_members_worker (self->members, r);
         if (!m)
             continue;
         double its = m->iterations > 0 ? (double) m->iterations : NAN;
@@ -1328,16 +1240,6 @@ s_write_summary (self_t *self)
 //  --------------------------------------------------------------------------
 //  Messages
 
-//  Lowest worker rank held by no member, live or departed.
-static int64_t
-s_free_worker_rank (self_t *self)
-{
-    for (size_t r = 0; r < S_MAX_WORKERS; r++)
-        if (!self->workers [r])
-            return (int64_t) r;
-    return -1;
-}
-
 //  HELLO: register a member, or recognise one that registers again.
 //  An external model's layout, from a worker's HELLO: the first one
 //  declares it, and every later one must declare the same or none.  Once
@@ -1391,9 +1293,11 @@ s_adopt_layout (self_t *self, kd_msg_t *msg, zframe_t *id)
     self->keyed = keyed;
     kd_info ("external model: %zu tensors, %zu %s, declared by name=%s", n, n_params,
              keyed ? "keys (keyed)" : "parameters", kd_msg_str (msg, KD_F_NAME));
-    for (size_t i = 0; i < self->n_shards; i++)
-        if (self->shards [i] && self->shards [i]->alive)
-            s_send_welcome (self, self->shards [i]);
+    for (size_t i = 0; i < self->n_shards; i++) {
+        kd_member_t *shard = kd_members_shard (self->members, i);
+        if (shard && shard->alive)
+            s_send_welcome (self, shard);
+    }
     s_each_evaluator (self, s_send_welcome);
     return 0;
 }
@@ -1408,37 +1312,15 @@ s_source_key (self_t *self)
     return *self->src.address ? self->src.address : "local";
 }
 
-//  A member's name no longer counts against the key that registered it.
-static void
-s_unregister_key (self_t *self, s_member_t *m)
-{
-    uintptr_t names = (uintptr_t) zhashx_lookup (self->by_key, m->key);
-    if (names > 1)
-        zhashx_update (self->by_key, m->key, (void *) (names - 1));
-    else
-        zhashx_delete (self->by_key, m->key);
-}
-
 //  HELLO, first part: who the peer says it is, checked against its key,
 //  its path and the cluster.  Returns 0 with its role, or -1 refused.
 static int
-s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t *role_p)
+s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, kd_member_role_t *role_p)
 {
     const char *role_name = kd_msg_str (msg, KD_F_ROLE);
     const char *name = kd_msg_str (msg, KD_F_NAME);
-    s_role_t role;
-    if (!strcmp (role_name, "worker"))
-        role = S_ROLE_WORKER;
-    else
-    if (!strcmp (role_name, "shard"))
-        role = S_ROLE_SHARD;
-    else
-    if (!strcmp (role_name, "monitor"))
-        role = S_ROLE_MONITOR;
-    else
-    if (!strcmp (role_name, "evaluator"))
-        role = S_ROLE_EVALUATOR;
-    else {
+    int role = kd_member_role_parse (role_name);
+    if (role < 0) {
         s_error (self, id, KD_ERR_MALFORMED, "role must be worker, shard, monitor or evaluator");
         return -1;
     }
@@ -1448,7 +1330,7 @@ s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t *role_p)
     }
     //  Commits and evaluations are not relayed: only workers sit behind an
     //  aggregator.
-    if (self->via && role != S_ROLE_WORKER) {
+    if (self->via && role != KD_MEMBER_WORKER) {
         s_error (self, id, KD_ERR_STATE, "only workers may register through an aggregator");
         return -1;
     }
@@ -1461,13 +1343,13 @@ s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t *role_p)
         s_error (self, id, KD_ERR_FORBIDDEN, reason);
         return -1;
     }
-    if (role == S_ROLE_SHARD && !*kd_msg_str (msg, KD_F_ENDPOINT)) {
+    if (role == KD_MEMBER_SHARD && !*kd_msg_str (msg, KD_F_ENDPOINT)) {
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
         return -1;
     }
-    if (role == S_ROLE_WORKER && self->external && s_adopt_layout (self, msg, id))
+    if (role == KD_MEMBER_WORKER && self->external && s_adopt_layout (self, msg, id))
         return -1;
-    if (role == S_ROLE_WORKER) {
+    if (role == KD_MEMBER_WORKER) {
         //  Partitions index one training set, so every worker must hold the
         //  same one: the first report sets its size.
         uint64_t rows = kd_msg_uint (msg, KD_F_SAMPLES);
@@ -1481,20 +1363,21 @@ s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t *role_p)
             return -1;
         }
     }
-    *role_p = role;
+    *role_p = (kd_member_role_t) role;
     return 0;
 }
 
 //  HELLO, second part: the member of that name, found or made with a
 //  rank (a free one, or the one it asks back).  NULL when refused.
-static s_member_t *
-s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t role)
+static kd_member_t *
+s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, kd_member_role_t role)
 {
     const char *name = kd_msg_str (msg, KD_F_NAME);
-    s_member_t *m = (s_member_t *) zhashx_lookup (self->by_name, name);
+    kd_member_t *m = kd_members_find (self->members, name);
     //  One monitor at a time: a second one would silently take over the
     //  evaluations and the stream.
-    if (role == S_ROLE_MONITOR && self->monitor && self->monitor->alive && self->monitor != m) {
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (role == KD_MEMBER_MONITOR && monitor && monitor->alive && monitor != m) {
         s_error (self, id, KD_ERR_STATE, "a monitor is already registered");
         return NULL;
     }
@@ -1518,52 +1401,33 @@ s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t role)
     //  takes over the slot of a dead shard registered under another name.
     bool has_hint = kd_msg_has (msg, KD_F_RANK);
     uint64_t hint = kd_msg_uint (msg, KD_F_RANK);
-    if (!m && role == S_ROLE_SHARD && has_hint && hint < self->n_shards && self->shards [hint]) {
-        s_member_t *old = self->shards [hint];
+    kd_member_t *old = !m && role == KD_MEMBER_SHARD && has_hint && hint < self->n_shards
+                     ? kd_members_shard (self->members, hint) : NULL;
+    if (old) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_ranges, s_range_of (self, hint), &lo, &hi);
         if (!old->alive && kd_msg_uint (msg, KD_F_LO) == lo && kd_msg_uint (msg, KD_F_HI) == hi) {
             kd_info ("shard name=%s takes over rank=%llu from name=%s", name,
                      (unsigned long long) hint, old->name);
-            self->shards [hint] = NULL;
-            if (old->routing_id)
-                zhashx_delete (self->by_id, old->id_hex);
-            s_unregister_key (self, old);
-            zhashx_delete (self->by_name, old->name);
+            kd_members_remove (self->members, &old);
         }
     }
     if (!m) {
-        int64_t rank = -1;
-        if (role == S_ROLE_WORKER) {
-            if (has_hint && hint < S_MAX_WORKERS && !self->workers [hint])
-                rank = (int64_t) hint;
-            else
-                rank = s_free_worker_rank (self);
-        }
-        else
-        if (role == S_ROLE_SHARD) {
-            if (has_hint && hint < self->n_shards && !self->shards [hint])
-                rank = (int64_t) hint;
-            for (size_t i = 0; i < self->n_shards && rank < 0; i++)
-                if (!self->shards [i])
-                    rank = (int64_t) i;
-        }
-        else
-            rank = 0;
+        int64_t rank = kd_members_free_rank (self->members, role, has_hint, hint);
         if (rank < 0) {
-            s_error (self, id, KD_ERR_STATE, role == S_ROLE_SHARD ? "all shard ranks are taken"
+            s_error (self, id, KD_ERR_STATE, role == KD_MEMBER_SHARD ? "all shard ranks are taken"
                                                                    : "no free worker rank");
             return NULL;
         }
-        if (role == S_ROLE_WORKER && self->state != S_WAITING && self->state != S_TRAINING) {
+        if (role == KD_MEMBER_WORKER && self->state != S_WAITING && self->state != S_TRAINING) {
             s_error (self, id, KD_ERR_STATE, "training has ended");
             return NULL;
         }
         //  One key may register only so many names: a peer cannot fill the
         //  rank table by inventing names.
         const char *key = s_source_key (self);
-        uintptr_t names = (uintptr_t) zhashx_lookup (self->by_key, key);
-        if (names >= (uintptr_t) kd_config_int (self->config, "max-registrations-per-key")) {
+        m = kd_members_add (self->members, name, role, (uint64_t) rank, key);
+        if (!m) {
             char reason [160];
             snprintf (reason, sizeof reason, "too many registrations from key %s "
                       "(max-registrations-per-key=%lld)", key,
@@ -1572,18 +1436,6 @@ s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t role)
             s_error (self, id, KD_ERR_LIMIT, reason);
             return NULL;
         }
-        zhashx_update (self->by_key, key, (void *) (names + 1));
-        m = (s_member_t *) zmalloc (sizeof *m);
-        snprintf (m->key, sizeof m->key, "%s", key);
-        m->name = strdup (name);
-        m->role = role;
-        m->rank = (uint64_t) rank;
-        zhashx_insert (self->by_name, name, m);
-        if (role == S_ROLE_WORKER)
-            self->workers [rank] = m;
-        else
-        if (role == S_ROLE_SHARD)
-            self->shards [rank] = m;
     }
     return m;
 }
@@ -1591,43 +1443,34 @@ s_hello_admit (self_t *self, kd_msg_t *msg, zframe_t *id, s_role_t role)
 //  HELLO, third part: the member's new routing id and what it announced.
 //  Says whether it came from a new process, and whether it was alive.
 static void
-s_hello_bind (self_t *self, s_member_t *m, kd_msg_t *msg, zframe_t *id, bool *restarted_p, bool *was_alive_p)
+s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *restarted_p, bool *was_alive_p)
 {
-    s_role_t role = m->role;
+    kd_member_role_t role = m->role;
     //  A new routing id replaces the old one (a restarted process).  A
     //  worker that restarted lost its place in the barrier: it leaves and
     //  joins again, so it gets a fresh RELEASE.
-    char new_hex [128];
+    char new_hex [KD_MEMBERS_ID_MAX];
     s_peer_key (self, id, new_hex, sizeof new_hex);
     bool restarted = m->routing_id && strcmp (m->id_hex, new_hex) != 0;
-    if (restarted && role == S_ROLE_WORKER && m->alive
+    if (restarted && role == KD_MEMBER_WORKER && m->alive
     &&  kd_controller_is_active (self->ctl, (uint32_t) m->rank)) {
         kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
         s_drain (self);
         m->alive = false;
     }
-    if (m->routing_id)
-        zhashx_delete (self->by_id, m->id_hex);
-    zframe_destroy (&m->routing_id);
-    m->routing_id = zframe_dup (id);
-    zframe_destroy (&m->via);
-    m->via = self->via ? zframe_dup (self->via) : NULL;
-    snprintf (m->id_hex, sizeof m->id_hex, "%s", new_hex);
-    zhashx_insert (self->by_id, m->id_hex, m);
+    kd_members_bind (self->members, m, self->via, id);
     bool was_alive = m->alive;
     m->alive = true;
     m->last_seen = kd_now_ms ();
-    if (role == S_ROLE_MONITOR) {
-        self->monitor = m;
+    if (role == KD_MEMBER_MONITOR)
         self->monitor_keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
-    }
     //  A shard's endpoint is where workers push; the monitor's, its
     //  intake, is where evaluators report.
-    if (role == S_ROLE_SHARD || (role == S_ROLE_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT))) {
+    if (role == KD_MEMBER_SHARD || (role == KD_MEMBER_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT))) {
         free (m->endpoint);
         m->endpoint = strdup (kd_msg_str (msg, KD_F_ENDPOINT));
     }
-    if (role == S_ROLE_SHARD) {
+    if (role == KD_MEMBER_SHARD) {
         m->version = kd_msg_uint (msg, KD_F_VERSION);
         m->samples = kd_msg_uint (msg, KD_F_SAMPLES);
     }
@@ -1638,38 +1481,38 @@ s_hello_bind (self_t *self, s_member_t *m, kd_msg_t *msg, zframe_t *id, bool *re
 //  HELLO, last part: the member is told where it stands (WELCOME, START,
 //  a resync), and the run may start.
 static void
-s_hello_welcome (self_t *self, s_member_t *m, kd_msg_t *msg, bool rejoin, bool restarted, bool was_alive)
+s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool restarted, bool was_alive)
 {
-    s_role_t role = m->role;
+    kd_member_role_t role = m->role;
     const char *name = m->name;
-    kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", s_role_name (role),
+    kd_info ("%s %s name=%s rank=%llu version=%llu", rejoin ? "rejoin" : "join", kd_member_role_name (role),
              name, (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
     //  A shard of an external model waits for its layout (s_adopt_layout).
-    if (rejoin && !was_alive && (role == S_ROLE_WORKER || role == S_ROLE_SHARD))
-        s_event (self, role == S_ROLE_WORKER ? "worker-rejoin" : "shard-rejoin", m,
+    if (rejoin && !was_alive && (role == KD_MEMBER_WORKER || role == KD_MEMBER_SHARD))
+        s_event (self, role == KD_MEMBER_WORKER ? "worker-rejoin" : "shard-rejoin", m,
                  restarted ? "registered again from a new process" : "registered again");
     //  So does an evaluator: a WELCOME names the model it scores.
-    if ((role != S_ROLE_SHARD && role != S_ROLE_EVALUATOR) || self->n_params > 0)
+    if ((role != KD_MEMBER_SHARD && role != KD_MEMBER_EVALUATOR) || self->n_params > 0)
         s_send_welcome (self, m);
     //  Evaluators welcomed before the monitor came learn where it is.
-    if (role == S_ROLE_MONITOR && self->n_params > 0)
+    if (role == KD_MEMBER_MONITOR && self->n_params > 0)
         s_each_evaluator (self, s_send_welcome);
     //  A worker that was declared dead while computing may have pushed that
     //  gradient after its death was handled (a SIGSTOP, a partition): drop
     //  it again now, after the push, so no shard keeps it for ever.
-    if (role == S_ROLE_WORKER && m->orphan && self->state == S_TRAINING) {
+    if (role == KD_MEMBER_WORKER && m->orphan && self->state == S_TRAINING) {
         s_drop_gradient (self, m->rank, m->orphan_clock);
         self->dropped++;
     }
     //  A shard that comes back behind the cluster (restored from a
     //  checkpoint, or restarted empty) is brought to the current version.
-    if (role == S_ROLE_SHARD)
+    if (role == KD_MEMBER_SHARD)
         s_chain_join (self, m);
-    if (role == S_ROLE_SHARD && self->state == S_TRAINING && s_primary (self, s_range_of (self, m->rank)) == m)
+    if (role == KD_MEMBER_SHARD && self->state == S_TRAINING && s_primary (self, s_range_of (self, m->rank)) == m)
         s_resync_shard (self, m);
-    if (self->state == S_TRAINING && role != S_ROLE_SHARD) {
+    if (self->state == S_TRAINING && role != KD_MEMBER_SHARD) {
         s_send_start (self, m);
-        if (role == S_ROLE_WORKER && !(was_alive && kd_controller_is_active (self->ctl, (uint32_t) m->rank))) {
+        if (role == KD_MEMBER_WORKER && !(was_alive && kd_controller_is_active (self->ctl, (uint32_t) m->rank))) {
             kd_controller_join (self->ctl, (uint32_t) m->rank, kd_now_ms ());
             s_drain (self);
         }
@@ -1681,11 +1524,11 @@ s_hello_welcome (self_t *self, s_member_t *m, kd_msg_t *msg, bool rejoin, bool r
 static void
 s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
 {
-    s_role_t role;
+    kd_member_role_t role;
     if (s_hello_check (self, msg, id, &role))
         return;
-    bool rejoin = zhashx_lookup (self->by_name, kd_msg_str (msg, KD_F_NAME)) != NULL;
-    s_member_t *m = s_hello_admit (self, msg, id, role);
+    bool rejoin = kd_members_find (self->members, kd_msg_str (msg, KD_F_NAME)) != NULL;
+    kd_member_t *m = s_hello_admit (self, msg, id, role);
     if (!m)
         return;
     bool restarted, was_alive;
@@ -1695,7 +1538,7 @@ s_on_hello (self_t *self, kd_msg_t *msg, zframe_t *id)
 
 //  A worker is gone (LEAVE or death): release anyone who waited on it.
 static void
-s_worker_gone (self_t *self, s_member_t *m, const char *why)
+s_worker_gone (self_t *self, kd_member_t *m, const char *why)
 {
     if (!m->alive)
         return;
@@ -1747,7 +1590,7 @@ s_check_epochs (self_t *self)
 
 //  ARRIVE: a worker pushed its gradient everywhere and meets the barrier.
 static void
-s_on_arrive (self_t *self, s_member_t *m, kd_msg_t *msg)
+s_on_arrive (self_t *self, kd_member_t *m, kd_msg_t *msg)
 {
     if (self->state != S_TRAINING)
         return;
@@ -1893,9 +1736,9 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
         s_on_hello (self, msg, rid);
         return;
     }
-    char hex [128];
+    char hex [KD_MEMBERS_ID_MAX];
     s_peer_key (self, rid, hex, sizeof hex);
-    s_member_t *m = (s_member_t *) zhashx_lookup (self->by_id, hex);
+    kd_member_t *m = kd_members_find_id (self->members, hex);
     if (!m || !m->alive) {
         s_error (self, rid, KD_ERR_NOT_REGISTERED, "not registered: send HELLO first");
         return;
@@ -1905,22 +1748,22 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
         case KD_MSG_HEARTBEAT:
             break;
         case KD_MSG_ARRIVE:
-            if (m->role == S_ROLE_WORKER)
+            if (m->role == KD_MEMBER_WORKER)
                 s_on_arrive (self, m, msg);
             else
                 s_error (self, rid, KD_ERR_STATE, "ARRIVE is for workers");
             break;
         case KD_MSG_LEAVE:
-            if (m->role == S_ROLE_WORKER)
+            if (m->role == KD_MEMBER_WORKER)
                 s_worker_gone (self, m, "leave");
             else
-            if (m->role == S_ROLE_EVALUATOR) {
+            if (m->role == KD_MEMBER_EVALUATOR) {
                 kd_info ("leave evaluator name=%s", m->name);
                 m->alive = false;
             }
             break;
         case KD_MSG_COMMIT_OK:
-            if (m->role == S_ROLE_SHARD) {
+            if (m->role == KD_MEMBER_SHARD) {
                 m->version = kd_msg_uint (msg, KD_F_VERSION);
                 if (kd_msg_uint (msg, KD_F_LOST) > 0)
                     kd_debug ("shard name=%s lost=%llu", m->name,
@@ -1932,7 +1775,7 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
             s_on_sync_ok (self, m, msg);
             break;
         case KD_MSG_EVAL_OK:
-            if (m->role == S_ROLE_MONITOR)
+            if (m->role == KD_MEMBER_MONITOR)
                 s_on_eval_ok (self, msg);
             break;
         case KD_MSG_ERROR:
@@ -2005,32 +1848,26 @@ s_on_heartbeat (self_t *self)
 {
     uint64_t now = kd_now_ms ();
     uint64_t limit = (uint64_t) self->heartbeat_ms * (uint64_t) self->liveness;
-    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
-    zlistx_t *dead = zlistx_new ();
-    while (m) {
-        if (m->alive) {
-            if (now - m->last_seen > limit)
-                zlistx_add_end (dead, m);
-            else {
-                kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
-                s_send_to (self, m, &hb);
-            }
+    zlistx_t *dead = kd_members_silent (self->members, now, limit);
+    kd_member_t *m;
+    for (m = kd_members_first (self->members); m; m = kd_members_next (self->members))
+        if (m->alive && now - m->last_seen <= limit) {
+            kd_msg_t *hb = kd_msg_new (KD_MSG_HEARTBEAT);
+            s_send_to (self, m, &hb);
         }
-        m = (s_member_t *) zhashx_next (self->by_name);
-    }
     //  Deaths are handled after the walk: they change the controller, which
     //  must not happen while iterating the member table.
-    for (m = (s_member_t *) zlistx_first (dead); m; m = (s_member_t *) zlistx_next (dead)) {
-        if (m->role == S_ROLE_WORKER)
+    for (m = (kd_member_t *) zlistx_first (dead); m; m = (kd_member_t *) zlistx_next (dead)) {
+        if (m->role == KD_MEMBER_WORKER)
             s_worker_gone (self, m, "dead");
         else {
-            kd_warn ("dead %s name=%s rank=%llu silent_ms=%llu", s_role_name (m->role), m->name,
+            kd_warn ("dead %s name=%s rank=%llu silent_ms=%llu", kd_member_role_name (m->role), m->name,
                      (unsigned long long) m->rank, (unsigned long long) (now - m->last_seen));
             m->alive = false;
             char detail [128];
-            snprintf (detail, sizeof detail, "%s %s silent for %llu ms", s_role_name (m->role),
+            snprintf (detail, sizeof detail, "%s %s silent for %llu ms", kd_member_role_name (m->role),
                       m->name, (unsigned long long) (now - m->last_seen));
-            if (m->role == S_ROLE_SHARD) {
+            if (m->role == KD_MEMBER_SHARD) {
                 s_event (self, "shard-dead", m, detail);
                 s_chain_remove (self, m);
             }
@@ -2043,7 +1880,8 @@ s_on_heartbeat (self_t *self)
 static void
 s_on_status (self_t *self)
 {
-    if (!self->monitor || !self->monitor->alive)
+    kd_member_t *monitor = kd_members_monitor (self->members);
+    if (!monitor || !monitor->alive)
         return;
     kd_msg_t *msg = kd_msg_new (KD_MSG_STATUS);
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
@@ -2061,9 +1899,9 @@ s_on_status (self_t *self)
                             r->relays_out, r->items_out };
     kd_msg_set_uints (msg, KD_F_RELAYS, relays, 5);
     if (self->groups) {
-        uint64_t ranks [S_MAX_WORKERS], groups [S_MAX_WORKERS];
+        uint64_t ranks [KD_MEMBERS_MAX_WORKERS], groups [KD_MEMBERS_MAX_WORKERS];
         size_t n = 0;
-        for (size_t r = 0; r < self->n_groups && r < S_MAX_WORKERS; r++)
+        for (size_t r = 0; r < self->n_groups && r < KD_MEMBERS_MAX_WORKERS; r++)
             if (self->groups [r] != UINT32_MAX) {
                 ranks [n] = r;
                 groups [n++] = self->groups [r];
@@ -2071,7 +1909,7 @@ s_on_status (self_t *self)
         kd_msg_set_uints (msg, KD_F_RANKS, ranks, n);
         kd_msg_set_uints (msg, KD_F_GROUPS, groups, n);
     }
-    s_send_to (self, self->monitor, &msg);
+    s_send_to (self, monitor, &msg);
 }
 
 //  Time-based checks: run time limit, final-eval deadline, window ticks.
@@ -2127,7 +1965,7 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.rows = rows;
     opts.batch = (uint32_t) kd_config_int (c, "batch");
     opts.seed = (uint64_t) kd_config_int (c, "seed");
-    opts.max_workers = S_MAX_WORKERS;
+    opts.max_workers = KD_MEMBERS_MAX_WORKERS;
     opts.initial_version = initial_version;
     return kd_controller_new (&opts);
 }
@@ -2198,7 +2036,7 @@ s_on_speed_report (void *state, zsock_t *sock)
                      (unsigned long long) bad);
         return;
     }
-    if (rc != 1 || r.rank >= S_MAX_WORKERS || self->state != S_TRAINING)
+    if (rc != 1 || r.rank >= KD_MEMBERS_MAX_WORKERS || self->state != S_TRAINING)
         return;
     self->feed_compute [r.rank] = (float) r.compute_ms;
     self->feed_link [r.rank] = (float) (r.push_ms + r.pull_ms);
@@ -2280,8 +2118,8 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
     self->n_ranges = (size_t) kd_config_int (config, "shards");
     self->replicas = (size_t) kd_config_int (config, "replicas");
     self->n_shards = self->n_ranges * self->replicas;
-    if (self->n_shards > S_MAX_SHARDS || self->replicas > S_MAX_REPLICAS) {
-        kd_error ("shards x replicas is %zu shard processes, at most %d", self->n_shards, S_MAX_SHARDS);
+    if (self->n_shards > KD_MEMBERS_MAX_SHARDS || self->replicas > S_MAX_REPLICAS) {
+        kd_error ("shards x replicas is %zu shard processes, at most %d", self->n_shards, KD_MEMBERS_MAX_SHARDS);
         return 2;
     }
     for (size_t g = 0; g < self->n_ranges; g++)
@@ -2326,10 +2164,9 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
         self->history_buf = (char *) malloc (KD_HISTORY_MAX_LINE / 2);
         assert (self->history_buf);
     }
-    self->by_name = zhashx_new ();
-    zhashx_set_destructor (self->by_name, s_member_destroy);
-    self->by_id = zhashx_new ();
-    self->by_key = zhashx_new ();
+    self->members = kd_members_new (self->n_shards,
+                                    (size_t) kd_config_int (config, "max-registrations-per-key"));
+    assert (self->members);     //  n_shards was checked above
     self->router = zsock_new (ZMQ_ROUTER);
     kd_socket_harden (self->router, kd_config_int (config, "max-msg-bytes"));
     kd_curve_server (kd_curve_process (), self->router);
@@ -2373,12 +2210,10 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
         snprintf (self->reason, sizeof self->reason, "signal");
     s_write_summary (self);
     //  Everyone stops with us: parameter servers must not linger.
-    s_member_t *m = (s_member_t *) zhashx_first (self->by_name);
-    while (m) {
+    for (kd_member_t *m = kd_members_first (self->members); m; m = kd_members_next (self->members)) {
         kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
         kd_msg_set_str (stop, KD_F_REASON, self->reason);
         s_send_to (self, m, &stop);
-        m = (s_member_t *) zhashx_next (self->by_name);
     }
     kd_aggregators_flush (self->aggs);
     s_on_status (self);
@@ -2390,9 +2225,7 @@ cleanup:
     kd_guard_destroy (&self->guard);
     kd_aggregators_destroy (&self->aggs);
     zsock_destroy (&self->router);
-    zhashx_destroy (&self->by_key);
-    zhashx_destroy (&self->by_id);
-    zhashx_destroy (&self->by_name);
+    kd_members_destroy (&self->members);
     kd_controller_destroy (&self->ctl);
     for (size_t g = 0; g < self->n_ranges; g++) {
         s_chain_forget (self, g);
