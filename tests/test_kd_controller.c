@@ -429,6 +429,11 @@ Test (kd_controller, opts_defaults_and_names)
     cr_expect_eq (opts.max_groups, 4);
     cr_expect_eq (opts.group_staleness, 8);
     cr_expect_eq (opts.regroup_dwell_ms, 1000);
+    cr_expect_eq (opts.group_step, KD_GROUP_STEP_EACH);
+    cr_expect_eq (kd_group_step_parse ("each"), KD_GROUP_STEP_EACH);
+    cr_expect_eq (kd_group_step_parse ("fastest"), KD_GROUP_STEP_FASTEST);
+    cr_expect_eq (kd_group_step_parse ("fast"), -1);
+    cr_expect_eq (kd_group_step_parse (NULL), -1);
     cr_expect_eq (opts.weight, KD_WEIGHT_INVERSE);
     cr_expect_eq (opts.rows, 0, "leases off by default");
     cr_expect_eq (opts.batch, 32);
@@ -495,6 +500,9 @@ Test (kd_controller, new_rejects_invalid_opts)
     cr_expect_null (kd_controller_new (&bad));
     bad = opts;
     bad.quota_ratio = 1.5;
+    cr_expect_null (kd_controller_new (&bad));
+    bad = opts;
+    bad.group_step = (kd_group_step_t) 2;
     cr_expect_null (kd_controller_new (&bad));
     bad = opts;
     bad.quota_ratio = NAN;
@@ -1586,6 +1594,10 @@ typedef struct {
     uint64_t full_commits;          //  commits naming every member fresh
     uint64_t switches;              //  SWITCH decisions seen
     kd_consistency_t mode;          //  mode of the last SWITCH
+    uint32_t applied [TIMED_MAX];   //  entries applied, by rank
+    uint32_t stale [TIMED_MAX];     //  of them, with staleness > 0
+    uint64_t slow_only;             //  commits without a gradient of a
+                                    //  worker of the shortest period
 } timed_t;
 
 //  Members of group g.
@@ -1608,24 +1620,59 @@ s_timed_active (const timed_t *t)
     return active;
 }
 
+//  Expect a commit's weights to follow the rule, part by part.  A group
+//  names its gradients in rank order, so a part is a run of entries of one
+//  group with ranks that do not go down: the commit's own group's, then,
+//  under --group-step fastest, each update of a slower group that rode in
+//  it, weighted as that group's own commit would be.
+static void
+s_timed_expect_rule (const timed_t *t, const rec_t *commit)
+{
+    for (size_t j = 0; j < commit->n_entries; ) {
+        uint32_t g = t->group [commit->entries [j].rank];
+        rec_t part = *commit;
+        part.entries = commit->entries + j;
+        part.n_entries = 1;
+        while (j + part.n_entries < commit->n_entries) {
+            const kd_entry_t *next = &part.entries [part.n_entries];
+            if (t->group [next->rank] != g || next->rank < next [-1].rank)
+                break;
+            part.n_entries++;
+        }
+        double share = 1.0;
+        if (t->opts.model == KD_CONS_ALSP || t->opts.model == KD_CONS_AUTO)
+            share = (double) s_timed_size (t, g) / (double) s_timed_active (t);
+        s_expect_weight_rule (&t->opts, &part, share);
+        j += part.n_entries;
+    }
+}
+
 //  Apply the decisions in s_log, in order.
 static void
 s_timed_apply (timed_t *t)
 {
+    uint64_t fastest = UINT64_MAX;
+    for (uint32_t rank = 0; rank < t->n; rank++)
+        if (t->member [rank] && t->period [rank] < fastest)
+            fastest = t->period [rank];
     for (size_t i = 0; i < s_log.n; i++) {
         const rec_t *d = &s_log.recs [i];
         if (d->type == KD_DEC_COMMIT && d->n_entries > 0) {
             uint32_t g = t->group [d->entries [0].rank];
+            bool carries = t->opts.group_step == KD_GROUP_STEP_FASTEST;
+            bool slow_only = true;
             for (size_t j = 0; j < d->n_entries; j++) {
                 uint32_t rank = d->entries [j].rank;
                 cr_assert (rank < t->n && t->member [rank]);
-                cr_assert_eq (t->group [rank], g, "commit spans groups %u and %u",
-                              g, t->group [rank]);
+                if (!carries)
+                    cr_assert_eq (t->group [rank], g, "commit spans groups %u and %u",
+                                  g, t->group [rank]);
+                t->applied [rank]++;
+                t->stale [rank] += d->entries [j].staleness > 0;
+                slow_only &= t->period [rank] > fastest;
             }
-            double share = 1.0;
-            if (t->opts.model == KD_CONS_ALSP || t->opts.model == KD_CONS_AUTO)
-                share = (double) s_timed_size (t, g) / (double) s_timed_active (t);
-            s_expect_weight_rule (&t->opts, d, share);
+            t->slow_only += slow_only;
+            s_timed_expect_rule (t, d);
             uint32_t fresh = 0;
             for (size_t j = 0; j < d->n_entries; j++) {
                 t->late_applied += d->entries [j].staleness > 0;
@@ -2546,6 +2593,105 @@ Test (kd_controller, alsp_group_commit_weights)
     cr_expect_eq (s_entry_of (commit, 4, 1)->staleness, 1);
     cr_expect_float_eq (s_weight_sum (commit), 2.0 / 6 * (0.5 + 0.5 + 1.0 / 3) / 3, EPS);
     kd_controller_destroy (&ctl);
+}
+
+//  Two 4x workers of sixteen (the two-slow scenario), under the documented
+//  defaults: ALSP puts them in a group of their own.  With every group's
+//  commit a step (--group-step each), the slow group's steps land while the
+//  fast group computes, so some fast gradients are stale when applied, by
+//  a step that carried a tenth of the fast group's weight.  With
+//  --group-step fastest the slow group never steps on its own: the model
+//  moves once per fast phase, every fast gradient is applied fresh, and
+//  every slow gradient is applied exactly once, in a fast step, weighted as
+//  its own group's commit (s_timed_apply checks each group's part).
+Test (kd_controller, alsp_fastest_group_steps_carry_the_slow_group)
+{
+    uint64_t period [16];
+    for (uint32_t rank = 0; rank < 16; rank++)
+        period [rank] = rank == 3 || rank == 11 ? 160 : 40;
+    const kd_group_step_t rules [] = { KD_GROUP_STEP_EACH, KD_GROUP_STEP_FASTEST };
+    for (size_t r = 0; r < 2; r++) {
+        kd_controller_opts_t opts = s_adaptive_opts (KD_CONS_ALSP);
+        opts.group_step = rules [r];
+        timed_t t;
+        s_timed_start (&t, &opts, 16, period);
+        //  Until the groups formed, and the first slow phase of them.
+        s_timed_until (&t, 1000);
+        cr_assert_eq (kd_controller_group_count (t.ctl), 2);
+        cr_assert_neq (t.group [3], t.group [0]);
+        cr_assert_eq (t.group [3], t.group [11]);
+        uint64_t version = kd_controller_version (t.ctl);
+        uint32_t fast_arrivals = t.arrivals [0], slow_arrivals = t.arrivals [3] + t.arrivals [11];
+        uint32_t fast_stale = 0, slow_applied = 0;
+        uint64_t slow_only = t.slow_only;
+        uint64_t dropped = kd_controller_dropped (t.ctl);
+        uint64_t early = kd_controller_early_releases (t.ctl);
+        for (uint32_t rank = 0; rank < 16; rank++) {
+            fast_stale -= period [rank] == 40 ? t.stale [rank] : 0;
+            slow_applied -= period [rank] == 160 ? t.applied [rank] : 0;
+        }
+        s_timed_until (&t, 5000);
+        for (uint32_t rank = 0; rank < 16; rank++) {
+            fast_stale += period [rank] == 40 ? t.stale [rank] : 0;
+            slow_applied += period [rank] == 160 ? t.applied [rank] : 0;
+        }
+        uint64_t steps = kd_controller_version (t.ctl) - version;
+        fast_arrivals = t.arrivals [0] - fast_arrivals;
+        slow_arrivals = t.arrivals [3] + t.arrivals [11] - slow_arrivals;
+        slow_only = t.slow_only - slow_only;
+        cr_expect_gt (fast_arrivals, 90, "the fast workers go at their own pace");
+        //  In groups by speed, every phase waits for all its members.
+        cr_expect_eq (kd_controller_dropped (t.ctl), dropped);
+        cr_expect_eq (kd_controller_early_releases (t.ctl), early);
+        if (rules [r] == KD_GROUP_STEP_EACH) {
+            //  One step per fast phase and one per slow phase; fast gradients
+            //  in flight across a slow step are applied one version stale.
+            cr_expect_eq (steps, fast_arrivals + slow_arrivals / 2, "%lu steps",
+                          (unsigned long) steps);
+            cr_expect_eq (slow_only, slow_arrivals / 2);
+            cr_expect_gt (fast_stale, 14 * slow_only / 2, "%u stale fast gradients",
+                          fast_stale);
+        }
+        else {
+            //  One step per fast phase, nothing else: every slow update rode
+            //  in one, and no fast gradient was stale.
+            cr_expect_eq (steps, fast_arrivals, "%lu steps for %u fast phases",
+                          (unsigned long) steps, fast_arrivals);
+            cr_expect_eq (slow_only, 0, "the slow group took %lu steps of its own",
+                          (unsigned long) slow_only);
+            cr_expect_eq (fast_stale, 0);
+            cr_expect_gt (slow_arrivals, 40);
+            //  Each slow gradient is applied once: those that arrived in the
+            //  window, give or take the one phase riding at each end.
+            cr_expect_leq (slow_applied > slow_arrivals ? slow_applied - slow_arrivals
+                                                         : slow_arrivals - slow_applied, 2,
+                           "%u applied of %u arrived", slow_applied, slow_arrivals);
+        }
+        kd_controller_destroy (&t.ctl);
+    }
+    //  Three speeds, three groups: the two slower groups ride, each
+    //  weighted as its own commit, in the fastest group's steps.
+    for (uint32_t rank = 0; rank < 16; rank++)
+        period [rank] = rank < 10 ? 40 : rank < 14 ? 80 : 200;
+    kd_controller_opts_t opts = s_adaptive_opts (KD_CONS_ALSP);
+    opts.group_step = KD_GROUP_STEP_FASTEST;
+    timed_t t;
+    s_timed_start (&t, &opts, 16, period);
+    s_timed_until (&t, 1000);
+    cr_assert_eq (kd_controller_group_count (t.ctl), 3);
+    uint64_t version = kd_controller_version (t.ctl), slow_only = t.slow_only;
+    uint32_t fast_arrivals = t.arrivals [0], fast_stale = 0;
+    for (uint32_t rank = 0; rank < 10; rank++)
+        fast_stale -= t.stale [rank];
+    s_timed_until (&t, 5000);
+    for (uint32_t rank = 0; rank < 10; rank++)
+        fast_stale += t.stale [rank];
+    cr_expect_eq (kd_controller_version (t.ctl) - version, t.arrivals [0] - fast_arrivals);
+    cr_expect_eq (t.slow_only, slow_only);
+    cr_expect_eq (fast_stale, 0);
+    cr_expect_gt (t.applied [10], 50, "the middle group's gradients are applied");
+    cr_expect_gt (t.applied [14], 20, "the slowest group's gradients are applied");
+    kd_controller_destroy (&t.ctl);
 }
 
 Test (kd_controller, alsp_joiners_leavers_and_slot_reuse)

@@ -206,6 +206,10 @@ struct _kd_controller_t {
     kd_entry_t *drops;          //  drops waiting for the next commit
     size_t n_drops;             //  drops used
     size_t cap_drops;           //  drops allocated
+    kd_entry_t *riders;         //  --group-step fastest: weighted entries of
+                                //  slower groups' commits, for the next step
+    size_t n_riders;            //  riders used
+    size_t cap_riders;          //  riders allocated
     kd_decision_t current;      //  the decision last handed out
     s_heap_t clocks;            //  members by next clock: min_clock on top
     s_heap_t waiters;           //  immediate engine: waiting members by clock
@@ -249,15 +253,31 @@ kd_consistency_name (kd_consistency_t model)
     return "unknown";
 }
 
+//  Index of name in a table of n names, whose indices are the enum's
+//  values; -1 if it is not there.
+static int
+s_name_index (const char *name, const char *const *names, int n)
+{
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp (name, names [i]))
+            return i;
+    return -1;
+}
+
 //  Parse a barrier rule: "adaptive" or "quota".
 int
 kd_barrier_parse (const char *name)
 {
-    if (name && !strcmp (name, "adaptive"))
-        return KD_BARRIER_ADAPTIVE;
-    if (name && !strcmp (name, "quota"))
-        return KD_BARRIER_QUOTA;
-    return -1;
+    static const char *const names [] = { "adaptive", "quota" };
+    return s_name_index (name, names, KD_BARRIER_QUOTA + 1);
+}
+
+//  Parse a group step rule: "each" or "fastest".
+int
+kd_group_step_parse (const char *name)
+{
+    static const char *const names [] = { "each", "fastest" };
+    return s_name_index (name, names, KD_GROUP_STEP_FASTEST + 1);
 }
 
 //  Parse a staleness weight: "inverse", "none" or "exp:LAMBDA".
@@ -306,6 +326,7 @@ kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
         .max_groups = 4,
         .group_staleness = 8,
         .regroup_dwell_ms = 1000,
+        .group_step = KD_GROUP_STEP_EACH,
         .telemetry_fresh_ms = 0,
         .weight = KD_WEIGHT_INVERSE,
         .weight_lambda = 0,
@@ -327,6 +348,7 @@ s_opts_valid (const kd_controller_opts_t *opts)
         && isfinite (opts->quota_ratio)
         && opts->quota_ratio > 0 && opts->quota_ratio <= 1
         && (unsigned) opts->barrier <= KD_BARRIER_QUOTA
+        && (unsigned) opts->group_step <= KD_GROUP_STEP_FASTEST
         && isfinite (opts->slack) && opts->slack >= 0.01 && opts->slack <= 10
         && isfinite (opts->group_ratio) && opts->group_ratio > 1
         && opts->min_group >= 1
@@ -536,6 +558,7 @@ kd_controller_destroy (kd_controller_t **self_p)
     free (self->pool);
     free (self->gpool);
     free (self->drops);
+    free (self->riders);
     free (self->tracked);
     s_heap_fini (&self->clocks);
     s_heap_fini (&self->waiters);
@@ -802,22 +825,36 @@ s_take (kd_controller_t *self, uint32_t rank, const s_grad_t *grad, uint64_t gcl
     return true;
 }
 
-//  Emit the commit whose entries are pool [at ..], with the pending drops.
-//  Raw weights n_i f (tau_i) are divided by the commit's rows, sum n_j,
-//  and scaled by share: a late gradient never enlarges the step per
-//  sample, and one step (share 1) never grows with the gradients in it.
+//  Weigh the entries pool [at ..] of one group's commit: raw weights
+//  n_i f (tau_i) are divided by the commit's rows, sum n_j, and scaled by
+//  share: a late gradient never enlarges the step per sample, and one step
+//  (share 1) never grows with the gradients in it.
 static void
-s_commit (kd_controller_t *self, size_t at, double share, bool direct)
+s_weigh (kd_controller_t *self, size_t at, double share)
 {
-    size_t n_entries = self->n_pool - at;
-    if (n_entries == 0 && self->n_drops == 0)
-        return;
     double rows = 0;
     for (size_t i = at; i < self->n_pool; i++)
         rows += (double) self->pool [i].samples;
+    for (size_t i = at; i < self->n_pool; i++)
+        self->pool [i].weight = share * self->pool [i].weight / rows;
+}
+
+//  Emit the commit whose entries are pool [at ..], weighed (unless direct),
+//  with the pending drops.  A commit that carries takes the riders waiting
+//  for a step along, weighted as their own commits were.
+static void
+s_commit (kd_controller_t *self, size_t at, double share, bool direct, bool carry)
+{
     if (!direct)
-        for (size_t i = at; i < self->n_pool; i++)
-            self->pool [i].weight = share * self->pool [i].weight / rows;
+        s_weigh (self, at, share);
+    if (carry) {
+        for (size_t i = 0; i < self->n_riders; i++)
+            s_pool_add (self, self->riders [i]);
+        self->n_riders = 0;
+    }
+    size_t n_entries = self->n_pool - at;
+    if (n_entries == 0 && self->n_drops == 0)
+        return;
     size_t drops_at = self->n_pool;
     for (size_t i = 0; i < self->n_drops; i++)
         s_pool_add (self, self->drops [i]);
@@ -839,7 +876,7 @@ static void
 s_flush_drops (kd_controller_t *self)
 {
     if (self->n_drops > 0)
-        s_commit (self, self->n_pool, 1.0, false);
+        s_commit (self, self->n_pool, 1.0, false, false);
 }
 
 //  Number of group slots with members.
@@ -931,7 +968,7 @@ s_arrive_now (kd_controller_t *self, uint32_t rank, uint64_t base, uint32_t samp
     if (self->sampler)
         kd_sampler_applied (self->sampler, worker->lease);
     worker->lease = (kd_lease_t) { 0 };
-    s_commit (self, at, 1.0, true);
+    s_commit (self, at, 1.0, true, false);
     worker->state = S_WAITING;
     self->n_waiting++;
     s_track (self, rank);
@@ -1090,6 +1127,49 @@ s_auto_phase (kd_controller_t *self, uint32_t behind)
                        S_AUTO_WINDOW);
 }
 
+//  --group-step fastest: true when group g's update rides in the next step
+//  instead of taking one of its own, because another group with members is
+//  known to be faster.  The fastest group, and a group of unknown speed,
+//  always step, so some group can always carry the riders.
+//
+//  Why: every step of a momentum optimizer moves the model by the whole
+//  velocity, however little the commit adds to it.  A slow group's commit
+//  of a few discounted gradients is such a step, and it lands while the
+//  fast group computes, so every fast gradient in flight becomes one
+//  version stale and is halved by the staleness weight.  Riding, the slow
+//  update joins the fast group's next step, as LSP's late gradients do,
+//  and the model moves once per fast phase.
+static bool
+s_rides (kd_controller_t *self, uint32_t g)
+{
+    if (!s_grouped (self) || self->opts.group_step != KD_GROUP_STEP_FASTEST)
+        return false;
+    const s_group_t *group = &self->groups [g];
+    if (group->band_hi == 0)
+        return false;
+    for (uint32_t h = 0; h < self->n_groups; h++) {
+        const s_group_t *other = &self->groups [h];
+        if (h != g && other->size > 0 && other->band_hi > 0 && other->band_lo < group->band_lo)
+            return true;
+    }
+    return false;
+}
+
+//  Weigh the entries pool [at ..] as their own commit would, and keep them
+//  for the next step; pending drops go out now, in a drop-only commit.
+static void
+s_ride (kd_controller_t *self, size_t at, double share)
+{
+    s_weigh (self, at, share);
+    size_t n = self->n_pool - at;
+    self->riders = (kd_entry_t *) s_reserve (self->riders, &self->cap_riders,
+                                             self->n_riders + n, sizeof (kd_entry_t));
+    memcpy (self->riders + self->n_riders, self->pool + at, n * sizeof (kd_entry_t));
+    self->n_riders += n;
+    self->n_pool = at;
+    s_flush_drops (self);
+}
+
 //  Commit group g's phase: its members' late gradients and its waiting
 //  members' gradients as one update, then release the waiting members on
 //  the new version.
@@ -1116,12 +1196,15 @@ s_group_commit (kd_controller_t *self, uint32_t g, uint64_t now)
     double share = 1.0;
     if (s_grouped (self))
         share = (double) group->size / (double) self->n_active;
-    uint64_t version = self->version;
-    s_commit (self, at, share, false);
-    group->t_open = now;
-    //  A phase whose every gradient was refused or dropped made no version:
+    //  A phase whose every gradient was refused or dropped made no update:
     //  it releases its members, but no late gradient counts it as missed.
-    if (self->version != version) {
+    bool made = self->n_pool > at;
+    if (made && s_rides (self, g))
+        s_ride (self, at, share);
+    else
+        s_commit (self, at, share, false, true);
+    group->t_open = now;
+    if (made) {
         group->clock++;
         group->base = self->version;
         self->early += behind > 0;
@@ -1626,6 +1709,9 @@ s_finish (kd_controller_t *self, uint64_t now)
     else
         s_release_bounded (self, now);
     s_flush_drops (self);
+    //  Riders wait for a step; with nobody left to take one, they are one.
+    if (self->n_riders > 0 && self->n_active == 0)
+        s_commit (self, self->n_pool, 1.0, false, true);
     s_admit (self, now);
     s_auto_rejoin (self);
     if (self->groups_dirty && s_grouped (self))

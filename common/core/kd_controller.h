@@ -74,6 +74,19 @@ typedef enum {
 int
     kd_barrier_parse (const char *name);
 
+//  ALSP and auto with several groups: which group commits are optimizer
+//  steps of their own.
+typedef enum {
+    KD_GROUP_STEP_EACH,         //  every group's commit is a step (the default)
+    KD_GROUP_STEP_FASTEST       //  only the fastest group's commits are steps;
+                                //  a slower group's update rides, weighted as
+                                //  its own commit would be, in the next step
+} kd_group_step_t;
+
+//  Parse "each" or "fastest"; -1 if unknown.
+int
+    kd_group_step_parse (const char *name);
+
 //  Parse "inverse", "none" or "exp:LAMBDA" (0 < LAMBDA <= 1000).
 //  Returns 0, or -1 if malformed.
 int
@@ -100,6 +113,8 @@ typedef struct {
     uint32_t group_staleness;   //  ALSP G: commits another group may make
                                 //  while a group's phase is open
     uint32_t regroup_dwell_ms;  //  ALSP: minimum time between regroups
+    kd_group_step_t group_step; //  ALSP: every group's commit a step, or
+                                //  only the fastest group's
     uint32_t telemetry_fresh_ms;    //  speeds: while a rank's last
                                 //  kd_controller_telemetry is younger than
                                 //  this, its arrivals are not timed (the

@@ -1954,6 +1954,7 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.min_group = (uint32_t) kd_config_int (c, "min-group");
     opts.max_groups = (uint32_t) kd_config_int (c, "max-groups");
     opts.group_staleness = (uint32_t) kd_config_int (c, "group-staleness");
+    opts.group_step = (kd_group_step_t) kd_group_step_parse (kd_config_str (c, "group-step"));
     opts.regroup_dwell_ms = (uint32_t) (kd_config_double (c, "regroup-dwell") * 1000);
     //  With the monitor's telemetry as the speed source, a rank's arrivals
     //  are timed only while its reports are missing.

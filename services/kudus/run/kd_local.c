@@ -860,7 +860,7 @@ s_start_scheduler (s_local_t *self)
         "lr-schedule", "warmup-steps", "schedule-unit",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups",
-        "group-staleness", "staleness-weight",
+        "group-staleness", "group-step", "staleness-weight",
         "regroup-dwell", "speed-source", "heartbeat-ms", "liveness"
     };
     s_args_t a = { .argc = 0 };

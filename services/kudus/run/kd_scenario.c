@@ -480,7 +480,7 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
 {
     static const char *const params [] = {
         "staleness", "quota", "quota_ratio", "window_ms", "group_ratio", "min_group",
-        "max_groups", "group_staleness", "regroup_dwell", "staleness_weight",
+        "max_groups", "group_staleness", "group_step", "regroup_dwell", "staleness_weight",
         "global_sync_every", "barrier", "barrier_slack", "speed_source", NULL
     };
     json_object *arr;
@@ -534,7 +534,7 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
             if (!known)
                 return s_err (ctx, "%s: unknown key '%s' (expected name, consistency, lr, staleness, "
                               "quota, quota_ratio, window_ms, group_ratio, min_group, max_groups, "
-                              "group_staleness, regroup_dwell, staleness_weight, barrier, barrier_slack, "
+                              "group_staleness, group_step, regroup_dwell, staleness_weight, barrier, barrier_slack, "
                               "speed_source)",
                               where, key);
             if (s_parse_param (ctx, self, model, key, val, where))
