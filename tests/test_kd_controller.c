@@ -2694,6 +2694,122 @@ Test (kd_controller, alsp_fastest_group_steps_carry_the_slow_group)
     kd_controller_destroy (&t.ctl);
 }
 
+//  --group-step fastest under random speeds that change (so groups form,
+//  regroup and swap which is fastest) and workers that leave: every
+//  gradient that arrived is named exactly once, in a commit's entries or
+//  drops, versions go up by one a commit, nobody waits forever, and the
+//  updates still riding when the last worker leaves are a step of their
+//  own.  The rule's weights are checked by the scripted test above.
+Test (kd_controller, random_alsp_fastest_names_every_gradient_once)
+{
+    enum { RANKS = 12, CLOCKS = 2048 };
+    static const uint64_t tiers [] = { 10, 14, 30, 70 };
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        kd_controller_opts_t opts;
+        kd_controller_opts_defaults (&opts, KD_CONS_ALSP);
+        opts.group_step = KD_GROUP_STEP_FASTEST;
+        opts.regroup_dwell_ms = 300;
+        opts.rows = 1000;
+        opts.batch = 7;
+        opts.max_workers = RANKS;
+        kd_controller_t *ctl = kd_controller_new (&opts);
+        cr_assert (ctl);
+        static uint8_t arrived [RANKS][CLOCKS], named [RANKS][CLOCKS];
+        memset (arrived, 0, sizeof arrived);
+        memset (named, 0, sizeof named);
+        uint64_t rng = seed * 0x9E3779B97F4A7C15ull, now = 0, version = 0, mixed = 0;
+        uint64_t period [RANKS], due [RANKS], clock [RANKS], base [RANKS];
+        uint32_t rows [RANKS];
+        bool computing [RANKS] = { false }, member [RANKS];
+        for (uint32_t r = 0; r < RANKS; r++) {
+            rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+            period [r] = tiers [(rng * 2685821657736338717ull >> 33) % 4];
+            member [r] = true;
+            cr_assert_eq (kd_controller_join (ctl, r, now), 0);
+        }
+        uint32_t leaves = 0;
+        for (;;) {
+            const kd_decision_t *d;
+            while ((d = kd_controller_next (ctl))) {
+                if (d->type == KD_DEC_COMMIT) {
+                    if (d->n_entries > 0)
+                        cr_assert_eq (d->version, ++version);
+                    bool groups [RANKS] = { false };
+                    uint32_t n_groups = 0;
+                    for (size_t i = 0; i < d->n_entries + d->n_drops; i++) {
+                        const kd_entry_t *e = i < d->n_entries ? &d->entries [i]
+                                                               : &d->drops [i - d->n_entries];
+                        cr_assert (e->rank < RANKS && e->clock < CLOCKS);
+                        cr_assert (arrived [e->rank][e->clock], "(%u, %lu) named before it arrived",
+                                   e->rank, (unsigned long) e->clock);
+                        cr_assert_eq (named [e->rank][e->clock]++, 0, "(%u, %lu) named twice",
+                                      e->rank, (unsigned long) e->clock);
+                        uint32_t g = kd_controller_group_of (ctl, e->rank);
+                        if (i < d->n_entries && g < RANKS && !groups [g]) {
+                            groups [g] = true;
+                            n_groups++;
+                        }
+                    }
+                    mixed += n_groups > 1;
+                }
+                else
+                if (d->type == KD_DEC_RELEASE) {
+                    cr_assert (member [d->rank]);
+                    computing [d->rank] = true;
+                    clock [d->rank] = d->clock;
+                    base [d->rank] = d->version;
+                    rows [d->rank] = d->lease.count;
+                    due [d->rank] = now + period [d->rank];
+                }
+            }
+            //  Nobody waits forever: while anyone is a member, someone
+            //  computes.
+            uint32_t next = RANKS;
+            for (uint32_t r = 0; r < RANKS; r++)
+                if (computing [r] && (next == RANKS || due [r] < due [next]))
+                    next = r;
+            uint32_t left = 0;
+            for (uint32_t r = 0; r < RANKS; r++)
+                left += member [r];
+            if (left == 0)
+                break;
+            cr_assert_neq (next, RANKS, "members wait and nobody computes");
+            uint64_t deadline = kd_controller_deadline (ctl);
+            if (deadline < due [next]) {
+                now = deadline > now ? deadline : now;
+                kd_controller_tick (ctl, now);
+                continue;
+            }
+            now = due [next] > now ? due [next] : now;
+            rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+            uint64_t roll = rng * 2685821657736338717ull >> 33;
+            computing [next] = false;
+            //  Past 20 s everyone leaves, one at a time; before, now and then
+            //  a worker leaves for good, and speeds are redrawn.
+            if (now > 20000 || (roll % 400 == 0 && leaves < 3)) {
+                cr_assert_eq (kd_controller_leave (ctl, next, now), 0);
+                member [next] = false;
+                leaves += now <= 20000;
+                continue;
+            }
+            if (roll % 50 == 1)
+                period [next] = tiers [(roll >> 8) % 4];
+            cr_assert_lt (clock [next], CLOCKS);
+            arrived [next][clock [next]] = 1;
+            cr_assert_eq (kd_controller_arrive (ctl, next, clock [next], base [next],
+                                                rows [next], now), 0);
+        }
+        for (uint32_t r = 0; r < RANKS; r++)
+            for (uint32_t c = 0; c < CLOCKS; c++)
+                cr_assert_eq (named [r][c], arrived [r][c], "seed %lu: (%u, %u) arrived %u, named %u",
+                              (unsigned long) seed, r, c, arrived [r][c], named [r][c]);
+        cr_expect_gt (kd_controller_regroups (ctl), 2, "seed %lu", (unsigned long) seed);
+        cr_expect_gt (mixed, 50, "seed %lu: %lu steps carried a slower group's update",
+                      (unsigned long) seed, (unsigned long) mixed);
+        kd_controller_destroy (&ctl);
+    }
+}
+
 Test (kd_controller, alsp_joiners_leavers_and_slot_reuse)
 {
     kd_controller_opts_t opts = s_alsp_opts ();
