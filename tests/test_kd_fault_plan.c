@@ -99,13 +99,6 @@ Test (kd_fault_plan, only_the_kinds_asked_for_and_no_unknown_kind)
     cr_expect (strstr (err, "meteor"), "%s", err);
 }
 
-static bool
-s_kill (kd_fault_kind_t kind)
-{
-    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
-        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
-}
-
 //  A partition cuts a worker's or a shard's link (each has a namespace
 //  under --netns) for a while; it is drawn only when asked for, so the
 //  default plans do not change.
@@ -131,11 +124,51 @@ Test (kd_fault_plan, partitions_cut_workers_and_shards_only_when_asked)
     }
     cr_expect (worker && shard);
     kd_fault_plan_destroy (&p);
-    //  The default kinds never draw one.
+    //  The default kinds never draw one, nor a slowed link: both need
+    //  --netns.
     p = kd_fault_plan_new (3, 1800, 6, 2, 2, 4, S_ALL, err, sizeof err);
     cr_assert (p, "%s", err);
-    for (size_t i = 0; i < kd_fault_plan_size (p); i++)
+    for (size_t i = 0; i < kd_fault_plan_size (p); i++) {
         cr_expect_neq (kd_fault_plan_at (p, i)->kind, KD_FAULT_PARTITION);
+        cr_expect_neq (kd_fault_plan_at (p, i)->kind, KD_FAULT_SLOW);
+    }
+    kd_fault_plan_destroy (&p);
+}
+
+//  A slowed link holds a worker's or a shard's link to a rate drawn
+//  log-uniform in its bounds, for a while (drawn only when asked for:
+//  the test above).
+Test (kd_fault_plan, slowed_links_have_a_rate_in_bounds_only_when_asked)
+{
+    char err [256];
+    kd_fault_plan_t *p = kd_fault_plan_new (4, 600, 4, 2, 2, 4, "slow,worker", err, sizeof err);
+    cr_assert (p, "%s", err);
+    size_t slow = 0, low = 0, high = 0;
+    for (size_t i = 0; i < kd_fault_plan_size (p); i++) {
+        const kd_fault_t *f = kd_fault_plan_at (p, i);
+        if (f->kind != KD_FAULT_SLOW) {
+            cr_expect_eq (f->rate_kbit, 0u);
+            continue;
+        }
+        slow++;
+        cr_expect (f->duration_ms >= KD_FAULT_SLOW_MIN_MS && f->duration_ms <= KD_FAULT_SLOW_MAX_MS);
+        cr_expect (f->rate_kbit >= KD_FAULT_SLOW_MIN_KBIT && f->rate_kbit <= KD_FAULT_SLOW_MAX_KBIT,
+                   "%u kbit/s", f->rate_kbit);
+        //  Log-uniform: as many below the geometric middle as above.
+        low += f->rate_kbit < 12649;
+        high += f->rate_kbit >= 12649;
+        cr_expect (!strncmp (f->target, "worker-", 7) || !strncmp (f->target, "shard-", 6), "%s", f->target);
+    }
+    cr_expect_gt (slow, 30);
+    cr_expect (low > slow / 4 && high > slow / 4, "%zu below, %zu above the middle", low, high);
+    //  The plan file carries the rate, so a replay slows as much.
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream (&text, &size);
+    kd_fault_plan_write_json (p, out);
+    fclose (out);
+    cr_expect (strstr (text, "\"kind\": \"slow\"") && strstr (text, "\"rate_kbit\": "), "%.300s", text);
+    free (text);
     kd_fault_plan_destroy (&p);
 }
 
@@ -155,14 +188,14 @@ Test (kd_fault_plan, no_target_is_killed_into_a_crash_loop)
         for (int p = 0; p < 2; p++)
             for (size_t i = 0; i < kd_fault_plan_size (plans [p]); i++) {
                 const kd_fault_t *f = kd_fault_plan_at (plans [p], i);
-                if (!s_kill (f->kind))
+                if (!kd_fault_kind_kills (f->kind))
                     continue;
                 int kills = 0;
                 for (size_t j = i + 1; j < kd_fault_plan_size (plans [p]); j++) {
                     const kd_fault_t *g = kd_fault_plan_at (plans [p], j);
                     if (g->at_ms >= f->at_ms + KD_FAULT_KILL_WINDOW_MS)
                         break;
-                    kills += s_kill (g->kind) && !strcmp (g->target, f->target);
+                    kills += kd_fault_kind_kills (g->kind) && !strcmp (g->target, f->target);
                 }
                 cr_expect (kills < KD_FAULT_KILLS_PER_WINDOW, "seed %llu: %d more kills of %s within %d s of %llu ms",
                            (unsigned long long) seed, kills, f->target, KD_FAULT_KILL_WINDOW_MS / 1000,

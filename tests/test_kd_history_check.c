@@ -184,19 +184,37 @@ Test (kd_history_check, a_fault_nothing_recovered_from_is_reported)
     cr_expect_eq (kd_history_check_survived (s_check), 0);
 }
 
-//  A partition whose link would not come up again: the node stayed cut
-//  off for the rest of the run, which the check must not pass.
-Test (kd_history_check, a_partition_that_was_never_healed_is_reported)
+//  A chaos run of one lasting fault (its JSON fields) whose link would not
+//  come back (the heal-failed event's), checked.
+static void
+s_unhealed (const char *fault, const char *heal)
 {
     s_scheduler ();
     s_replicas ("[0,1]", "[0,0]", "0badcafe");
     s_feed ("chaos", "{\"t\":500,\"pid\":2,\"ev\":\"begin\",\"seed\":3,\"soak_ms\":60000,\"command\":\"kudus chaos --seed 3\"}");
-    s_feed ("chaos", "{\"t\":1500,\"pid\":2,\"ev\":\"fault\",\"index\":1,\"kind\":\"partition\",\"target\":\"worker-1\","
-                     "\"child\":20,\"fired\":true,\"duration_ms\":300,\"note\":\"\"}");
-    s_feed ("chaos", "{\"t\":3000,\"pid\":2,\"ev\":\"heal-failed\",\"node\":\"w1\",\"tries\":20}");
+    char line [512];
+    snprintf (line, sizeof line, "{\"t\":1500,\"pid\":2,\"ev\":\"fault\",\"index\":1,\"child\":20,\"fired\":true,"
+              "\"duration_ms\":300,\"note\":\"\",%s}", fault);
+    s_feed ("chaos", line);
+    snprintf (line, sizeof line, "{\"t\":3000,\"pid\":2,\"ev\":\"heal-failed\",\"tries\":20,%s}", heal);
+    s_feed ("chaos", line);
     s_feed ("chaos", "{\"t\":9500,\"pid\":2,\"ev\":\"done\",\"code\":0}");
     cr_expect_gt (s_run (), 0);
-    cr_expect (s_reported ("w1's link would not come up"));
+}
+
+//  A partition whose link would not come up again: the node stayed cut
+//  off for the rest of the run, which the check must not pass.
+Test (kd_history_check, a_partition_that_was_never_healed_is_reported)
+{
+    s_unhealed ("\"kind\":\"partition\",\"target\":\"worker-1\"", "\"node\":\"w1\"");
+    cr_expect (s_reported ("w1's link would not come back after a partition"));
+}
+
+//  The same for a slowed link whose limit would not come off.
+Test (kd_history_check, a_slowed_link_that_was_never_restored_is_reported)
+{
+    s_unhealed ("\"kind\":\"slow\",\"target\":\"shard-0\",\"rate_kbit\":4000", "\"node\":\"s0\",\"slow\":true");
+    cr_expect (s_reported ("s0's link would not come back after a slowed link"));
 }
 
 Test (kd_history_check, a_growing_service_is_reported)

@@ -73,6 +73,37 @@ s_endpoints (s_endpoints_t *e)
         snprintf (e->shard [i], sizeof e->shard [i], "tcp://127.0.0.1:%d", port + 100 + i);
 }
 
+//  Shards 0 and 1 of e's cluster, as actors.
+static void
+s_start_shards (const s_endpoints_t *e, s_svc_t shards [2])
+{
+    for (int i = 0; i < 2; i++) {
+        char name [16];
+        snprintf (name, sizeof name, "shard-%d", i);
+        const char *a_shard [] = { "--bind", e->shard [i], "--scheduler", e->sched, "--name", name,
+                                   "--log-level", "warn", NULL };
+        shards [i] = s_start (KD_SVC_SHARD, name, kd_shard_run, a_shard);
+    }
+}
+
+//  Workers 0..n-1 of e's cluster, as actors.  With slowdowns, each batch
+//  takes 5 ms times its rank's factor, so that speeds differ.
+static void
+s_start_workers (const s_endpoints_t *e, s_svc_t *workers, int n, const char *const *slowdowns)
+{
+    for (int r = 0; r < n; r++) {
+        char name [16], rank [8];
+        snprintf (name, sizeof name, "worker-%d", r);
+        snprintf (rank, sizeof rank, "%d", r);
+        const char *a_worker [] = { "--scheduler", e->sched, "--monitor", e->intake, "--name", name,
+                                    "--rank", rank, "--log-level", "warn",
+                                    //  Without slowdowns, the NULL ends the flags here.
+                                    slowdowns ? "--delay-ms" : NULL, "5", "--slowdown",
+                                    slowdowns ? slowdowns [r] : NULL, NULL };
+        workers [r] = s_start (KD_SVC_WORKER, name, kd_worker_run, a_worker);
+    }
+}
+
 Test (inproc, a_cluster_of_actors_trains)
 {
     s_endpoints_t e;
@@ -83,25 +114,12 @@ Test (inproc, a_cluster_of_actors_trains)
                                "--summary", summary, "--log-level", "warn", NULL };
     s_svc_t sched = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
     s_svc_t shards [2];
-    for (int i = 0; i < 2; i++) {
-        char name [16];
-        snprintf (name, sizeof name, "shard-%d", i);
-        const char *a_shard [] = { "--bind", e.shard [i], "--scheduler", e.sched, "--name", name,
-                                   "--log-level", "warn", NULL };
-        shards [i] = s_start (KD_SVC_SHARD, name, kd_shard_run, a_shard);
-    }
+    s_start_shards (&e, shards);
     const char *a_mon [] = { "--bind", e.intake, "--pub-bind", e.pub, "--scheduler", e.sched,
                              "--eval-interval", "0.5", "--log-level", "warn", NULL };
     s_svc_t mon = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
     s_svc_t workers [2];
-    for (int r = 0; r < 2; r++) {
-        char name [16], rank [8];
-        snprintf (name, sizeof name, "worker-%d", r);
-        snprintf (rank, sizeof rank, "%d", r);
-        const char *a_worker [] = { "--scheduler", e.sched, "--monitor", e.intake, "--name", name,
-                                    "--rank", rank, "--log-level", "warn", NULL };
-        workers [r] = s_start (KD_SVC_WORKER, name, kd_worker_run, a_worker);
-    }
+    s_start_workers (&e, workers, 2, NULL);
     //  The scheduler ends the run after one epoch and stops everyone: each
     //  actor ends by itself, not by the "$TERM" of s_stop.
     cr_assert (kd_service_wait (sched.actor, 90000), "the run did not end in 90 s");
@@ -141,27 +159,14 @@ Test (inproc, alsp_groups_from_the_monitors_telemetry)
                                "--summary", summary, "--log-level", "warn", NULL };
     s_svc_t sched = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
     s_svc_t shards [2];
-    for (int i = 0; i < 2; i++) {
-        char name [16];
-        snprintf (name, sizeof name, "shard-%d", i);
-        const char *a_shard [] = { "--bind", e.shard [i], "--scheduler", e.sched, "--name", name,
-                                   "--log-level", "warn", NULL };
-        shards [i] = s_start (KD_SVC_SHARD, name, kd_shard_run, a_shard);
-    }
+    s_start_shards (&e, shards);
     const char *a_mon [] = { "--bind", e.intake, "--pub-bind", e.pub, "--scheduler", e.sched,
                              "--eval-interval", "1", "--publish-ms", "200", "--metrics-bind", "",
                              "--log-level", "warn", NULL };
     s_svc_t mon = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
     s_svc_t workers [4];
-    for (int r = 0; r < 4; r++) {
-        char name [16], rank [8];
-        snprintf (name, sizeof name, "worker-%d", r);
-        snprintf (rank, sizeof rank, "%d", r);
-        const char *a_worker [] = { "--scheduler", e.sched, "--monitor", e.intake, "--name", name,
-                                    "--rank", rank, "--delay-ms", "5", "--slowdown", r == 3 ? "6" : "1",
-                                    "--log-level", "warn", NULL };
-        workers [r] = s_start (KD_SVC_WORKER, name, kd_worker_run, a_worker);
-    }
+    const char *slowdowns [] = { "1", "1", "1", "6" };
+    s_start_workers (&e, workers, 4, slowdowns);
     cr_assert (kd_service_wait (sched.actor, 60000), "the run did not end in 60 s");
     s_svc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1], &workers [2],
                          &workers [3] };

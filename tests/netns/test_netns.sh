@@ -13,7 +13,8 @@
 #     until its backup is promoted, and 3 s more.  Its backup is promoted, the cut-off primary rejoins as a backup
 #     after the heal and receives the range's state, and at the end both
 #     replicas of every range hold the same bits, with nothing lost.
-#  5. kudus chaos --netns with partition faults: checked, nothing lost.
+#  5. kudus chaos --netns with partitions and slowed links (a tbf seen on
+#     a node while one lasts): checked, nothing lost.
 #
 #   tests/netns/test_netns.sh BUILD_DIR [BASE_PORT]
 set -euo pipefail
@@ -178,15 +179,30 @@ print(f"test_netns: replicated partition: {cut} cut off, its backup promoted, {c
 PY
 expect_clean "$lp" "after a replicated partition"
 
-# 5. kudus chaos --netns: a seeded schedule of partitions (and worker
-# kills) against a replicated cluster, checked: every row applied once,
-# replicas identical, nothing of the run left behind.
+# 5. kudus chaos --netns: a seeded schedule of partitions, slowed links
+# and worker kills against a replicated cluster, checked: every row
+# applied once, replicas identical, nothing of the run left behind.
+# Seed 8 draws two partitions of workers, two slowed links and two kills.
 before=$(ip netns list | grep -c '^kudus-' || true)
-"$bin/kudus" chaos --netns true --faults partition,worker --seed 5 --seconds 30 --fault-gap 4 \
-    --settle-seconds 10 --base-port "$port" --out "$tmp/chaos" > "$tmp/chaos.log" 2>&1 \
-    || fail "the chaos run with partitions failed: $(tail -15 "$tmp/chaos.log")"
+"$bin/kudus" chaos --netns true --faults partition,slow,worker --seed 8 --seconds 30 --fault-gap 4 \
+    --settle-seconds 10 --base-port "$port" --out "$tmp/chaos" > "$tmp/chaos.log" 2>&1 &
+cp=$!
+pids+=("$cp")
+# A slowed link is a tbf on the node's eth0 while it lasts: look for one.
+shaped=""
+while kill -0 "$cp" 2>/dev/null; do
+    for ns in $(ip netns list | awk '/^kudus-[0-9]+-[ws][0-9]/ {print $1}'); do
+        tc -n "$ns" qdisc show dev eth0 2>/dev/null | grep -q tbf && shaped="$ns"
+    done
+    [ -n "$shaped" ] && break
+    sleep 0.2
+done
+wait "$cp" || fail "the chaos run with partitions and slowed links failed: $(tail -15 "$tmp/chaos.log")"
 cuts=$(grep -c "(link down)" "$tmp/chaos.log" || true)
 [ "$cuts" -ge 2 ] || fail "only $cuts partitions fired: $(grep 'fault' "$tmp/chaos.log" | tail -10)"
+slows=$(grep -c "(link at [0-9]* kbit/s)" "$tmp/chaos.log" || true)
+[ "$slows" -ge 1 ] || fail "no slowed link fired: $(grep 'fault' "$tmp/chaos.log" | tail -10)"
+[ -n "$shaped" ] || fail "a slowed link fired but no namespace's eth0 was ever shaped"
 ! grep -q "could not fire" "$tmp/chaos.log" || fail "a fault did not fire: $(grep 'could not fire' "$tmp/chaos.log")"
 # The cuts were real: a worker cut off past liveness was declared dead.
 grep -q "kind=worker-dead" "$tmp/chaos/cluster.log" \
@@ -195,7 +211,7 @@ python3 - "$tmp/chaos/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["pass"] and r["rows_lost"] == 0 and r["rows_twice"] == 0, r
-print(f"test_netns: chaos with partitions: {r['faults']} faults, {r['survived']} survived, "
+print(f"test_netns: chaos with partitions and slowed links: {r['faults']} faults, {r['survived']} survived, "
       f"lost {r['rows_lost']}, twice {r['rows_twice']}")
 PY
 [ "$(ip netns list | grep -c '^kudus-' || true)" -le "$before" ] \

@@ -76,6 +76,16 @@ typedef struct {
     bool synced;                //  it holds its range's state
 } s_shard_t;
 
+//  A fault on a node's link, in force until healed.
+typedef struct {
+    char node [16];             //  "w2", or "" when none is in force
+    uint64_t heal_at;           //  when it ends
+    int failures;               //  heals tried in vain, in a row
+} s_link_fault_t;
+
+#define S_CUT   0               //  links [S_CUT]: a partition
+#define S_SLOW  1               //  links [S_SLOW]: a slowed link
+
 typedef struct {
     kd_config_t *config;        //  our settings
     char out [1024];            //  output directory
@@ -87,7 +97,8 @@ typedef struct {
     s_shard_t shard [S_MAX_SHARDS]; //  shard-N's history
     kd_history_t *history;      //  chaos.jsonl
     bool netns;                 //  the cluster runs with --netns
-    char cut [16];              //  the node whose link is down ("w2"), or ""
+    s_link_fault_t links [2];   //  the partition and the slowed link in
+                                //  force: one of each at a time
     s_kill_t kills [S_KILLS_KEPT];  //  the last kills fired, a ring
     size_t n_kills;             //  kills fired so far
 } self_t;
@@ -134,26 +145,39 @@ s_proc_read (int pid, const char *file, char *buf, size_t size)
     return n;
 }
 
+//  The value of a process's command-line flag (the last given) into out;
+//  argv [0] when flag is NULL.  0, or -1 when absent or empty.
+static int
+s_flag_of (int pid, const char *flag, char *out, size_t size)
+{
+    char buf [4096];
+    ssize_t n = pid > 0 ? s_proc_read (pid, "cmdline", buf, sizeof buf) : -1;
+    if (n <= 0)
+        return -1;
+    *out = 0;
+    const char *prev = NULL;
+    for (const char *p = buf; p < buf + n; p += strlen (p) + 1) {
+        if (flag ? prev && !strcmp (prev, flag) : p == buf)
+            snprintf (out, size, "%s", p);
+        prev = p;
+    }
+    return *out ? 0 : -1;
+}
+
 //  A process's --name value into name ("scheduler" for the scheduler).
 //  Returns 0, or -1 when it is no service of ours.
 static int
 s_cmdline (int pid, char *name, size_t name_size)
 {
-    char buf [4096];
-    ssize_t n = s_proc_read (pid, "cmdline", buf, sizeof buf);
-    if (n <= 0)
-        return -1;
-    *name = 0;
-    const char *prev = NULL;
-    for (const char *p = buf; p < buf + n; p += strlen (p) + 1) {
-        if (prev && !strcmp (prev, "--name"))
-            snprintf (name, name_size, "%s", p);
-        prev = p;
-    }
-    size_t len = strlen (buf);
-    if (!*name && len >= 15 && !strcmp (buf + len - 15, "kudus-scheduler"))
+    if (s_flag_of (pid, "--name", name, name_size) == 0)
+        return 0;
+    char argv0 [4096];
+    size_t len = s_flag_of (pid, NULL, argv0, sizeof argv0) == 0 ? strlen (argv0) : 0;
+    if (len >= 15 && !strcmp (argv0 + len - 15, "kudus-scheduler")) {
         snprintf (name, name_size, "scheduler");
-    return *name ? 0 : -1;
+        return 0;
+    }
+    return -1;
 }
 
 //  The parent of a process, or -1.
@@ -376,17 +400,10 @@ s_flood (const char *endpoint, uint32_t count, uint64_t seed)
 //  kudus local's crash-loop guard by their planned times, but faults that
 //  waited (for a pause, a partition, a range to be whole) fire late and
 //  can bunch up.  Remember each kill to defer one that would be too many.
-static bool
-s_is_kill (kd_fault_kind_t kind)
-{
-    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
-        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
-}
-
 static void
 s_note_kill (self_t *self, const kd_fault_t *f, const char *who, uint64_t now_ms)
 {
-    if (!s_is_kill (f->kind))
+    if (!kd_fault_kind_kills (f->kind))
         return;
     s_kill_t *k = &self->kills [self->n_kills++ % S_KILLS_KEPT];
     snprintf (k->who, sizeof k->who, "%s", who);
@@ -422,14 +439,14 @@ s_ready (self_t *self, const kd_fault_t *f, int *pid, char *who, size_t who_size
                 break;
             }
     }
-    if ((f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION) && !strncmp (f->target, "shard-", 6)
+    if (kd_fault_kind_lasts (f->kind) && !strncmp (f->target, "shard-", 6)
     &&  s_range_of_shard (self, atoi (f->target + 6)) < 0) {
         snprintf (why, why_size, "the range of %s is not whole", f->target);
         return false;
     }
     if (f->kind == KD_FAULT_FLOOD)
         return true;
-    if (s_is_kill (f->kind) && s_recent_kills (self, who, kd_now_ms ()) >= KD_FAULT_KILLS_PER_WINDOW) {
+    if (kd_fault_kind_kills (f->kind) && s_recent_kills (self, who, kd_now_ms ()) >= KD_FAULT_KILLS_PER_WINDOW) {
         snprintf (why, why_size, "%s was killed %d times in the last %d s (kudus local's crash-loop guard)",
                   who, KD_FAULT_KILLS_PER_WINDOW, KD_FAULT_KILL_WINDOW_MS / 1000);
         return false;
@@ -447,20 +464,9 @@ s_ready (self_t *self, const kd_fault_t *f, int *pid, char *who, size_t who_size
 static int
 s_endpoint_of (int pid, char *out, size_t size)
 {
-    char buf [4096];
-    ssize_t n = pid > 0 ? s_proc_read (pid, "cmdline", buf, sizeof buf) : -1;
-    if (n <= 0)
-        return -1;
-    const char *prev = NULL, *bind = NULL, *advertise = NULL;
-    for (const char *p = buf; p < buf + n; p += strlen (p) + 1) {
-        if (prev && !strcmp (prev, "--bind"))
-            bind = p;
-        if (prev && !strcmp (prev, "--advertise") && *p)
-            advertise = p;
-        prev = p;
-    }
-    const char *ep = advertise ? advertise : bind;
-    if (!ep)
+    char ep [256];
+    if (s_flag_of (pid, "--advertise", ep, sizeof ep) != 0
+    &&  s_flag_of (pid, "--bind", ep, sizeof ep) != 0)
         return -1;
     if (!strncmp (ep, "tcp://*:", 8))
         snprintf (out, size, "tcp://127.0.0.1:%s", ep + 8);
@@ -503,31 +509,42 @@ s_fire (self_t *self, const kd_fault_t *f, int pid, const char *who, char *why, 
             s_flood (ep, f->count, f->seed);
             break;
         case KD_FAULT_PARTITION:
-            s_node_of (who, self->cut, sizeof self->cut);
-            if (kd_netns_set_link (self->local_pid, self->cut, false, why, why_size)) {
-                self->cut [0] = 0;
+        case KD_FAULT_SLOW: {
+            s_link_fault_t *l = &self->links [f->kind == KD_FAULT_SLOW ? S_SLOW : S_CUT];
+            s_node_of (who, l->node, sizeof l->node);
+            if (f->kind == KD_FAULT_SLOW
+                ? kd_netns_set_rate (self->local_pid, l->node, f->rate_kbit / 1000.0, why, why_size)
+                : kd_netns_set_link (self->local_pid, l->node, false, why, why_size)) {
+                l->node [0] = 0;
                 return -1;
             }
+            l->heal_at = kd_now_ms () + f->duration_ms;
+            l->failures = 0;
             break;
+        }
         default:
             kill (pid, SIGKILL);
     }
     return 0;
 }
 
-//  Heal the partition in force, if any.  0, or -1 when the link would not
-//  come up (the partition stays in force, to be tried again).
+//  Heal links [which], the partition or the slowed link, if one is in
+//  force.  A slowed link is healed to no limit at all (a chaos run's links
+//  have none).  0, or -1 when the link would not come back (the fault
+//  stays in force, to be tried again).
 static int
-s_heal (self_t *self)
+s_heal (self_t *self, int which)
 {
-    if (!self->cut [0])
+    s_link_fault_t *l = &self->links [which];
+    if (!l->node [0])
         return 0;
     char why [300];
-    if (kd_netns_set_link (self->local_pid, self->cut, true, why, sizeof why)) {
-        fprintf (stderr, "kudus chaos: cannot heal %s: %s\n", self->cut, why);
+    if (which == S_SLOW ? kd_netns_set_rate (self->local_pid, l->node, 0, why, sizeof why)
+                        : kd_netns_set_link (self->local_pid, l->node, true, why, sizeof why)) {
+        fprintf (stderr, "kudus chaos: cannot heal %s: %s\n", l->node, why);
         return -1;
     }
-    self->cut [0] = 0;
+    l->node [0] = 0;
     return 0;
 }
 
@@ -797,8 +814,7 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
     fflush (stdout);
     size_t next = 0;
     int paused = 0;
-    uint64_t resume_at = 0, heal_at = 0, deferred_from = 0;
-    int heal_failures = 0;
+    uint64_t resume_at = 0, deferred_from = 0;
     uint64_t deadline = t0 + (uint64_t) ((seconds + (run_s - seconds) / 2) * 1e6);
     uint64_t give_up = kd_now_ms () + (uint64_t) (run_s * 1000) + S_GRACE_MS;
     while (!s_signal) {
@@ -816,19 +832,24 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
             kill (paused, SIGCONT);
             paused = 0;
         }
-        if (self->cut [0] && now_ms >= heal_at && s_heal (self) && ++heal_failures >= S_HEAL_TRIES) {
-            //  A link that stays down is a cut-off node for the rest of
-            //  the run: the check must fail, not the soak go on.
-            kd_history_line (self->history, "heal-failed", "\"node\":\"%s\",\"tries\":%d",
-                             self->cut, heal_failures);
-            fprintf (stderr, "kudus chaos: %s's link would not come up after %d tries\n", self->cut,
-                     heal_failures);
-            self->cut [0] = 0;
+        for (int which = S_CUT; which <= S_SLOW; which++) {
+            s_link_fault_t *l = &self->links [which];
+            if (l->node [0] && now_ms >= l->heal_at && s_heal (self, which) && ++l->failures >= S_HEAL_TRIES) {
+                //  A link that stays down (or slow) is a fault for the
+                //  rest of the run: the check must fail, not the soak go on.
+                kd_history_line (self->history, "heal-failed", "\"node\":\"%s\",\"tries\":%d,\"slow\":%s",
+                                 l->node, l->failures, which == S_SLOW ? "true" : "false");
+                fprintf (stderr, "kudus chaos: %s's link would not come back after %d tries\n", l->node,
+                         l->failures);
+                l->node [0] = 0;
+            }
         }
-        if (!self->cut [0])
-            heal_failures = 0;
+        //  A partition holds every fault back; a slowed link only the next
+        //  slow one: the cluster meets kills and pauses on a slow link.
         const kd_fault_t *f = kd_fault_plan_at (plan, next);
-        bool due = f && !paused && !self->cut [0] && now_us >= t0 + f->at_ms * 1000;
+        bool due = f && !paused && !self->links [S_CUT].node [0]
+                && !(f->kind == KD_FAULT_SLOW && self->links [S_SLOW].node [0])
+                && now_us >= t0 + f->at_ms * 1000;
         //  /proc is walked only when we need to know who runs: it costs a
         //  read per process of the machine.
         if (due || now_ms >= next_sample) {
@@ -840,6 +861,15 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
             next_sample = now_ms + sample_ms;
         }
         if (due) {
+            //  A lasting fault that fired late must still end in time for
+            //  the cluster to commit after it before the run ends (the
+            //  check asks for that): it lasts at most half of what is left.
+            kd_fault_t trimmed = *f;
+            uint64_t end_us = t0 + (uint64_t) (run_s * 1e6);
+            uint64_t left_ms = end_us > now_us ? (end_us - now_us) / 1000 : 0;
+            if (kd_fault_kind_lasts (f->kind) && trimmed.duration_ms > left_ms / 2)
+                trimmed.duration_ms = (uint32_t) (left_ms / 2);
+            f = &trimmed;
             int pid;
             char who [48], why [160] = "";
             bool ready = s_ready (self, f, &pid, who, sizeof who, why, sizeof why);
@@ -855,23 +885,26 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
                 s_json_text (why, note, sizeof note);
                 kd_history_line (self->history, "fault",
                                  "\"index\":%zu,\"kind\":\"%s\",\"target\":\"%s\",\"child\":%d,\"fired\":%s,"
-                                 "\"planned_ms\":%llu,\"deferred_ms\":%llu,\"duration_ms\":%u,\"note\":\"%s\"",
+                                 "\"planned_ms\":%llu,\"deferred_ms\":%llu,\"duration_ms\":%u,\"rate_kbit\":%u,"
+                                 "\"note\":\"%s\"",
                                  next + 1, kd_fault_kind_name (f->kind), who, pid, ready ? "true" : "false",
                                  (unsigned long long) f->at_ms, (unsigned long long) (now_ms - deferred_from),
-                                 f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION ? f->duration_ms : 0,
+                                 kd_fault_kind_lasts (f->kind) ? f->duration_ms : 0, f->rate_kbit,
                                  ready ? "" : note);
                 if (ready) {
+                    char how [64];
+                    snprintf (how, sizeof how, "%s", f->kind == KD_FAULT_PAUSE ? " (SIGSTOP)"
+                              : f->kind == KD_FAULT_PARTITION ? " (link down)"
+                              : f->kind == KD_FAULT_FLOOD ? "" : " (kill -9)");
+                    if (f->kind == KD_FAULT_SLOW)
+                        snprintf (how, sizeof how, " (link at %u kbit/s)", f->rate_kbit);
                     printf ("kudus chaos: t=%6.1fs fault %zu: %s %s%s\n", (double) (now_us - t0) / 1e6,
-                            next + 1, kd_fault_kind_name (f->kind), who,
-                            f->kind == KD_FAULT_PAUSE ? " (SIGSTOP)" : f->kind == KD_FAULT_PARTITION ? " (link down)"
-                            : f->kind == KD_FAULT_FLOOD ? "" : " (kill -9)");
+                            next + 1, kd_fault_kind_name (f->kind), who, how);
                     s_note_kill (self, f, who, now_ms);
                     if (f->kind == KD_FAULT_PAUSE) {
                         paused = pid;
                         resume_at = kd_now_ms () + f->duration_ms;
                     }
-                    if (f->kind == KD_FAULT_PARTITION)
-                        heal_at = kd_now_ms () + f->duration_ms;
                 }
                 else
                     printf ("kudus chaos: fault %zu (%s %s) could not fire: %s\n", next + 1,
@@ -886,8 +919,10 @@ s_soak (self_t *self, kd_fault_plan_t *plan, double seconds, double run_s, int *
     if (paused)
         kill (paused, SIGCONT);
     //  Once kudus local is gone its namespaces are too.
-    if (!*exited)
-        s_heal (self);
+    if (!*exited) {
+        s_heal (self, S_CUT);
+        s_heal (self, S_SLOW);
+    }
     //  Faults the run ended before.
     for (; next < kd_fault_plan_size (plan); next++) {
         const kd_fault_t *f = kd_fault_plan_at (plan, next);
@@ -950,11 +985,27 @@ kd_chaos_main (int argc, char **argv)
         kd_config_destroy (&c);
         return 2;
     }
-    //  A partition cuts a namespace's link: without namespaces there is
-    //  none to cut (every service shares loopback).
-    if (strstr (kd_config_str (c, "faults"), "partition") && !self->netns) {
-        fprintf (stderr, "kudus chaos: setting 'faults': partition needs --netns true (root: each service "
-                 "in a network namespace of its own)\n");
+    //  A partition cuts a namespace's link, a slow fault shapes it:
+    //  without namespaces there is none (every service shares loopback).
+    const char *faults = kd_config_str (c, "faults");
+    if ((strstr (faults, "partition") || strstr (faults, "slow")) && !self->netns) {
+        fprintf (stderr, "kudus chaos: setting 'faults': %s needs --netns true (root: each service "
+                 "in a network namespace of its own)\n", strstr (faults, "slow") ? "slow" : "partition");
+        kd_fault_plan_destroy (&plan);
+        kd_config_destroy (&c);
+        return 2;
+    }
+    //  A slowed link is healed to no limit at all: on links that have one
+    //  (kudus local's --link-rate-mbit or a --link rate), healing would
+    //  lift it, and the soak would go on over other links than asked for.
+    bool rated = (getenv ("KUDUS_LINK_RATE_MBIT") && atof (getenv ("KUDUS_LINK_RATE_MBIT")) > 0)
+              || (getenv ("KUDUS_LINK") && *getenv ("KUDUS_LINK"));
+    for (int i = 0; i < extra_argc; i++)
+        rated = rated || !strncmp (extra_argv [i], "--link-rate-mbit", 16) || !strcmp (extra_argv [i], "--link")
+                      || !strncmp (extra_argv [i], "--link=", 7);
+    if (strstr (faults, "slow") && rated) {
+        fprintf (stderr, "kudus chaos: setting 'faults': slow needs links without a rate limit (it heals a "
+                 "link to none); drop --link-rate-mbit and --link from kudus local's flags\n");
         kd_fault_plan_destroy (&plan);
         kd_config_destroy (&c);
         return 2;

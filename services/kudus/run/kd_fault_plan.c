@@ -8,6 +8,7 @@
 #include "kd_util.h"
 #include <assert.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ struct _kd_fault_plan_t {
 };
 
 static const char *s_kind_names [KD_FAULT_KINDS] = {
-    "worker", "primary", "backup", "monitor", "pause", "flood", "partition"
+    "worker", "primary", "backup", "monitor", "pause", "flood", "partition", "slow"
 };
 
 const char *
@@ -39,19 +40,24 @@ kd_fault_kind_parse (const char *name)
     return -1;
 }
 
+bool
+kd_fault_kind_lasts (kd_fault_kind_t kind)
+{
+    return kind == KD_FAULT_PAUSE || kind == KD_FAULT_PARTITION || kind == KD_FAULT_SLOW;
+}
+
+bool
+kd_fault_kind_kills (kd_fault_kind_t kind)
+{
+    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
+        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
+}
+
 //  A draw in [0, n) from a stream.
 static uint64_t
 s_below (uint64_t *state, uint64_t n)
 {
     return n ? kd_splitmix64 (state) % n : 0;
-}
-
-//  True for the kinds that kill a process (kudus local restarts it).
-static bool
-s_is_kill (kd_fault_kind_t kind)
-{
-    return kind == KD_FAULT_KILL_WORKER || kind == KD_FAULT_KILL_PRIMARY
-        || kind == KD_FAULT_KILL_BACKUP || kind == KD_FAULT_KILL_MONITOR;
 }
 
 //  Kills of f's target already planned within the window before f.  A
@@ -64,7 +70,7 @@ s_recent_kills (const kd_fault_t *faults, size_t n, const kd_fault_t *f)
     for (size_t i = n; i-- > 0; ) {
         if (faults [i].at_ms + KD_FAULT_KILL_WINDOW_MS <= f->at_ms)
             break;
-        kills += s_is_kill (faults [i].kind) && !strcmp (faults [i].target, f->target);
+        kills += kd_fault_kind_kills (faults [i].kind) && !strcmp (faults [i].target, f->target);
     }
     return kills;
 }
@@ -81,7 +87,7 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
         int k = kd_fault_kind_parse (tok);
         if (k < 0) {
             snprintf (err, err_size, "setting 'faults': unknown kind '%s' (worker, primary, backup, "
-                      "monitor, pause, flood, partition)", tok);
+                      "monitor, pause, flood, partition, slow)", tok);
             free (list);
             return NULL;
         }
@@ -139,7 +145,8 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
                                + (uint32_t) s_below (&st, KD_FAULT_PAUSE_MAX_MS - KD_FAULT_PAUSE_MIN_MS + 1);
                 break;
             }
-            case KD_FAULT_PARTITION: {
+            case KD_FAULT_PARTITION:
+            case KD_FAULT_SLOW: {
                 //  A worker or a shard process: each has a namespace of
                 //  its own under --netns.
                 uint64_t who = s_below (&st, (uint64_t) (workers + procs));
@@ -147,8 +154,16 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
                     snprintf (f->target, sizeof f->target, "worker-%d", (int) who);
                 else
                     snprintf (f->target, sizeof f->target, "shard-%d", (int) (who - (uint64_t) workers));
-                f->duration_ms = KD_FAULT_PARTITION_MIN_MS
-                               + (uint32_t) s_below (&st, KD_FAULT_PARTITION_MAX_MS - KD_FAULT_PARTITION_MIN_MS + 1);
+                if (f->kind == KD_FAULT_PARTITION) {
+                    f->duration_ms = KD_FAULT_PARTITION_MIN_MS
+                                   + (uint32_t) s_below (&st, KD_FAULT_PARTITION_MAX_MS - KD_FAULT_PARTITION_MIN_MS + 1);
+                    break;
+                }
+                f->duration_ms = KD_FAULT_SLOW_MIN_MS
+                               + (uint32_t) s_below (&st, KD_FAULT_SLOW_MAX_MS - KD_FAULT_SLOW_MIN_MS + 1);
+                double u = (double) s_below (&st, 1000001) / 1e6;
+                f->rate_kbit = (uint32_t) (KD_FAULT_SLOW_MIN_KBIT
+                                           * pow ((double) KD_FAULT_SLOW_MAX_KBIT / KD_FAULT_SLOW_MIN_KBIT, u));
                 break;
             }
             case KD_FAULT_FLOOD: {
@@ -168,7 +183,7 @@ kd_fault_plan_new (uint64_t seed, double seconds, double gap_s, int shards, int 
             default:
                 assert (false);
         }
-        if (s_is_kill (f->kind)
+        if (kd_fault_kind_kills (f->kind)
         &&  s_recent_kills (self->faults, self->n - 1, f) >= KD_FAULT_KILLS_PER_WINDOW)
             self->n--;          //  a crash loop, not a fault: leave it out
     }
@@ -210,8 +225,10 @@ kd_fault_plan_write_json (kd_fault_plan_t *self, FILE *out)
         const kd_fault_t *f = &self->faults [i];
         fprintf (out, "%s\n    {\"at_ms\": %llu, \"kind\": \"%s\", \"target\": \"%s\"", i ? "," : "",
                  (unsigned long long) f->at_ms, kd_fault_kind_name (f->kind), f->target);
-        if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION)
+        if (kd_fault_kind_lasts (f->kind))
             fprintf (out, ", \"duration_ms\": %u", f->duration_ms);
+        if (f->kind == KD_FAULT_SLOW)
+            fprintf (out, ", \"rate_kbit\": %u", f->rate_kbit);
         if (f->kind == KD_FAULT_FLOOD)
             fprintf (out, ", \"count\": %u, \"seed\": %llu", f->count, (unsigned long long) f->seed);
         fputc ('}', out);
@@ -226,8 +243,10 @@ kd_fault_plan_print (kd_fault_plan_t *self, FILE *out)
         const kd_fault_t *f = &self->faults [i];
         fprintf (out, "kudus chaos: fault %2zu at %7.1fs  %-8s %-10s", i + 1, (double) f->at_ms / 1000,
                  kd_fault_kind_name (f->kind), f->target);
-        if (f->kind == KD_FAULT_PAUSE || f->kind == KD_FAULT_PARTITION)
+        if (kd_fault_kind_lasts (f->kind))
             fprintf (out, " for %u ms", f->duration_ms);
+        if (f->kind == KD_FAULT_SLOW)
+            fprintf (out, " at %u kbit/s", f->rate_kbit);
         if (f->kind == KD_FAULT_FLOOD)
             fprintf (out, " %u messages", f->count);
         fputc ('\n', out);

@@ -15,6 +15,7 @@
 #ifndef KD_FAULT_PLAN_H_INCLUDED
 #define KD_FAULT_PLAN_H_INCLUDED
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +29,11 @@
 #define KD_FAULT_PARTITION_MAX_MS 8000  //  longest: well past liveness, so a
                                         //  cut-off process is declared dead
                                         //  and must rejoin when healed
+#define KD_FAULT_SLOW_MIN_MS    2000    //  a slowed link, shortest
+#define KD_FAULT_SLOW_MAX_MS    15000
+#define KD_FAULT_SLOW_MIN_KBIT  4000    //  its rate, drawn log-uniform: at
+#define KD_FAULT_SLOW_MAX_KBIT  40000   //  4 Mbit/s a worker's push and pull
+                                        //  of the MLP take 1-2 s
 #define KD_FAULT_FLOOD_MIN      200     //  malformed messages in a flood
 #define KD_FAULT_FLOOD_MAX      2000
 #define KD_FAULT_KILL_WINDOW_MS 60000   //  at most KD_FAULT_KILLS_PER_WINDOW
@@ -45,6 +51,8 @@ typedef enum {
     KD_FAULT_FLOOD,             //  malformed messages at a service's ROUTER
     KD_FAULT_PARTITION,         //  --netns: a worker's or shard's link down
                                 //  for duration_ms, then up
+    KD_FAULT_SLOW,              //  --netns: a worker's or shard's link held
+                                //  to rate_kbit for duration_ms
     KD_FAULT_KINDS
 } kd_fault_kind_t;
 
@@ -53,7 +61,9 @@ typedef struct {
     kd_fault_kind_t kind;       //  what
     char target [32];           //  whom: "worker-2", "range-1", "shard-0", ...
     uint32_t duration_ms;       //  pause: how long the process stays stopped;
-                                //  partition: how long its link stays down
+                                //  partition: how long its link stays down;
+                                //  slow: how long its link stays slowed
+    uint32_t rate_kbit;         //  slow: the link's rate meanwhile
     uint32_t count;             //  flood: messages sent
     uint64_t seed;              //  flood: seed of the garbage
 } kd_fault_t;
@@ -89,12 +99,22 @@ void
 void
     kd_fault_plan_print (kd_fault_plan_t *self, FILE *out);
 
-//  "worker", "primary", "backup", "monitor", "pause", "flood".
+//  "worker", "primary", "backup", "monitor", "pause", "flood",
+//  "partition", "slow".
 const char *
     kd_fault_kind_name (kd_fault_kind_t kind);
 
 //  A kind by name, or -1.
 int
     kd_fault_kind_parse (const char *name);
+
+//  True for the kinds that kill a process (kudus local restarts it): the
+//  plan, the runner and the tests count them against the crash-loop guard.
+bool
+    kd_fault_kind_kills (kd_fault_kind_t kind);
+
+//  True for the kinds in force for duration_ms: pause, partition, slow.
+bool
+    kd_fault_kind_lasts (kd_fault_kind_t kind);
 
 #endif

@@ -817,7 +817,8 @@ s_on_chaos (kd_history_check_t *self, const char *ev, json_object *o)
     }
     else
     if (!strcmp (ev, "heal-failed"))
-        s_fail (self, "%s's link would not come up again after a partition", s_s (o, "node"));
+        s_fail (self, "%s's link would not come back after %s", s_s (o, "node"),
+                s_b (o, "slow") ? "a slowed link" : "a partition");
     else
     if (!strcmp (ev, "leftover")) {
         self->leftovers++;

@@ -275,7 +275,7 @@ s_shape (const char *ns, const char *dev, double rate_mbit, char *err, size_t er
     long burst = (long) (bytes_per_s / 500);
     if (burst < 16 * 1024)
         burst = 16 * 1024;
-    return s_step (err, err_size, "tc -n %s qdisc add dev %s root tbf rate %.0fkbit burst %ld latency 50ms",
+    return s_step (err, err_size, "tc -n %s qdisc replace dev %s root tbf rate %.0fkbit burst %ld latency 50ms",
                    ns, dev, rate_mbit * 1000, burst);
 }
 
@@ -465,6 +465,58 @@ int
 kd_netns_set_link (int owner, const char *node, bool up, char *err, size_t err_size)
 {
     return s_step (err, err_size, "ip -n kudus-%d-%s link set eth0 %s", owner, node, up ? "up" : "down");
+}
+
+//  Lift a device's tbf.  0 when none is left, also when there was none:
+//  a heal retried after half of it worked must not fail on that half.
+static int
+s_unshape (const char *ns, const char *dev, char *err, size_t err_size)
+{
+    char out [1024];
+    if (s_run (out, sizeof out, "tc -n %s qdisc show dev %s", ns, dev) == 0 && !strstr (out, "tbf"))
+        return 0;
+    return s_step (err, err_size, "tc -n %s qdisc del dev %s root", ns, dev);
+}
+
+int
+kd_netns_set_rate (int owner, const char *node, double rate_mbit, char *err, size_t err_size)
+{
+    char ns [64], sw [64], port [32] = "";
+    snprintf (ns, sizeof ns, "kudus-%d-%s", owner, node);
+    snprintf (sw, sizeof sw, "kudus-%d-sw", owner);
+    //  The switch's end of the node's veth shapes what the node receives:
+    //  "N: eth0@ifK: ..." names that end's index, K, in the switch, whose
+    //  one-line listing has a line of about 200 bytes a node.
+    size_t out_size = 512 * (S_MAX_NODES + 8);
+    char *out = (char *) malloc (out_size);
+    assert (out);
+    const char *at = s_run (out, out_size, "ip -n %s -o link show eth0", ns) == 0 ? strstr (out, "@if") : NULL;
+    int peer = at ? atoi (at + 3) : 0;
+    if (peer > 0 && s_run (out, out_size, "ip -n %s -o link show", sw) == 0)
+        for (char *save = NULL, *line = strtok_r (out, "\n", &save); line; line = strtok_r (NULL, "\n", &save)) {
+            char name [32];
+            int index;
+            if (sscanf (line, "%d: %31[^@:]", &index, name) == 2 && index == peer)
+                snprintf (port, sizeof port, "%s", name);
+        }
+    free (out);
+    if (!*port) {
+        snprintf (err, err_size, "netns: no link of node '%s' in the network of pid %d", node, owner);
+        return -1;
+    }
+    if (rate_mbit > 0) {
+        if (s_shape (ns, "eth0", rate_mbit, err, err_size))
+            return -1;
+        //  Both ends or neither: a half-shaped link would outlive the fault.
+        if (s_shape (sw, port, rate_mbit, err, err_size)) {
+            char ignored [64];
+            s_unshape (ns, "eth0", ignored, sizeof ignored);
+            return -1;
+        }
+        return 0;
+    }
+    int rc = s_unshape (ns, "eth0", err, err_size);
+    return s_unshape (sw, port, err, err_size) || rc ? -1 : 0;
 }
 
 int

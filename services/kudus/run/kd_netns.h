@@ -76,6 +76,12 @@ int
 int
     kd_netns_set_link (int owner, const char *node, bool up, char *err, size_t err_size);
 
+//  Limit a node's link to rate_mbit both ways (tbf on both ends of its
+//  veth), or with rate_mbit 0 lift the limit, whatever it was: slowed
+//  links for `kudus chaos`.  Returns 0, or -1 with a reason in err.
+int
+    kd_netns_set_rate (int owner, const char *node, double rate_mbit, char *err, size_t err_size);
+
 //  Delete what earlier runs left behind: namespaces "kudus-PID-*" whose
 //  PID is no longer alive.  Returns the number deleted.
 int
