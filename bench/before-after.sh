@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speed before and after a change, in alternating pairs (issue 33: the
 # restructuring must not cost speed).  Builds BASELINE_COMMIT in a
-# temporary worktree, then runs, TRIALS times, this build's and the
+# temporary worktree (once: its binaries are kept in KUDUS_BASELINE_DIR-COMMIT,
+# /var/tmp/kudus-baseline-COMMIT by default), then runs, TRIALS times, this build's and the
 # baseline's `kudus bench phase` and `kudus bench pushpull --sizes 4K,1M,16M
 # --shards 1,2 --inflight 1,8`, alternating which goes first.  Every row is
 # appended to OUT with the trial, the side and the commit that ran it; a
@@ -14,17 +15,26 @@
 # sweep) moves the figures more than the change does.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
-commit=${2:-93a4113}
+# The commit itself, not a name that may move (a cached build is keyed by it).
+commit=$(git -C "$(cd "$(dirname "$0")/.." && pwd)" rev-parse --short "${2:-93a4113}^{commit}")
 trials=${3:-6}
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${4:-$here/docs/results/before-after.jsonl}
 port=${KUDUS_BASE_PORT:-14000}
 after=$(git -C "$here" rev-parse --short HEAD)
-tree=$(mktemp -d)
-trap 'git -C "$here" worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
-git -C "$here" worktree add --detach "$tree" "$commit" >/dev/null
-cmake -S "$tree" -B "$tree/build" -DKUDUS_TESTS=OFF >/dev/null
-cmake --build "$tree/build" -j 2 --target kudus kudus-shard kudus-scheduler kudus-worker kudus-monitor >/dev/null
+# The baseline's binaries are built once and kept (KUDUS_BASELINE_DIR), so
+# that a rerun, or a build made ahead at idle priority, skips the build.
+base=${KUDUS_BASELINE_DIR:-/var/tmp/kudus-baseline}-$commit
+if [ ! -x "$base/kudus" ]; then
+    tree=$(mktemp -d)
+    trap 'git -C "$here" worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"' EXIT
+    git -C "$here" worktree add --detach "$tree" "$commit" >/dev/null
+    cmake -S "$tree" -B "$tree/build" -DKUDUS_TESTS=OFF >/dev/null
+    cmake --build "$tree/build" -j 2 --target kudus kudus-shard kudus-scheduler kudus-worker kudus-monitor >/dev/null
+    rm -rf "$base.new" && mkdir -p "$base.new"
+    cp "$tree"/build/kudus* "$base.new/"
+    rm -rf "$base" && mv "$base.new" "$base"
+fi
 touch "$out"
 # One side's two benchmarks, tagged, appended to OUT.
 run_side () {
@@ -51,9 +61,9 @@ for t in $(seq 1 "$trials"); do
         continue
     fi
     if [ $((t % 2)) -eq 1 ]; then
-        run_side "$t" before "$tree/build" "$commit"; run_side "$t" after "$build" "$after"
+        run_side "$t" before "$base" "$commit"; run_side "$t" after "$build" "$after"
     else
-        run_side "$t" after "$build" "$after"; run_side "$t" before "$tree/build" "$commit"
+        run_side "$t" after "$build" "$after"; run_side "$t" before "$base" "$commit"
     fi
     echo "before-after: trial $t done"
 done

@@ -52,7 +52,7 @@ if [ $refreeze = 1 ] || [ ! -x "$frozen/kudus" ]; then
     rm -rf "$frozen.new"
     cp -a "$build" "$frozen.new"
     commit=$(git -C "$here" rev-parse --short HEAD)
-    dirty=$(git -C "$here" status --porcelain --untracked-files=no | grep -q . && echo "+dirty" || true)
+    dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!docs/results')" ] && echo "+dirty" || true)
     echo "$commit$dirty-$(sha256sum "$frozen.new/kudus" | cut -c1-8)" > "$frozen.new/BUILD_ID"
     rm -rf "$frozen"
     mv "$frozen.new" "$frozen"

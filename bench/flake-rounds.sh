@@ -1,31 +1,74 @@
 #!/usr/bin/env bash
-# Do the integration suites flake on a busy machine?  Runs them ROUNDS times
-# in a row (ctest -L integration) beside `stress-ng --cpu 2`, both at idle
+# Do the integration suites flake on a busy machine?  Runs them (ctest -L
+# integration) round after round beside `stress-ng --cpu 2`, both at idle
 # priority (SCHED_IDLE) so that other work on the machine keeps the CPU it
-# had, and stops at the first failure (issue 35 §5).  Prints one line a
-# round and the count at the end; exits 1 if a round failed.
+# had, until ROUNDS rounds in a row have passed, and stops at the first
+# failure (issue 35 §5).
 #
-#   bench/flake-rounds.sh [ROUNDS] [BUILD_DIR]      (10, build)
+#   bench/flake-rounds.sh [ROUNDS] [BUILD_DIR] [RESULTS]
+#                         (10, build, docs/results/flake-rounds.jsonl)
+#
+# Resumable: every round appends a row to RESULTS (its build, pass or the
+# suites that failed, its time), and a rerun counts the passes in a row at
+# the end of the file and runs only the rounds still missing, so a long
+# proof can be split across sessions.  A failure, or a round of another
+# build, ends the streak; the next run starts a new one.  The build of a round is the commit of the tree
+# (with "+dirty" when it has changes) and the checksum of the kudus binary.
+# Exits 0 when the streak is complete, 1 after a failure.
 set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-10}
-build=${2:-$(cd "$(dirname "$0")/.." && pwd)/build}
+build=${2:-$here/build}
+results=${3:-$here/docs/results/flake-rounds.jsonl}
 command -v stress-ng > /dev/null || { echo "flake-rounds.sh: stress-ng is not installed (apt-get install stress-ng)" >&2; exit 2; }
+[ -x "$build/kudus" ] || { echo "flake-rounds.sh: no build in $build (make build first)" >&2; exit 2; }
+touch "$results"
+commit=$(git -C "$here" rev-parse --short HEAD)
+# Results recorded since (this file among them) do not make a build dirty.
+dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!docs/results')" ] && echo "+dirty" || true)
+build_id="$commit$dirty-$(sha256sum "$build/kudus" | cut -c1-8)"
+
+streak () {     # passes in a row of this build at the end of the results
+    python3 - "$results" "$build_id" <<'EOF'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    if line.strip():
+        row = json.loads(line)
+        n = n + 1 if row["pass"] and row["build"] == sys.argv[2] else 0
+print(n)
+EOF
+}
+
 log=$(mktemp -d)
 chrt --idle 0 stress-ng --cpu 2 --timeout 0 --quiet &
 stress=$!
-trap 'kill "$stress" 2>/dev/null || true; wait "$stress" 2>/dev/null || true' EXIT
-passed=0
-for i in $(seq 1 "$rounds"); do
+trap 'kill "$stress" 2>/dev/null || true; wait "$stress" 2>/dev/null || true; rm -rf "$log"' EXIT
+passed=$(streak)
+echo "flake-rounds.sh: build $build_id; $passed of $rounds rounds in a row already recorded in $results"
+while [ "$passed" -lt "$rounds" ]; do
+    round=$((passed + 1))
     start=$(date +%s)
-    if (cd "$build" && chrt --idle 0 nice -n 19 ctest -L integration --output-on-failure > "$log/round-$i.log" 2>&1); then
-        passed=$((passed + 1))
-        echo "flake-rounds.sh: round $i passed ($(($(date +%s) - start)) s)"
-    else
-        echo "flake-rounds.sh: round $i FAILED ($(($(date +%s) - start)) s): $(grep -E 'tests failed|\*\*\*Failed|\(Failed\)|\(Timeout\)' "$log/round-$i.log" | tr '\n' ' ')"
-        echo "flake-rounds.sh: its log: $log/round-$i.log"
-        echo "flake-rounds.sh: $passed of $rounds rounds passed in a row"
+    ok=true
+    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L integration --output-on-failure > "$log/round.log" 2>&1) || ok=false
+    seconds=$(($(date +%s) - start))
+    failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "$log/round.log" \
+             | awk '{print $3}' | paste -sd, - || true)
+    python3 - "$round" "$ok" "$seconds" "$build_id" "$failed" >> "$results" <<'EOF'
+import json, sys, time
+rnd, ok, seconds, build, failed = sys.argv[1:6]
+print(json.dumps({"round": int(rnd), "pass": ok == "true", "seconds": int(seconds), "build": build,
+                  "failed": [f for f in failed.split(",") if f], "stress": "stress-ng --cpu 2",
+                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+EOF
+    if [ "$ok" != true ]; then
+        kept=${TMPDIR:-/tmp}/kudus-flake-round-$round.log
+        cp "$log/round.log" "$kept"
+        echo "flake-rounds.sh: round $round FAILED ($seconds s): $failed; its log: $kept"
+        echo "flake-rounds.sh: the streak ended at $passed of $rounds"
         exit 1
     fi
+    passed=$round
+    echo "flake-rounds.sh: round $round passed ($seconds s); $passed of $rounds in a row"
 done
 echo "flake-rounds.sh: $passed of $rounds rounds passed in a row"
-rm -rf "$log"
