@@ -1,5 +1,8 @@
 """kudus.Client, the ctypes binding of kd_client: argument checks, and a
 Python worker beside a built-in C worker in one training run."""
+import importlib.util
+import os
+
 import numpy as np
 import pytest
 
@@ -29,20 +32,13 @@ def test_bad_arguments_are_clear_errors():
         kudus.Client("tcp://127.0.0.1:9", "x", wire_dtype="fp8")
 
 
-def softmax_gradient(params, x, y, grad):
-    """Mean cross-entropy of softmax regression, W [784 x 10] then b [10]."""
-    W = params[:7840].reshape(784, 10)
-    b = params[7840:]
-    z = x @ W + b
-    z -= z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    loss = -np.log(p[np.arange(len(y)), y] + 1e-12).mean()
-    p[np.arange(len(y)), y] -= 1
-    p /= len(y)
-    grad[:7840] = (x.T @ p).reshape(-1)
-    grad[7840:] = p.sum(axis=0)
-    return float(loss)
+# The gradient of examples/numpy_softmax.py, the numpy worker users start
+# from (and the compose test's user image runs).
+_example = importlib.util.spec_from_file_location(
+    "numpy_softmax", os.path.join(os.path.dirname(__file__), "..", "..", "examples", "numpy_softmax.py"))
+numpy_softmax = importlib.util.module_from_spec(_example)
+_example.loader.exec_module(numpy_softmax)
+softmax_gradient = numpy_softmax.softmax_gradient
 
 
 def test_python_and_c_workers_train_one_model(cluster):
