@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include "kd_internal.h"
 #include <math.h>
+#include <pthread.h>
 
 TestSuite (kd_client, .timeout = 30);
 
@@ -527,3 +528,77 @@ Test (kd_client, a_gradient_that_is_not_finite_is_not_pushed)
     s_fake_destroy (&shard);
     s_fake_destroy (&sched);
 }
+
+//  A keyed pull sends its keys as varint deltas only when START said the
+//  cluster's shards read them (key_enc): a cluster older than that would
+//  misread them, and gets plain uint64s.
+typedef struct {
+    kd_client_t *client;
+    int rc;
+} s_pull_job_t;
+
+static void *
+s_pull_keys_job (void *arg)
+{
+    s_pull_job_t *job = (s_pull_job_t *) arg;
+    const uint64_t keys [3] = { 2, 9, 700 };
+    float values [3];
+    job->rc = kd_client_pull_keys (job->client, keys, 3, values);
+    return NULL;
+}
+
+Test (kd_client, keyed_pulls_send_delta_keys_only_when_start_says_so)
+{
+    for (int delta = 0; delta < 2; delta++) {
+        s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+        kd_client_t *client = s_client (&sched);
+        cr_expect_eq (kd_client_register (client, 100), -1);
+        kd_msg_t *hello = s_expect (&sched, KD_MSG_HELLO);
+        kd_msg_destroy (&hello);
+        kd_msg_t *welcome = s_welcome ("external", 1000, "bsp");
+        const char *names [] = { "emb" };
+        const uint64_t shape [] = { 1000, 1 };
+        kd_msg_set_strs (welcome, KD_F_TENSORS, names, 1);
+        kd_msg_set_uints (welcome, KD_F_SHAPES, shape, 2);
+        kd_msg_set_uint (welcome, KD_F_KEYS, 1);
+        s_reply (&sched, welcome);
+        cr_assert_eq (kd_client_register (client, 2000), 0);
+        cr_assert (kd_client_keyed (client));
+        char ep [64];
+        snprintf (ep, sizeof ep, S_EP, shard.port);
+        kd_msg_t *start = s_start (ep, 0, 1000);
+        if (delta)
+            kd_msg_set_uint (start, KD_F_KEY_ENC, KD_KEY_ENC_DELTA);
+        s_reply (&sched, start);
+        const uint64_t rows [1] = { 1 };
+        s_reply (&sched, s_release (0, 0, rows, 1));
+        kd_release_t release;
+        cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+
+        s_pull_job_t job = { client, -9 };
+        pthread_t thread;
+        cr_assert_eq (pthread_create (&thread, NULL, s_pull_keys_job, &job), 0);
+        kd_msg_t *pull = s_expect (&shard, KD_MSG_PULL);
+        cr_expect_eq (kd_msg_uint (pull, KD_F_KEY_ENC), delta ? KD_KEY_ENC_DELTA : KD_KEY_ENC_U64);
+        size_t n = 0;
+        const uint64_t *k = kd_msg_keys (pull, &n);
+        cr_expect (n == 3 && k [0] == 2 && k [1] == 9 && k [2] == 700);
+        //  Deltas 2, 7 and 691: one, one and two bytes.
+        cr_expect_eq (kd_msg_keys_wire_bytes (pull), delta ? 4u : 24u);
+        kd_msg_destroy (&pull);
+        kd_msg_t *ok = kd_msg_new (KD_MSG_PULL_OK);
+        kd_msg_set_uint (ok, KD_F_VERSION, 0);
+        kd_msg_set_uint (ok, KD_F_LO, 0);
+        float values [3] = { 1, 2, 3 };
+        zframe_t *data = zframe_new (values, sizeof values);
+        kd_msg_set_data (ok, &data);
+        kd_msg_set_uint (ok, KD_F_COUNT, 3);
+        s_reply (&shard, ok);
+        pthread_join (thread, NULL);
+        cr_expect_eq (job.rc, 0, "delta %d", delta);
+        kd_client_destroy (&client);
+        s_fake_destroy (&shard);
+        s_fake_destroy (&sched);
+    }
+}
+

@@ -1594,6 +1594,9 @@ typedef struct {
     uint64_t full_commits;          //  commits naming every member fresh
     uint64_t switches;              //  SWITCH decisions seen
     kd_consistency_t mode;          //  mode of the last SWITCH
+    double noise;                   //  each iteration takes period x U[1 -
+                                    //  noise, 1 + noise] (0: exactly period)
+    uint64_t rng;                   //  ... drawn from this state
     uint32_t applied [TIMED_MAX];   //  entries applied, by rank
     uint32_t stale [TIMED_MAX];     //  of them, with staleness > 0
     uint64_t slow_only;             //  commits without a gradient of a
@@ -1694,7 +1697,16 @@ s_timed_apply (timed_t *t)
             t->version [rank] = d->version;
             t->lease [rank] = d->lease;
             t->group [rank] = d->group;
-            t->due [rank] = t->now + t->period [rank];
+            double factor = 1;
+            if (t->noise > 0) {
+                //  splitmix64, the top 53 bits as a uniform in [0, 1).
+                uint64_t z = (t->rng += 0x9e3779b97f4a7c15ull);
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+                z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                z ^= z >> 31;
+                factor = 1 - t->noise + 2 * t->noise * (double) (z >> 11) / 9007199254740992.0;
+            }
+            t->due [rank] = t->now + (uint64_t) llround ((double) t->period [rank] * factor);
         }
         else
         if (d->type == KD_DEC_SWITCH) {
@@ -1962,6 +1974,44 @@ Test (kd_controller, adaptive_releases_early_only_for_the_late)
         }
         kd_controller_destroy (&t.ctl);
     }
+}
+
+//  Noisy speeds (every iteration 40 ms x U[0.4, 1.6]): the phase's first
+//  arrival comes early and the others look late by the slack alone, so
+//  nearly every phase releases early and most gradients apply stale.
+//  --barrier-spread 1 waits for a member within its recent half-range,
+//  which with noise is most of the others: far fewer early releases and
+//  stale gradients.  A member slow and steady (rank 7, 160 ms) keeps a
+//  narrow window and is still released early for.
+Test (kd_controller, barrier_spread_waits_out_noise_not_a_steady_straggler)
+{
+    uint64_t early [2], late [2], commits [2], slow_late [2];
+    for (int spread = 0; spread < 2; spread++) {
+        kd_controller_opts_t opts = s_adaptive_opts (KD_CONS_LSP);
+        opts.spread = spread;
+        const uint64_t period [8] = { 40, 40, 40, 40, 40, 40, 40, 160 };
+        timed_t t;
+        s_timed_start (&t, &opts, 8, period);
+        t.noise = 0.6;
+        t.rng = 7;
+        s_timed_until (&t, 8000);
+        early [spread] = kd_controller_early_releases (t.ctl);
+        late [spread] = t.late_applied;
+        commits [spread] = t.n_commits;
+        slow_late [spread] = t.arrivals [7];
+        kd_controller_destroy (&t.ctl);
+    }
+    printf ("FIGURE barrier-spread: spread 0: %lu early releases, %lu stale of %lu commits; "
+            "spread 1: %lu early, %lu stale of %lu commits\n", (unsigned long) early [0],
+            (unsigned long) late [0], (unsigned long) commits [0], (unsigned long) early [1],
+            (unsigned long) late [1], (unsigned long) commits [1]);
+    cr_expect_gt (early [0], commits [0] / 2, "without the spread most phases release early");
+    cr_expect_lt (late [1] * 2, late [0], "the spread at least halves the stale gradients: %lu against %lu",
+                  (unsigned long) late [1], (unsigned long) late [0]);
+    //  The steady straggler is still left behind: phases go faster than
+    //  its 160 ms, and it keeps arriving (its gradients late).
+    cr_expect_gt (commits [1], 8000 / 160 * 2, "%lu commits in 8 s", (unsigned long) commits [1]);
+    cr_expect_gt (slow_late [1], 8000 / 160 / 2, "%lu arrivals of the straggler", (unsigned long) slow_late [1]);
 }
 
 //  A member that stops arriving without leaving (a hang the heartbeats have

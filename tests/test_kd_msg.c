@@ -533,6 +533,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_SEQ, "seq", KD_FT_UINT }, { KD_F_ITEMS, "items", KD_FT_UINT },
         { KD_F_RELAYS, "relays", KD_FT_UINTS },
         { KD_F_METRIC, "metric", KD_FT_STR }, { KD_F_VALUE, "value", KD_FT_FLOAT },
+        { KD_F_KEY_ENC, "key_enc", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -2262,6 +2263,34 @@ Test (kd_msg, dtype_frames_round_trip_and_are_checked)
     }
 }
 
+//  A message of one header frame, packed by hand: version 1, type, and n
+//  uint fields, whatever the encoder would refuse.
+static zmsg_t *
+s_uint_header (const char *type, const char *const *names, const uint64_t *vals, int n)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 2 + n);
+    msgpack_pack_str (&pk, 1);
+    msgpack_pack_str_body (&pk, "v", 1);
+    msgpack_pack_uint64 (&pk, 1);
+    msgpack_pack_str (&pk, 1);
+    msgpack_pack_str_body (&pk, "t", 1);
+    msgpack_pack_str (&pk, strlen (type));
+    msgpack_pack_str_body (&pk, type, strlen (type));
+    for (int f = 0; f < n; f++) {
+        msgpack_pack_str (&pk, strlen (names [f]));
+        msgpack_pack_str_body (&pk, names [f], strlen (names [f]));
+        msgpack_pack_uint64 (&pk, vals [f]);
+    }
+    zmsg_t *wire = zmsg_new ();
+    zmsg_addmem (wire, sb.data, sb.size);
+    msgpack_sbuffer_destroy (&sb);
+    return wire;
+}
+
 //  Keyed (sparse) PUSH and PULL: the keys frame comes last, and is checked.
 static kd_msg_t *
 s_keyed_push (const uint64_t *keys, size_t n, size_t dim)
@@ -2335,6 +2364,7 @@ Test (kd_msg, keyed_frames_round_trip_and_are_checked)
         uint64_t bad [4];
         memcpy (bad, keys, sizeof bad);
         kd_msg_t *m = s_keyed_push (keys, 4, 2);
+        kd_msg_set_uint (m, KD_F_KEY_ENC, KD_KEY_ENC_U64);     //  plain frames below
         cr_assert_eq (kd_msg_encode (m, &wire), 0);
         kd_msg_destroy (&m);
         zframe_t *header = zmsg_pop (wire), *data = zmsg_pop (wire), *kf = zmsg_pop (wire);
@@ -2345,26 +2375,9 @@ Test (kd_msg, keyed_frames_round_trip_and_are_checked)
             //  Re-encode with count 9 and a frame of 9 floats.
             zframe_destroy (&data);
             zmsg_destroy (&wire);
-            wire = zmsg_new ();
-            msgpack_sbuffer sb;
-            msgpack_sbuffer_init (&sb);
-            msgpack_packer pk;
-            msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
-            const char *names [] = { "v", "t", "rank", "clock", "base", "lo", "count", "keys" };
-            const uint64_t vals [] = { 1, 0, 1, 2, 0, 0, 9, 4 };
-            msgpack_pack_map (&pk, 8);
-            for (int f = 0; f < 8; f++) {
-                msgpack_pack_str (&pk, strlen (names [f]));
-                msgpack_pack_str_body (&pk, names [f], strlen (names [f]));
-                if (f == 1) {
-                    msgpack_pack_str (&pk, 4);
-                    msgpack_pack_str_body (&pk, "PUSH", 4);
-                }
-                else
-                    msgpack_pack_uint64 (&pk, vals [f]);
-            }
-            zmsg_addmem (wire, sb.data, sb.size);
-            msgpack_sbuffer_destroy (&sb);
+            const char *names [] = { "rank", "clock", "base", "lo", "count", "keys" };
+            const uint64_t vals [] = { 1, 2, 0, 0, 9, 4 };
+            wire = s_uint_header ("PUSH", names, vals, 6);
             data = zframe_new (NULL, 9 * sizeof (float));
         }
         zmsg_append (wire, &data);
@@ -2396,6 +2409,87 @@ Test (kd_msg, keyed_frames_round_trip_and_are_checked)
     s_expect_fail (&wire, false, KD_ERR_MALFORMED, &err);
     kd_msg_destroy (&ok);
     kd_msg_destroy (&msg);
+}
+
+//  Keys go on the wire plain by default, or as varint deltas (key_enc 1):
+//  the decoder gives back the same uint64s either way, over the whole
+//  64-bit range, and deltas take fewer bytes when keys are dense.
+Test (kd_msg, delta_keys_round_trip_in_fewer_bytes)
+{
+    const uint64_t wide [5] = { 0, 1, 128, 1ull << 62, UINT64_MAX };
+    uint64_t dense [1000];
+    for (size_t i = 0; i < 1000; i++)
+        dense [i] = 5000000 + i * 37;
+    struct { const uint64_t *keys; size_t n; } sets [] = { { wide, 5 }, { dense, 1000 } };
+    for (size_t c = 0; c < 2; c++)
+        for (uint64_t enc = 0; enc < 2; enc++) {
+            kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
+            kd_msg_set_uint (pull, KD_F_VERSION, 1);
+            kd_msg_set_keys (pull, sets [c].keys, sets [c].n);
+            cr_expect_eq (kd_msg_uint (pull, KD_F_KEY_ENC), KD_KEY_ENC_U64, "plain by default");
+            kd_msg_set_uint (pull, KD_F_KEY_ENC, enc);
+            zmsg_t *wire = NULL;
+            cr_assert_eq (kd_msg_encode (pull, &wire), 0);
+            size_t bytes = zframe_size (zmsg_last (wire));
+            if (enc == KD_KEY_ENC_U64)
+                cr_expect_eq (bytes, sets [c].n * 8);
+            else
+            if (c == 1)
+                //  A delta of 37 is one byte; the first key, 23 bits, four.
+                cr_expect_eq (bytes, 4 + 999, "%zu bytes for 1000 dense keys", bytes);
+            kd_msg_t *back = NULL;
+            kd_msg_err_t err;
+            cr_assert_eq (kd_msg_decode (&wire, false, &back, NULL, &err), 0, "%s", err.reason);
+            size_t n = 0;
+            const uint64_t *k = kd_msg_keys (back, &n);
+            cr_assert_eq (n, sets [c].n);
+            cr_expect_eq (memcmp (k, sets [c].keys, n * 8), 0, "set %zu, key_enc %llu", c,
+                          (unsigned long long) enc);
+            cr_expect_eq ((uintptr_t) k % 8, 0);
+            cr_expect_eq (kd_msg_keys_wire_bytes (back), bytes, "what the shard counts as bytes in");
+            //  The sender's message still reads as plain keys.
+            cr_expect_eq (memcmp (kd_msg_keys (pull, &n), sets [c].keys, n * 8), 0);
+            kd_msg_destroy (&back);
+            kd_msg_destroy (&pull);
+        }
+}
+
+//  Every malformed delta frame is ERROR 400 (or 413) with its reason, and
+//  nothing is allocated for a count the frame cannot hold.
+Test (kd_msg, malformed_delta_keys_are_refused)
+{
+    static const uint8_t overlong [11] = { 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01 };
+    static const uint8_t past64 [10] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x03 };
+    static const uint8_t wrap [11] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01 };
+    struct {
+        const char *why;
+        const uint8_t *frame;
+        size_t bytes;
+        uint64_t keys, enc;
+        int code;
+    } cases [] = {
+        { "disagrees", (const uint8_t []) { 5, 0x81 }, 2, 2, 1, KD_ERR_MALFORMED },   //  one varint ends
+        { "after its", (const uint8_t []) { 5, 0x81 }, 2, 1, 1, KD_ERR_MALFORMED },   //  a varint left open
+        { "longer than 64 bits", overlong, 11, 1, 1, KD_ERR_MALFORMED },
+        { "longer than 64 bits", past64, 10, 1, 1, KD_ERR_MALFORMED },
+        { "past 2^64 - 1", wrap, 11, 2, 1, KD_ERR_MALFORMED },
+        { "not strictly increasing", (const uint8_t []) { 5, 0 }, 2, 2, 1, KD_ERR_MALFORMED },
+        { "disagrees", (const uint8_t []) { 5, 1, 1 }, 3, 2, 1, KD_ERR_MALFORMED },
+        { "disagrees", (const uint8_t []) { 5, 1 }, 2, 3, 1, KD_ERR_MALFORMED },
+        { "at most", (const uint8_t []) { 5 }, 1, (uint64_t) KD_MSG_MAX_KEYS + 1, 1, KD_ERR_TOO_LARGE },
+        { "unknown key_enc 2", (const uint8_t []) { 5 }, 1, 1, 2, KD_ERR_MALFORMED },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
+        //  The encoder refuses a "keys" without its frame: the header is
+        //  packed by hand, and the frame appended.
+        const char *names [] = { "version", "keys", "key_enc" };
+        const uint64_t vals [] = { 1, cases [c].keys, cases [c].enc };
+        zmsg_t *wire = s_uint_header ("PULL", names, vals, 3);
+        zmsg_addmem (wire, cases [c].frame, cases [c].bytes);
+        kd_msg_err_t err;
+        s_expect_fail (&wire, false, cases [c].code, &err);
+        cr_expect (strstr (err.reason, cases [c].why), "case %zu: %s", c, err.reason);
+    }
 }
 
 //  A PUSH or PULL_OK whose values are in shared memory has no data frame,

@@ -88,6 +88,8 @@ struct _kd_client_t {
     bool ssp;                   //  SSP: pull only when the cache is too old
     kd_tensor_t tensors [S_MAX_TENSORS];    //  the layout
     bool keyed;                 //  a keyed model: n_params counts keys
+    bool delta_keys;            //  START said the shards read varint-delta
+                                //  keys frames (key_enc); else plain ones
     size_t dim;                 //  keyed: floats per key
     size_t n_tensors;           //  tensors in it
     //  The iteration
@@ -516,6 +518,8 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
     memset (self->shards, 0, sizeof self->shards);
     self->prefetched = 0;
     self->t0_ms = kd_msg_uint (msg, KD_F_T0_MS);
+    //  A cluster older than key_enc would read a delta frame as plain keys.
+    self->delta_keys = kd_msg_uint (msg, KD_F_KEY_ENC) == KD_KEY_ENC_DELTA;
     self->started = true;
     kd_info ("start shards=%zu", self->n_shards);
 }
@@ -1475,6 +1479,8 @@ s_pull_keys_request (kd_client_t *self, size_t i, void *arg)
     if (self->wire_dtype != KD_DTYPE_F32)
         kd_msg_set_uint (msg, KD_F_DTYPE, self->wire_dtype);
     kd_msg_set_keys (msg, a->keys + a->first [i], a->end [i] - a->first [i]);
+    if (self->delta_keys)
+        kd_msg_set_uint (msg, KD_F_KEY_ENC, KD_KEY_ENC_DELTA);
     return msg;
 }
 
@@ -1538,6 +1544,8 @@ s_push_keys_request (kd_client_t *self, size_t i, void *arg)
         data = zframe_new (rows, count * sizeof (float));
     kd_msg_set_data (msg, &data);
     kd_msg_set_keys (msg, a->keys + a->first [i], n);
+    if (self->delta_keys)
+        kd_msg_set_uint (msg, KD_F_KEY_ENC, KD_KEY_ENC_DELTA);
     return msg;
 }
 

@@ -321,6 +321,7 @@ kd_controller_opts_defaults (kd_controller_opts_t *opts, kd_consistency_t model)
         .window_ms = 0,
         .barrier = KD_BARRIER_ADAPTIVE,
         .slack = 0.25,
+        .spread = 0,
         .group_ratio = 1.3,
         .min_group = 1,
         .max_groups = 4,
@@ -350,6 +351,7 @@ s_opts_valid (const kd_controller_opts_t *opts)
         && (unsigned) opts->barrier <= KD_BARRIER_QUOTA
         && (unsigned) opts->group_step <= KD_GROUP_STEP_FASTEST
         && isfinite (opts->slack) && opts->slack >= 0.01 && opts->slack <= 10
+        && isfinite (opts->spread) && opts->spread >= 0 && opts->spread <= 10
         && isfinite (opts->group_ratio) && opts->group_ratio > 1
         && opts->min_group >= 1
         && opts->max_groups >= 1 && opts->max_groups <= 64
@@ -988,11 +990,14 @@ s_wake_at (kd_controller_t *self, uint64_t at)
 }
 
 //  What the adaptive barrier expects a worker's iteration to take: the
-//  median of its last few times (of those it has), or 0 with none.
+//  median of its last few times (of those it has), or 0 with none; and
+//  into *spread, half their range (0 with fewer than two), how far one
+//  iteration of this worker strays from another.
 static double
-s_expected_ms (const s_worker_t *worker)
+s_expected_ms (const s_worker_t *worker, double *spread)
 {
     uint32_t n = worker->n_times < S_RECENT_TIMES ? worker->n_times : S_RECENT_TIMES;
+    *spread = 0;
     if (n == 0)
         return 0;
     double sorted [S_RECENT_TIMES];
@@ -1002,6 +1007,7 @@ s_expected_ms (const s_worker_t *worker)
             sorted [j] = sorted [j - 1];
         sorted [j] = worker->recent [i];
     }
+    *spread = (sorted [n - 1] - sorted [0]) / 2;
     return n % 2 ? sorted [n / 2] : (sorted [n / 2 - 1] + sorted [n / 2]) / 2;
 }
 
@@ -1015,7 +1021,11 @@ s_expected_ms (const s_worker_t *worker)
 //  by more than the slack is released early for as well, so nobody waits
 //  for a member that stopped or slowed down without notice.  With equal
 //  speeds everyone is expected together and every phase waits for all:
-//  the decisions of BSP.
+//  the decisions of BSP.  With --barrier-spread k a member's window is at
+//  least k half-ranges of its recent times: when iteration times are
+//  noisy, the first arrival comes early and says little about the phase,
+//  and a member whose times stray that much is not late yet.  A member
+//  slow and steady keeps a narrow window, and is released early for.
 static bool
 s_adaptive_ready (kd_controller_t *self, uint32_t g, uint64_t now)
 {
@@ -1031,12 +1041,14 @@ s_adaptive_ready (kd_controller_t *self, uint32_t g, uint64_t now)
         if (worker->state != S_COMPUTING || worker->group != g
         ||  worker->gclock != group->clock)
             continue;
-        double ms = s_expected_ms (worker);
+        double spread;
+        double ms = s_expected_ms (worker, &spread);
         double expected = (double) worker->t_release + (ms > 0 ? ms : phase);
-        if (expected > (double) now + slack || (double) now >= expected + slack)
+        double window = self->opts.spread * spread > slack ? self->opts.spread * spread : slack;
+        if (expected > (double) now + window || (double) now >= expected + window)
             continue;
         ready = false;
-        s_wake_at (self, (uint64_t) ceil (expected + slack));
+        s_wake_at (self, (uint64_t) ceil (expected + window));
     }
     return ready;
 }

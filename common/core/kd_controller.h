@@ -106,6 +106,9 @@ typedef struct {
     double slack;               //  adaptive: how late, as a fraction of the
                                 //  phase, a member may be and still be
                                 //  waited for
+    double spread;              //  adaptive: also wait for a member within
+                                //  this many half-ranges of its recent
+                                //  iteration times (0: the slack only)
     double group_ratio;         //  ALSP rho: cut between neighbours above it
     uint32_t min_group;         //  ALSP minimum group size (1: a lone
                                 //  straggler gets a group of its own)

@@ -149,6 +149,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (RELAYS,        "relays",       UINTS),
     S_FIELD (METRIC,        "metric",       STR),
     S_FIELD (VALUE,         "value",        FLOAT),
+    S_FIELD (KEY_ENC,       "key_enc",      UINT),
 };
 
 typedef enum {
@@ -201,7 +202,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (START, "scheduler -> worker, monitor, evaluator",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
             S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (T0_MS)
-          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+          | S_BIT (VERSION) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS)
+          | S_BIT (KEY_ENC), NONE,
             0, 0, 0),
     S_TYPE (HEARTBEAT, "both ways", 0, S_BIT (RANK), NONE,
             S_W | S_S | S_M | S_E, S_W | S_S | S_M, S_W),
@@ -220,13 +222,14 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (PUSH, "worker -> shard",
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO) | S_BIT (COUNT),
             S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
-          | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED,
+          | S_BIT (KEY_ENC) | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED,
             0, S_W | S_S, 0),
     S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS), NONE,
             0, 0, 0),
     S_TYPE (PULL, "worker, monitor, evaluator -> shard",
             S_BIT (VERSION),
-            S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS) | S_BIT (SHM), NONE,
+            S_BIT (LO) | S_BIT (COUNT) | S_BIT (DTYPE) | S_BIT (KEYS) | S_BIT (KEY_ENC)
+          | S_BIT (SHM), NONE,
             0, S_W | S_M | S_E, 0),
     S_TYPE (PULL_OK, "shard -> puller",
             S_BIT (VERSION) | S_BIT (LO) | S_BIT (COUNT),
@@ -339,6 +342,7 @@ struct _kd_msg_t {
     zframe_t *routing_id;           //  ROUTER peer identity, or NULL
     zframe_t *data;                 //  float32 data frame, or NULL
     zframe_t *keys;                 //  keys frame of a keyed PUSH or PULL, or NULL
+    size_t keys_wire;               //  the bytes it took on the wire (decoded)
     bool has_ref;                   //  the data frame is borrowed memory:
     const void *ref_data;           //  its bytes (not owned)
     size_t ref_size;                //  their length
@@ -872,6 +876,48 @@ kd_msg_set_keys (kd_msg_t *self, const uint64_t *keys, size_t n)
     kd_msg_set_uint (self, KD_F_KEYS, n);
 }
 
+//  The keys frame as it goes on the wire: the message's own (moved or
+//  copied) when plain, a new one when delta-encoded.
+static zframe_t *
+s_keys_wire (kd_msg_t *self, bool move)
+{
+    if (kd_msg_uint (self, KD_F_KEY_ENC) != KD_KEY_ENC_DELTA) {
+        zframe_t *keys = move ? self->keys : zframe_dup (self->keys);
+        if (move)
+            self->keys = NULL;
+        return keys;
+    }
+    size_t n = zframe_size (self->keys) / sizeof (uint64_t), bytes = 0;
+    const uint64_t *k = (const uint64_t *) zframe_data (self->keys);
+    //  Sized first, then written into the frame: no second copy.
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t v = i ? k [i] - k [i - 1] : k [0]; ; v >>= 7) {
+            bytes++;
+            if (v < 0x80)
+                break;
+        }
+    zframe_t *keys = zframe_new (NULL, bytes);
+    uint8_t *p = zframe_data (keys);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = i ? k [i] - k [i - 1] : k [0];
+        while (v >= 0x80) {
+            *p++ = (uint8_t) (v | 0x80);
+            v >>= 7;
+        }
+        *p++ = (uint8_t) v;
+    }
+    if (move)
+        zframe_destroy (&self->keys);
+    return keys;
+}
+
+size_t
+kd_msg_keys_wire_bytes (kd_msg_t *self)
+{
+    assert (self);
+    return self->keys ? self->keys_wire : 0;
+}
+
 const uint64_t *
 kd_msg_keys (kd_msg_t *self, size_t *n)
 {
@@ -1073,9 +1119,7 @@ s_encode (kd_msg_t *self, zmsg_t **out, bool move, bool skip_ref)
         zmsg_addmem (zmsg, self->ref_data, self->ref_size);
     //  Keys come last: after borrowed data the caller sends them too.
     if (self->keys && !(skip_ref && self->has_ref)) {
-        zframe_t *keys = move ? self->keys : zframe_dup (self->keys);
-        if (move)
-            self->keys = NULL;
+        zframe_t *keys = s_keys_wire (self, move);
         zmsg_append (zmsg, &keys);
     }
     *out = zmsg;
@@ -1548,16 +1592,84 @@ cleanup:
     return rc;
 }
 
-//  Decode a multipart message.  Takes ownership of *zmsg_p.
-//  Check a keys frame against its header: whole uint64s, as many as
-//  "keys" says, strictly increasing (so sorted and unique), and, on a PUSH,
-//  a value count that gives every key the same number of values.  Realigns
-//  a misplaced frame.  Returns 0, or -2 with err filled.
+//  Decode a delta-encoded keys frame into plain uint64s, in place of
+//  *keys_p: exactly declared varints, none longer than 10 bytes or past 64
+//  bits, every delta after the first at least 1 and no sum past 2^64 - 1.
+//  So the keys come out strictly increasing.  0, or -2 with err filled.
+static int
+s_keys_delta (zframe_t **keys_p, uint64_t declared, kd_msg_err_t *err)
+{
+    const uint8_t *p = zframe_data (*keys_p), *end = p + zframe_size (*keys_p);
+    if (declared > KD_MSG_MAX_KEYS) {
+        s_fail (err, KD_ERR_TOO_LARGE, "keys %llu in a delta keys frame, at most %u",
+                (unsigned long long) declared, KD_MSG_MAX_KEYS);
+        return -2;
+    }
+    //  A varint ends at each byte without its top bit: count them before
+    //  anything is allocated for the keys, which take 8 bytes each.
+    uint64_t ends = 0;
+    for (const uint8_t *q = p; q < end; q++)
+        ends += !(*q & 0x80);
+    if (ends != declared) {
+        s_fail (err, KD_ERR_MALFORMED, "keys %llu disagrees with a delta keys frame of %llu varints",
+                (unsigned long long) declared, (unsigned long long) ends);
+        return -2;
+    }
+    zframe_t *plain = zframe_new (NULL, (size_t) declared * sizeof (uint64_t));
+    uint64_t *k = (uint64_t *) zframe_data (plain);
+    for (uint64_t i = 0; i < declared; i++) {
+        uint64_t v = 0;
+        int shift = 0;
+        for (;;) {
+            if (p == end || shift > 63 || (shift == 63 && (*p & 0x7e))) {
+                s_fail (err, KD_ERR_MALFORMED, p == end ? "delta keys frame ends inside key %llu"
+                        : "delta keys frame: key %llu's varint is longer than 64 bits", (unsigned long long) i);
+                zframe_destroy (&plain);
+                return -2;
+            }
+            uint8_t b = *p++;
+            v |= (uint64_t) (b & 0x7f) << shift;
+            shift += 7;
+            if (!(b & 0x80))
+                break;
+        }
+        if (i && (v == 0 || v > UINT64_MAX - k [i - 1])) {
+            s_fail (err, KD_ERR_MALFORMED, v ? "delta keys frame: key %llu is past 2^64 - 1"
+                    : "keys are not strictly increasing at entry %llu", (unsigned long long) i);
+            zframe_destroy (&plain);
+            return -2;
+        }
+        k [i] = i ? k [i - 1] + v : v;
+    }
+    if (p != end) {
+        s_fail (err, KD_ERR_MALFORMED, "delta keys frame has %zu bytes after its %llu keys",
+                (size_t) (end - p), (unsigned long long) declared);
+        zframe_destroy (&plain);
+        return -2;
+    }
+    zframe_destroy (keys_p);
+    *keys_p = plain;
+    return 0;
+}
+
+//  Check a keys frame against its header, decoding a delta frame first
+//  (key_enc): as many keys as "keys" says, at most KD_MSG_MAX_KEYS, a plain
+//  frame of whole uint64s, strictly increasing (so sorted and unique), and,
+//  on a PUSH, a value count that gives every key the same number of values.
+//  Realigns a misplaced frame.  Returns 0, or -2 with err filled.
 static int
 s_keys_check (kd_msg_t *msg, zframe_t **keys_p, zframe_t *data, kd_msg_err_t *err)
 {
-    size_t bytes = zframe_size (*keys_p);
     uint64_t declared = kd_msg_uint (msg, KD_F_KEYS);
+    uint64_t enc = kd_msg_uint (msg, KD_F_KEY_ENC);
+    if (enc != KD_KEY_ENC_U64 && enc != KD_KEY_ENC_DELTA) {
+        s_fail (err, KD_ERR_MALFORMED, "unknown key_enc %llu (0: uint64, 1: delta varints)",
+                (unsigned long long) enc);
+        return -2;
+    }
+    if (enc == KD_KEY_ENC_DELTA && s_keys_delta (keys_p, declared, err))
+        return -2;
+    size_t bytes = zframe_size (*keys_p);
     if (bytes % sizeof (uint64_t)) {
         s_fail (err, KD_ERR_MALFORMED, "keys frame of %zu bytes is not a multiple of 8", bytes);
         return -2;
@@ -1577,8 +1689,9 @@ s_keys_check (kd_msg_t *msg, zframe_t **keys_p, zframe_t *data, kd_msg_err_t *er
         zframe_destroy (keys_p);
         *keys_p = copy;
     }
+    //  Delta-decoded keys increase by construction.
     const uint64_t *k = (const uint64_t *) zframe_data (*keys_p);
-    for (size_t i = 1; i < n; i++)
+    for (size_t i = 1; i < n && enc == KD_KEY_ENC_U64; i++)
         if (k [i - 1] >= k [i]) {
             s_fail (err, KD_ERR_MALFORMED, "keys are not strictly increasing at entry %zu", i);
             return -2;
@@ -1594,6 +1707,7 @@ s_keys_check (kd_msg_t *msg, zframe_t **keys_p, zframe_t *data, kd_msg_err_t *er
     return 0;
 }
 
+//  Decode a multipart message.  Takes ownership of *zmsg_p.
 int
 kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
                zframe_t **routing_p, kd_msg_err_t *err)
@@ -1655,6 +1769,7 @@ kd_msg_decode (zmsg_t **zmsg_p, bool routed, kd_msg_t **out,
     data = keyed && need == 1 ? NULL : zmsg_pop (zmsg);
     if (keyed) {
         keys = zmsg_pop (zmsg);
+        msg->keys_wire = zframe_size (keys);
         if (s_keys_check (msg, &keys, data, err))
             goto cleanup;
     }
@@ -1777,8 +1892,11 @@ kd_msg_send (kd_msg_t **self_p, void *socket)
             rc = -1;
         if (rc != 0)
             zmq_msg_close (&data);
-        if (rc == 0 && self->keys)
-            rc = zframe_send (&self->keys, socket, 0);
+        if (rc == 0 && self->keys) {
+            zframe_t *keys = s_keys_wire (self, true);
+            rc = zframe_send (&keys, socket, 0);
+            zframe_destroy (&keys);
+        }
     }
     else
         rc = zmsg_send (&zmsg, socket);

@@ -178,6 +178,8 @@ typedef enum {
                         //         messages in them, RELAYs out, messages in them
     KD_F_METRIC,        //  str    REPORT: the metric's name ("accuracy", "loss", ...)
     KD_F_VALUE,         //  float  REPORT: its value
+    KD_F_KEY_ENC,       //  uint   PUSH, PULL: the keys frame's encoding,
+                        //         kd_key_enc_t (absent: plain uint64s)
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 
@@ -376,14 +378,29 @@ zframe_t *
 const float *
     kd_msg_data_floats (kd_msg_t *self, size_t *count);
 
+//  How a keys frame holds its keys on the wire.  In memory they are always
+//  plain uint64s: the codec encodes and decodes the frame.
+typedef enum {
+    KD_KEY_ENC_U64 = 0,         //  little-endian uint64s, 8 bytes a key
+    KD_KEY_ENC_DELTA = 1        //  the first key, then each key's distance
+                                //  from the one before (at least 1), as
+                                //  LEB128 varints: 1-3 bytes a key when keys
+                                //  are dense, at most 10
+} kd_key_enc_t;
+
 //  The keys frame of a keyed PUSH or PULL.  kd_msg_set_keys copies n keys,
-//  which must be strictly increasing, and sets "keys" to n.  kd_msg_keys
-//  borrows them (8-byte aligned), or returns NULL with *n 0 when there is
-//  no keys frame.
+//  which must be strictly increasing, and sets "keys" to n; they go plain
+//  unless "key_enc" is set to KD_KEY_ENC_DELTA.  kd_msg_keys borrows them
+//  (8-byte aligned), or returns NULL with *n 0 when there is no keys frame.
 void
     kd_msg_set_keys (kd_msg_t *self, const uint64_t *keys, size_t n);
 const uint64_t *
     kd_msg_keys (kd_msg_t *self, size_t *n);
+
+//  The bytes a received message's keys frame took on the wire (0 for a
+//  message not decoded, or without keys): what the keys cost the network.
+size_t
+    kd_msg_keys_wire_bytes (kd_msg_t *self);
 
 //  The data frame's values as float32, whatever its dtype: converted into
 //  out (count floats) from fp16 or bf16, copied from fp32.  Returns 0, or

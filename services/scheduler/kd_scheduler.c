@@ -314,6 +314,11 @@ s_send_start (self_t *self, kd_member_t *m)
     kd_msg_set_uints (msg, KD_F_HIS, his, self->n_ranges);
     kd_msg_set_uint (msg, KD_F_T0_MS, self->t0_ms);
     kd_msg_set_uint (msg, KD_F_VERSION, kd_controller_version (self->ctl));
+    //  This cluster's shards read keys frames as varint deltas, and a
+    //  client sends them so only when told (an older cluster would misread
+    //  them): on slow links, where the bytes cost more than the encoding.
+    if (!strcmp (kd_config_str (self->config, "key-encoding"), "delta"))
+        kd_msg_set_uint (msg, KD_F_KEY_ENC, KD_KEY_ENC_DELTA);
     //  The monitor may have registered before an external model's layout
     //  was known: START names it.
     if (self->external)
@@ -1944,6 +1949,7 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.window_ms = (uint32_t) kd_config_int (c, "window-ms");
     opts.barrier = (kd_barrier_t) kd_barrier_parse (kd_config_str (c, "barrier"));
     opts.slack = kd_config_double (c, "barrier-slack");
+    opts.spread = kd_config_double (c, "barrier-spread");
     //  quota-ratio is the K rule's; under the adaptive barrier it does
     //  nothing, and a user who set it should hear so.
     if (opts.barrier == KD_BARRIER_ADAPTIVE && opts.quota == 0 && opts.window_ms == 0

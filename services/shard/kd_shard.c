@@ -1398,7 +1398,7 @@ s_on_push_keyed (self_t *self, kd_msg_t *msg)
     uint64_t rank = kd_msg_uint (msg, KD_F_RANK), clock = kd_msg_uint (msg, KD_F_CLOCK);
     size_t n = 0, count = (size_t) kd_msg_uint (msg, KD_F_COUNT);
     const uint64_t *keys = kd_msg_keys (msg, &n);
-    self->bytes_in += count * kd_dtype_size (kd_msg_uint (msg, KD_F_DTYPE)) + n * sizeof (uint64_t);
+    self->bytes_in += count * kd_dtype_size (kd_msg_uint (msg, KD_F_DTYPE)) + kd_msg_keys_wire_bytes (msg);
     char why [192];
     if (kd_keyed_check (self->keyed, keys, n, count, why, sizeof why)) {
         s_error (self, id, KD_ERR_MALFORMED, why);
@@ -1552,7 +1552,7 @@ s_on_pull (void *state, kd_msg_t *msg)
             return;
         }
         //  A keyed pull's keys are on the wire too.
-        self->bytes_in += n_keys * sizeof (uint64_t);
+        self->bytes_in += kd_msg_keys_wire_bytes (msg);
         if (want <= self->version) {
             s_send_keyed (self, kd_msg_routing_id (msg), keys, n_keys, dtype);
             return;

@@ -38,6 +38,15 @@ s_decode (zmsg_t *zmsg, bool routed)
         for (size_t i = 0; values && i < count; i++)
             sink += values [i];
         (void) sink;
+        //  Keys, decoded from a delta frame or plain, as a shard reads
+        //  them: increasing, and as many as the header says.
+        size_t n_keys = 0;
+        const uint64_t *keys = kd_msg_keys (msg, &n_keys);
+        for (size_t i = 1; keys && i < n_keys; i++)
+            if (keys [i - 1] >= keys [i])
+                abort ();
+        if (keys && n_keys != kd_msg_uint (msg, KD_F_KEYS))
+            abort ();
         //  A RELAY's items, as the scheduler and an aggregator read them.
         size_t offset = 0, index = 0;
         kd_bundle_item_t item;

@@ -323,8 +323,15 @@ Test (bench, sparse_json_smoke)
     fclose (f);
     free (text);
     const char *pull_keys [] = { "keys", "model_keys", "keyed_pull_us", "dense_pull_us",
-                                 "ratio_keyed_vs_dense", "keyed_wire_bytes", NULL };
+                                 "ratio_keyed_vs_dense", "keyed_wire_bytes", "delta_keys_pull_us",
+                                 "ratio_delta_keys_vs_dense", "delta_keys_wire_bytes", NULL };
     cr_expect_eq (s_check_lines (pull, "sparse-pull", pull_keys, NULL), 1);
+    //  As varint deltas the keys take fewer bytes than 8 a key.
+    char *line = kd_test_slurp (pull);
+    cr_assert (line);
+    cr_expect_lt (kd_test_json_number (line, "delta_keys_wire_bytes"), kd_test_json_number (line, "keyed_wire_bytes"),
+                  "%s", line);
+    free (line);
     const char *bytes_keys [] = { "features", "rows", "iterations", "bytes_per_iteration",
                                   "dense_bytes_per_iteration", "ratio_vs_dense", "shard_peak_rss_kib",
                                   "test_auc", "planted_test_auc", "planted_seen_test_auc", "test_unseen_share",

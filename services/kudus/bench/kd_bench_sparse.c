@@ -57,15 +57,30 @@ s_on_signal (int sig)
     s_stop = 1;
 }
 
-//  A PULL of version 0: of keys when given, else of the whole slice.
+//  A PULL of version 0: of keys when given (plain uint64s, or varint
+//  deltas), else of the whole slice.
 static kd_msg_t *
-s_pull (const uint64_t *keys, size_t n)
+s_pull (const uint64_t *keys, size_t n, bool delta)
 {
     kd_msg_t *pull = kd_msg_new (KD_MSG_PULL);
     kd_msg_set_uint (pull, KD_F_VERSION, 0);
     if (keys)
         kd_msg_set_keys (pull, keys, n);
+    if (keys && delta)
+        kd_msg_set_uint (pull, KD_F_KEY_ENC, KD_KEY_ENC_DELTA);
     return pull;
+}
+
+//  The bytes n keys take in a keys frame, plain or as varint deltas.
+static size_t
+s_keys_wire_bytes (const uint64_t *keys, size_t n, bool delta)
+{
+    kd_msg_t *probe = s_pull (keys, n, delta);
+    zmsg_t *wire = NULL;
+    size_t bytes = kd_msg_encode (probe, &wire) == 0 ? zframe_size (zmsg_last (wire)) : 0;
+    zmsg_destroy (&wire);
+    kd_msg_destroy (&probe);
+    return bytes;
 }
 
 //  A keyed PUSH of n keys and their values, as rank 0's gradient of
@@ -130,7 +145,7 @@ s_wait_ready (zsock_t *sock, const uint64_t *keys, size_t n)
     uint64_t deadline = kd_now_ms () + S_READY_MS;
     char why [160];
     while (kd_now_ms () < deadline && !s_stop) {
-        kd_msg_t *pull = s_pull (keys, n);
+        kd_msg_t *pull = s_pull (keys, n, false);
         if (s_round (sock, &pull, KD_MSG_PULL_OK, 0, why, sizeof why) == 0)
             return 0;
         zclock_sleep (50);
@@ -140,14 +155,14 @@ s_wait_ready (zsock_t *sock, const uint64_t *keys, size_t n)
 
 //  Pulls for `seconds`: the median op time in us, or -1 (why).
 static double
-s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, double seconds, double *op_us,
+s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, bool delta, double seconds, double *op_us,
                char *why, size_t size)
 {
     size_t ops = 0;
     double t0 = kd_now_msf ();
     while (ops < S_MAX_OPS && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
         double t = kd_now_msf ();
-        kd_msg_t *pull = s_pull (keys, keys ? n : 0);
+        kd_msg_t *pull = s_pull (keys, keys ? n : 0, delta);
         if (s_round (sock, &pull, KD_MSG_PULL_OK, n, why, size))
             return -1;
         op_us [ops++] = (kd_now_msf () - t) * 1000;
@@ -169,7 +184,9 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     double *keyed_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
     double *dense_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
     double *ratio = (double *) calloc ((size_t) b->repeat, sizeof (double));
-    assert (keys && values && op_us && keyed_us && dense_us && ratio);
+    double *delta_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
+    double *delta_ratio = (double *) calloc ((size_t) b->repeat, sizeof (double));
+    assert (keys && values && op_us && keyed_us && dense_us && ratio && delta_us && delta_ratio);
     //  Scattered over the whole model, one key in each of n equal strides.
     uint64_t stride = model_keys / n, state = 7;
     for (size_t i = 0; i < n; i++) {
@@ -195,25 +212,41 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     kd_msg_t *push = s_keyed_push (keys, values, n);
     if (s_round (keyed, &push, KD_MSG_PUSH_OK, 0, why, sizeof why))
         goto done;
+    //  Each repeat times the keys plain (the default) and as varint deltas
+    //  (--key-encoding delta), taking turns at going first, then the dense
+    //  pull.
     for (int r = 0; r < b->repeat && !s_stop; r++) {
-        keyed_us [r] = s_timed_pulls (keyed, keys, n, seconds, op_us, why, sizeof why);
-        dense_us [r] = s_timed_pulls (dense, NULL, n, seconds, op_us, why, sizeof why);
-        if (keyed_us [r] < 0 || dense_us [r] < 0)
+        for (int turn = 0; turn < 2; turn++) {
+            bool delta = (turn + r) % 2;
+            double us = s_timed_pulls (keyed, keys, n, delta, seconds, op_us, why, sizeof why);
+            *(delta ? &delta_us [r] : &keyed_us [r]) = us;
+        }
+        dense_us [r] = s_timed_pulls (dense, NULL, n, false, seconds, op_us, why, sizeof why);
+        if (keyed_us [r] < 0 || delta_us [r] < 0 || dense_us [r] < 0)
             goto done;
         ratio [r] = keyed_us [r] / dense_us [r];
+        delta_ratio [r] = delta_us [r] / dense_us [r];
     }
     if (s_stop)
         goto done;
     char f_keys [32], f_model [32], f_keyed [32], f_dense [32], f_ratio [32], f_bytes [32];
+    char f_delta [32], f_delta_ratio [32], f_delta_bytes [32];
     snprintf (f_keys, sizeof f_keys, "%zu", n);
     snprintf (f_model, sizeof f_model, "%llu", (unsigned long long) model_keys);
     snprintf (f_keyed, sizeof f_keyed, "%.1f", kd_bench_median (keyed_us, b->repeat));
     snprintf (f_dense, sizeof f_dense, "%.1f", kd_bench_median (dense_us, b->repeat));
     snprintf (f_ratio, sizeof f_ratio, "%.2f", kd_bench_median (ratio, b->repeat));
-    snprintf (f_bytes, sizeof f_bytes, "%zu", n * (sizeof (uint64_t) + sizeof (float)));
+    snprintf (f_delta, sizeof f_delta, "%.1f", kd_bench_median (delta_us, b->repeat));
+    snprintf (f_delta_ratio, sizeof f_delta_ratio, "%.2f", kd_bench_median (delta_ratio, b->repeat));
+    //  What one keyed pull and its answer take on the wire: the keys frame
+    //  as encoded, and the values.
+    snprintf (f_bytes, sizeof f_bytes, "%zu", s_keys_wire_bytes (keys, n, false) + n * sizeof (float));
+    snprintf (f_delta_bytes, sizeof f_delta_bytes, "%zu", s_keys_wire_bytes (keys, n, true) + n * sizeof (float));
     const char *kv [] = { "keys", f_keys, "model_keys", f_model, "keyed_pull_us", f_keyed,
                           "dense_pull_us", f_dense, "ratio_keyed_vs_dense", f_ratio,
-                          "keyed_wire_bytes", f_bytes, NULL };
+                          "keyed_wire_bytes", f_bytes, "delta_keys_pull_us", f_delta,
+                          "ratio_delta_keys_vs_dense", f_delta_ratio, "delta_keys_wire_bytes", f_delta_bytes,
+                          NULL };
     kd_bench_row (b, "sparse-pull", header, kv);
     rc = 0;
 done:
@@ -230,6 +263,8 @@ done:
     free (keyed_us);
     free (dense_us);
     free (ratio);
+    free (delta_us);
+    free (delta_ratio);
     return s_stop ? -2 : rc;
 }
 
@@ -275,7 +310,7 @@ s_pslite_shape (kd_bench_t *b, size_t n, bool *header)
             goto done;
         push_ms [r] = kd_now_msf () - t;
         t = kd_now_msf ();
-        kd_msg_t *pull = s_pull (keys, n);
+        kd_msg_t *pull = s_pull (keys, n, false);
         if (s_round (sock, &pull, KD_MSG_PULL_OK, n, why, sizeof why))
             goto done;
         pull_ms [r] = kd_now_msf () - t;
@@ -291,7 +326,7 @@ s_pslite_shape (kd_bench_t *b, size_t n, bool *header)
     int warm = b->repeat > 1 ? b->repeat - 1 : 1;
     snprintf (f_push, sizeof f_push, "%.2f", kd_bench_median (push_ms + (b->repeat > 1), warm));
     snprintf (f_pull, sizeof f_pull, "%.2f", kd_bench_median (pull_ms + (b->repeat > 1), warm));
-    snprintf (f_bytes, sizeof f_bytes, "%zu", n * (sizeof (uint64_t) + sizeof (float)));
+    snprintf (f_bytes, sizeof f_bytes, "%zu", s_keys_wire_bytes (keys, n, false) + n * sizeof (float));
     const char *kv [] = { "keys", f_keys, "first_push_ms", f_push1, "first_pull_ms", f_pull1,
                           "push_ms", f_push, "pull_ms", f_pull, "push_wire_bytes", f_bytes, NULL };
     kd_bench_row (b, "sparse-pslite", header, kv);

@@ -60,7 +60,8 @@ s_on_signal (int sig)
 static const char *const s_owned [] = {
     "workers", "shards", "model", "hidden", "batch", "epochs", "delay-ms", "lr", "momentum",
     "seed", "consistency", "staleness", "staleness-weight", "quota", "quota-ratio", "window-ms",
-    "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups", "group-staleness", "group-step", "global-sync-every",
+    "barrier", "barrier-slack", "barrier-spread", "group-ratio", "min-group", "max-groups", "group-staleness",
+    "group-step", "global-sync-every",
     "regroup-dwell", "speed-source", "max-seconds", "target-accuracy", "snapshot-ms", "eval-interval",
     "curve-file", "summary", "speeds", "straggler", "hetero", "hetero-period", "quiet",
     "checkpoint-dir", "checkpoint-every", NULL

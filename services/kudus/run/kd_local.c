@@ -859,8 +859,8 @@ s_start_scheduler (s_local_t *self)
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
         "lr-schedule", "warmup-steps", "schedule-unit",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
-        "window-ms", "barrier", "barrier-slack", "group-ratio", "min-group", "max-groups",
-        "group-staleness", "group-step", "staleness-weight",
+        "window-ms", "barrier", "barrier-slack", "barrier-spread", "key-encoding", "group-ratio",
+        "min-group", "max-groups", "group-staleness", "group-step", "staleness-weight",
         "regroup-dwell", "speed-source", "heartbeat-ms", "liveness"
     };
     s_args_t a = { .argc = 0 };

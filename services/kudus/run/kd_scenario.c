@@ -481,7 +481,7 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
     static const char *const params [] = {
         "staleness", "quota", "quota_ratio", "window_ms", "group_ratio", "min_group",
         "max_groups", "group_staleness", "group_step", "regroup_dwell", "staleness_weight",
-        "global_sync_every", "barrier", "barrier_slack", "speed_source", NULL
+        "global_sync_every", "barrier", "barrier_slack", "barrier_spread", "speed_source", NULL
     };
     json_object *arr;
     if (!json_object_object_get_ex (root, "models", &arr))
@@ -535,7 +535,7 @@ s_parse_models (s_ctx_t *ctx, kd_scenario_t *self, json_object *root)
                 return s_err (ctx, "%s: unknown key '%s' (expected name, consistency, lr, staleness, "
                               "quota, quota_ratio, window_ms, group_ratio, min_group, max_groups, "
                               "group_staleness, group_step, regroup_dwell, staleness_weight, barrier, barrier_slack, "
-                              "speed_source)",
+                              "barrier_spread, speed_source)",
                               where, key);
             if (s_parse_param (ctx, self, model, key, val, where))
                 return -1;
