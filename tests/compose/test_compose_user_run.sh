@@ -24,15 +24,14 @@ kd_compose_env 300
 export KUDUS_MODEL=external KUDUS_EPOCHS=1 KUDUS_MIN_WORKERS=2 KUDUS_DELAY_MS=0
 export KUDUS_USER_IMAGE="$user_image" KUDUS_USER_WORKERS=2 KUDUS_USER_COMMAND="python3 train.py"
 # The profiles live in docker-compose.override.yml, which -f leaves out
-# unless named.
-dcu () {
+# unless named; lib.sh's steps call dc too, so it is dc that names it.
+dc () {
     docker-compose -f "$root/docker-compose.yml" -f "$root/docker-compose.override.yml" \
         -p "$project" --ansi never --profile user "$@"
 }
-dc () { dcu "$@"; }
 s_cleanup () {
     local rc=$?
-    [ "$failed" -ne 0 ] && dcu logs --no-color --tail 40 user-worker 2>/dev/null | tail -n 80
+    [ "$failed" -ne 0 ] && dc logs --no-color --tail 40 user-worker 2>/dev/null | tail -n 80
     docker image rm -f "$user_image" >/dev/null 2>&1
     kd_compose_cleanup $rc "$project" 100
 }
@@ -48,7 +47,7 @@ docker build -q --build-arg KUDUS_IMAGE="${KUDUS_IMAGE:-kudus:latest}" -t "$user
 say "1. kudus:latest and $user_image built in $((SECONDS - t0)) s"
 
 # --- 2. start ----------------------------------------------------------------
-dcu up -d --scale worker=0 --scale shard=2 --scale user-worker=2 > "$work/up.log" 2>&1 ||
+dc up -d --scale worker=0 --scale shard=2 --scale user-worker=2 > "$work/up.log" 2>&1 ||
     { cat "$work/up.log"; fail "docker-compose --profile user up"; }
 say "2. up: 2 copies of $user_image, 2 shards, no built-in worker"
 

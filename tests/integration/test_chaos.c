@@ -157,3 +157,44 @@ Test (chaos, a_dropped_orphan_does_not_swallow_the_commit_its_arrival_completes,
     cr_expect (strstr (text, "\"pass\": true"), "%s", text);
     free (text);
 }
+
+//  kudus chaos's exit status and what it said, for a command refused
+//  before it starts anything; env is a KUDUS_LINK_RATE_MBIT value or NULL.
+static int
+s_refusal (const char *const *argv, const char *env, const char *log)
+{
+    if (env)
+        setenv ("KUDUS_LINK_RATE_MBIT", env, 1);
+    pid_t pid = kd_test_spawn (argv, log);
+    unsetenv ("KUDUS_LINK_RATE_MBIT");
+    int status = 0;
+    if (pid <= 0 || !kd_test_wait (pid, 30000, &status)) {
+        kd_test_kill (pid);
+        return -1;
+    }
+    return WIFEXITED (status) ? WEXITSTATUS (status) : -1;
+}
+
+//  Slowed links heal to no limit, so a rate limit passed through to kudus
+//  local refuses --faults slow: by flag (both forms) or by variable, where
+//  a later flag wins.  A rate of 0 is no limit and is accepted (the netns
+//  suite runs it: it needs root).
+Test (chaos, slow_faults_are_refused_on_rate_limited_links_only, .timeout = 60)
+{
+    char log [1100];
+    snprintf (log, sizeof log, "%s/refused.out", s_dir);
+    const char *flag [] = { "kudus", "chaos", "--netns", "true", "--faults", "slow", "--",
+                            "--link-rate-mbit", "5", NULL };
+    const char *eq [] = { "kudus", "chaos", "--netns", "true", "--faults", "slow", "--",
+                          "--link-rate-mbit=20", NULL };
+    const char *none [] = { "kudus", "chaos", "--netns", "true", "--faults", "slow", NULL };
+    const char *later [] = { "kudus", "chaos", "--netns", "true", "--faults", "slow", "--",
+                             "--link-rate-mbit", "0", "--link-rate-mbit", "5", NULL };
+    cr_expect_eq (s_refusal (flag, NULL, log), 2, "--link-rate-mbit 5 was not refused");
+    cr_expect_eq (s_refusal (eq, NULL, log), 2, "--link-rate-mbit=20 was not refused");
+    cr_expect_eq (s_refusal (none, "5", log), 2, "KUDUS_LINK_RATE_MBIT=5 was not refused");
+    cr_expect_eq (s_refusal (later, NULL, log), 2, "a later --link-rate-mbit 5 was not refused");
+    cr_expect_eq (kd_test_count (log, "slow needs links without a rate limit"), 4,
+                  "the refusals did not say why");
+    kd_test_dump (log);
+}

@@ -998,11 +998,19 @@ kd_chaos_main (int argc, char **argv)
     //  A slowed link is healed to no limit at all: on links that have one
     //  (kudus local's --link-rate-mbit or a --link rate), healing would
     //  lift it, and the soak would go on over other links than asked for.
-    bool rated = (getenv ("KUDUS_LINK_RATE_MBIT") && atof (getenv ("KUDUS_LINK_RATE_MBIT")) > 0)
-              || (getenv ("KUDUS_LINK") && *getenv ("KUDUS_LINK"));
-    for (int i = 0; i < extra_argc; i++)
-        rated = rated || !strncmp (extra_argv [i], "--link-rate-mbit", 16) || !strcmp (extra_argv [i], "--link")
-                      || !strncmp (extra_argv [i], "--link=", 7);
+    //  The rate is read as kudus local reads it: its last flag wins over
+    //  the variable, and 0 is no limit.
+    double rate = getenv ("KUDUS_LINK_RATE_MBIT") ? atof (getenv ("KUDUS_LINK_RATE_MBIT")) : 0;
+    bool rated = getenv ("KUDUS_LINK") && *getenv ("KUDUS_LINK");
+    for (int i = 0; i < extra_argc; i++) {
+        if (!strcmp (extra_argv [i], "--link-rate-mbit") && i + 1 < extra_argc)
+            rate = atof (extra_argv [++i]);
+        else if (!strncmp (extra_argv [i], "--link-rate-mbit=", 17))
+            rate = atof (extra_argv [i] + 17);
+        else
+            rated = rated || !strcmp (extra_argv [i], "--link") || !strncmp (extra_argv [i], "--link=", 7);
+    }
+    rated = rated || rate > 0;
     if (strstr (faults, "slow") && rated) {
         fprintf (stderr, "kudus chaos: setting 'faults': slow needs links without a rate limit (it heals a "
                  "link to none); drop --link-rate-mbit and --link from kudus local's flags\n");
