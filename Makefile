@@ -5,6 +5,10 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= 2
 RUN_FLAGS ?=
+# ctest runs 4 suites at a time on 2 cores: most of a suite is waiting
+# (services starting, training to a target), and the suites that share
+# something hold a lock (CMakeLists.txt).  CTEST_FLAGS=-j1 runs them one by one.
+CTEST_FLAGS ?= -j 4
 
 .PHONY: all deps test-deps build run test sanitize clean
 

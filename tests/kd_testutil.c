@@ -5,6 +5,8 @@
 #include <msgpack.h>
 #include <sys/time.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include "kd_spawn.h"
@@ -57,7 +59,8 @@ s_rm_tmpdirs (void)
 char *
 kd_test_tmpdir (void)
 {
-    char tmpl [] = "/tmp/kudus-test-XXXXXX";
+    char tmpl [1024];
+    snprintf (tmpl, sizeof tmpl, "%s/kudus-test-XXXXXX", kd_temp_base ());
     char *dir = mkdtemp (tmpl);
     if (!dir)
         return NULL;
@@ -70,6 +73,22 @@ kd_test_tmpdir (void)
         s_tmpdir_owner [s_n_tmpdirs++] = getpid ();
     }
     return strdup (dir);
+}
+
+//  Before main: TMPDIR becomes a scratch folder of this suite, so that what
+//  a run the suite kills leaves behind (kudus local's summary, throwaway
+//  keys) goes when the suite ends.  Criterion's test processes inherit it.
+__attribute__ ((constructor)) static void
+s_scratch_tmpdir (void)
+{
+    if (getenv ("KD_TEST_SCRATCH"))
+        return;
+    char *dir = kd_test_tmpdir ();
+    if (dir) {
+        setenv ("KD_TEST_SCRATCH", dir, 1);
+        setenv ("TMPDIR", dir, 1);
+    }
+    free (dir);
 }
 
 const char *
@@ -144,18 +163,36 @@ s_ports_free (int base)
     return true;
 }
 
+//  Hold base for this process's life: an abstract socket named for it
+//  (tests/python/conftest.py takes the same names), which goes when the
+//  process does, however it ends.  False if another process holds it.
+static bool
+s_reserve (int base)
+{
+    int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true;
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int n = snprintf (a.sun_path + 1, sizeof a.sun_path - 1, "kudus-test-base-%d", base);
+    if (bind (fd, (struct sockaddr *) &a, (socklen_t) (offsetof (struct sockaddr_un, sun_path) + 1 + n)) == 0)
+        return true;            //  fd stays open on purpose
+    close (fd);
+    return false;
+}
+
 int
 kd_test_base_port (void)
 {
     //  Below Linux's ephemeral range (32768 and up): a port there can be
     //  the source port of any outgoing connection, and then bind fails.
     //  Other suites (other checkouts' too) draw from the same 60 bases at
-    //  the same time: a base whose cluster ports are bound is passed over.
+    //  the same time: a base whose cluster ports are bound, or that another
+    //  suite holds between its clusters, is passed over.
     unsigned seed = (unsigned) getpid () ^ (unsigned) time (NULL);
     int base = 20000 + (int) (seed % 60) * 200;
     for (int tries = 0; tries < 60; tries++) {
         base = 20000 + (int) ((seed + (unsigned) tries * 37) % 60) * 200;
-        if (s_ports_free (base))
+        if (s_ports_free (base) && s_reserve (base))
             break;
     }
     return base;

@@ -250,7 +250,7 @@ Test (kd_shm, a_fifo_or_other_file_is_refused_without_blocking)
 {
     char *dir = kd_temp_dir ("kd-shm");
     cr_assert (dir);
-    char fifo [64];
+    char fifo [1100];
     snprintf (fifo, sizeof fifo, "%s/fifo", dir);
     cr_assert_eq (mkfifo (fifo, 0600), 0);
     int fd = open (fifo, O_RDONLY | O_NONBLOCK);
@@ -279,7 +279,7 @@ Test (kd_shm, a_fifo_or_other_file_is_refused_without_blocking)
                "the FIFO was not refused as 'not a region'");
     close (fd);
     //  A regular file of the right size, not on shmem, is refused too.
-    char file [64];
+    char file [1100];
     snprintf (file, sizeof file, "%s/file", dir);
     fd = open (file, O_RDWR | O_CREAT, 0600);
     cr_assert (fd >= 0);

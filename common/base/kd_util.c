@@ -309,12 +309,19 @@ kd_sumsq (const float *v, size_t n)
     return exact;
 }
 
+const char *
+kd_temp_base (void)
+{
+    //  A test points TMPDIR at its scratch folder, so that what a killed
+    //  run leaves goes with that folder.
+    const char *base = getenv ("TMPDIR");
+    return base && *base ? base : "/tmp";
+}
+
 char *
 kd_temp_dir (const char *prefix)
 {
-    const char *base = getenv ("TMPDIR");
-    if (!base || !*base)
-        base = "/tmp";
+    const char *base = kd_temp_base ();
     //  mkdtemp replaces the six trailing characters with random ones.
     size_t size = strlen (base) + strlen (prefix) + 9;
     char *path = (char *) malloc (size);

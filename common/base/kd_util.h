@@ -72,6 +72,10 @@ uint64_t
 char *
     kd_read_file (const char *path);
 
+//  Where scratch files go: $TMPDIR, or /tmp without it (borrowed).
+const char *
+    kd_temp_base (void);
+
 //  Create a fresh private directory $TMPDIR/PREFIX-<random> (/tmp without
 //  TMPDIR).  Returns its path, or NULL (errno set).  Caller frees it.
 char *

@@ -57,11 +57,13 @@ kd_compose_preconditions () {
 
 # kd_compose_free_port: prints a host port for the monitor's stream that
 # nothing listens on (the default 7002 may belong to a concurrent
-# `kudus local`); returns 1 when 50 random tries found none.
+# `kudus local`); returns 1 when 50 random tries found none.  The other
+# suites' clusters sit at bases 20000 + 200 k and take base + 0-3, 50-99 and
+# 100 + shard: offsets 150-199 are never theirs.
 kd_compose_free_port () {
     local p
     for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 10000))
+        p=$((20000 + (RANDOM % 60) * 200 + 150 + RANDOM % 50))
         if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return 0; fi
     done
     return 1

@@ -25,7 +25,11 @@ import urllib.error
 import urllib.request
 
 BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
-BASE = int(sys.argv[2]) if len(sys.argv) > 2 else 17900
+# A random free base, drawn as the other suites draw theirs (ctest -j runs
+# them side by side).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from conftest import free_base_port  # noqa: E402
+BASE = int(sys.argv[2]) if len(sys.argv) > 2 else free_base_port()
 WORKERS = 4
 CEILING = 120       # s: waits are for events; this only ends a wait that never would
 procs = []
@@ -169,6 +173,8 @@ def main():
         if not shutil.which(tool):
             fail(f"{tool} is not installed (make test installs chromium and chromium-driver)")
     tmp = tempfile.mkdtemp()
+    # What the runs write to TMPDIR goes with tmp.
+    os.environ["TMPDIR"] = tmp
     artifacts = os.environ.get("KUDUS_ARTIFACTS", os.path.join(BIN, "test-artifacts"))
     os.makedirs(artifacts, exist_ok=True)
     wd = None

@@ -13,20 +13,22 @@
 #include <string.h>
 #include <unistd.h>
 
-static char s_dir [64];
+static char s_dir [4096];
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
     if (!s_dir [0]) {
-        snprintf (s_dir, sizeof s_dir, "/dev/shm/kd-fuzz-ckpt-XXXXXX");
+        //  Under run-fuzz.sh's folder, which it removes; by hand, /dev/shm.
+        const char *base = getenv ("KD_FUZZ_DIR");
+        snprintf (s_dir, sizeof s_dir, "%s/kd-fuzz-ckpt-XXXXXX", base ? base : "/dev/shm");
         if (!mkdtemp (s_dir)) {
             snprintf (s_dir, sizeof s_dir, "/tmp/kd-fuzz-ckpt-XXXXXX");
             if (!mkdtemp (s_dir))
                 abort ();
         }
     }
-    char path [128];
+    char path [4200];
     snprintf (path, sizeof path, "%s/ckpt-00000000000000000001.kdc", s_dir);
     FILE *f = fopen (path, "wb");
     if (!f)

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char s_dir [64];
+static char s_dir [4096];
 
 //  Write bytes to a file; 0 or -1.
 static int
@@ -56,14 +56,16 @@ int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
     if (!s_dir [0]) {
-        snprintf (s_dir, sizeof s_dir, "/dev/shm/kd-fuzz-XXXXXX");
+        //  Under run-fuzz.sh's folder, which it removes; by hand, /dev/shm.
+        const char *base = getenv ("KD_FUZZ_DIR");
+        snprintf (s_dir, sizeof s_dir, "%s/kd-fuzz-XXXXXX", base ? base : "/dev/shm");
         if (!mkdtemp (s_dir)) {
             snprintf (s_dir, sizeof s_dir, "/tmp/kd-fuzz-XXXXXX");
             if (!mkdtemp (s_dir))
                 abort ();
         }
     }
-    char images [128], labels [128];
+    char images [4200], labels [4200];
     snprintf (images, sizeof images, "%s/images", s_dir);
     snprintf (labels, sizeof labels, "%s/labels", s_dir);
     const uint8_t *sep = (const uint8_t *) memmem (data, size, "\n--\n", 4);

@@ -8,6 +8,11 @@ src=$1
 out=$2/fuzz
 seconds=${3:-30}
 mkdir -p "$out"
+# The harnesses write their inputs to files under KD_FUZZ_DIR (in /dev/shm
+# when it is there): one folder for the run, removed at its end.
+scratch=$(mktemp -d /dev/shm/kd-fuzz-run-XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export KD_FUZZ_DIR=$scratch
 flags=(-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/include/kudus")
 # The decoders live in the lower layers of common/ (docs/architecture.md).

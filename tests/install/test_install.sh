@@ -12,6 +12,8 @@ bin=$2
 # that two suites running side by side do not meet on one port.
 port=${3:-$((20000 + (RANDOM % 60) * 200))}
 tmp=$(mktemp -d)
+# What the runs write to TMPDIR (a killed kudus local's summary) goes with $tmp.
+export TMPDIR=$tmp
 pids=()
 cleanup () {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -21,6 +21,8 @@ set -euo pipefail
 bin=$1
 port=${2:-7000}
 tmp=$(mktemp -d)
+# What the runs write to TMPDIR (a killed kudus local's summary) goes with $tmp.
+export TMPDIR=$tmp
 pids=()
 cleanup () {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -184,8 +186,11 @@ expect_clean "$lp" "after a replicated partition"
 # applied once, replicas identical, nothing of the run left behind.
 # Seed 8 draws two partitions of workers, two slowed links and two kills.
 before=$(ip netns list | grep -c '^kudus-' || true)
+# A rate of 0 passed through to kudus local is no limit: slow faults are
+# allowed with it (test_chaos checks that a real limit refuses them).
 "$bin/kudus" chaos --netns true --faults partition,slow,worker --seed 8 --seconds 30 --fault-gap 4 \
-    --settle-seconds 10 --base-port "$port" --out "$tmp/chaos" > "$tmp/chaos.log" 2>&1 &
+    --settle-seconds 10 --base-port "$port" --out "$tmp/chaos" -- --link-rate-mbit 0 \
+    > "$tmp/chaos.log" 2>&1 &
 cp=$!
 pids+=("$cp")
 # A slowed link is a tbf on the node's eth0 while it lasts: look for one.

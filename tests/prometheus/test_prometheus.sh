@@ -13,6 +13,8 @@ bin=$1
 port=${2:-$((20000 + (RANDOM % 60) * 200))}
 prom_port=$((port + 50))
 tmp=$(mktemp -d)
+# What the runs write to TMPDIR (a killed kudus local's summary) goes with $tmp.
+export TMPDIR=$tmp
 pids=()
 cleanup () {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

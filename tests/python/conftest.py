@@ -2,9 +2,12 @@
 cluster started with `kudus local` on a free port range."""
 import json
 import os
+import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -14,23 +17,51 @@ os.environ.setdefault("KUDUS_LIB", os.path.join(BIN, "libkudus.so"))
 sys.path.insert(0, os.path.join(SRC, "python"))
 
 
+def pytest_configure(config):
+    """One scratch folder for the session, removed at its end: pytest's
+    tmp_path folders (pytest keeps its last three in /tmp otherwise), and,
+    as TMPDIR, what a killed `kudus local` leaves (its summary)."""
+    global SCRATCH
+    SCRATCH = tempfile.mkdtemp(prefix="kudus-pytest-")
+    os.environ["TMPDIR"] = SCRATCH
+    tempfile.tempdir = None
+    if not config.option.basetemp:
+        config.option.basetemp = os.path.join(SCRATCH, "tmp")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SCRATCH, ignore_errors=True)
+
+
 def free_base_port():
-    """A base port whose 3 service ports and 2 shard ports are free now."""
-    for base in range(18000, 30000, 211):
+    """A base port whose 3 service ports and 2 shard ports are free now:
+    a random one of the 60 bases the C suites draw from (kd_test_base_port),
+    so that suites running side by side (ctest -j) do not take the same."""
+    first = random.randrange(60)
+    for i in range(60):
+        base = 20000 + (first + i * 37) % 60 * 200
         ports = [base, base + 1, base + 2, base + 100, base + 101]
+        socks = []
         try:
-            socks = []
             for p in ports:
                 s = socket.socket()
                 s.bind(("127.0.0.1", p))
                 socks.append(s)
-            for s in socks:
-                s.close()
+            # Held for this process's life, as kd_test_base_port holds its
+            # bases: no other suite takes it between our clusters.
+            hold = socket.socket(socket.AF_UNIX)
+            hold.bind(f"\0kudus-test-base-{base}")
+            HELD.append(hold)
             return base
         except OSError:
+            pass
+        finally:
             for s in socks:
                 s.close()
     raise RuntimeError("no free ports")
+
+
+HELD = []
 
 
 class Cluster:

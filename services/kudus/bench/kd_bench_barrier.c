@@ -64,7 +64,7 @@ typedef struct {
     size_t fan_in;              //  workers per aggregator (0: none)
     pid_t *aggs;                //  kudus aggregate processes
     size_t n_aggs;              //  how many
-    char summary [96];          //  the scheduler's summary file
+    char summary [1100];        //  the scheduler's summary file
     uint64_t phases;            //  phases run, warm-up included
 } s_fake_t;
 
@@ -320,7 +320,7 @@ s_fake_start (s_fake_t *f, const char *model)
     //  Heartbeats are slow and liveness long: a fake peer only talks when
     //  the protocol asks it to.  Every fake worker comes from 127.0.0.1,
     //  and its probes are "unknown" commands: neither may count against it.
-    snprintf (f->summary, sizeof f->summary, "/tmp/kd-bench-barrier-%d.json", (int) getpid ());
+    snprintf (f->summary, sizeof f->summary, "%s/kd-bench-barrier-%d.json", kd_temp_base (), (int) getpid ());
     const char *argv [] = { "kudus-scheduler", "--bind", bind, "--shards", "1",
                             "--min-workers", n, "--consistency", model,
                             "--quota-ratio", "0.75", "--barrier", "quota", "--epochs", "1000",

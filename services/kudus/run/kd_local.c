@@ -719,7 +719,7 @@ s_prepare (s_local_t *self)
     }
     self->own_summary = !*kd_config_str (c, "summary");
     if (self->own_summary)
-        snprintf (self->summary, sizeof self->summary, "/tmp/kudus-summary-%d.json", (int) getpid ());
+        snprintf (self->summary, sizeof self->summary, "%s/kudus-summary-%d.json", kd_temp_base (), (int) getpid ());
     else
         snprintf (self->summary, sizeof self->summary, "%s", kd_config_str (c, "summary"));
     unlink (self->summary);
