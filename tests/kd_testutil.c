@@ -222,6 +222,35 @@ kd_test_json_number (const char *json, const char *key)
     return end == p ? NAN : v;
 }
 
+char *
+kd_test_run_report (const char *const *argv, const char *log, const char *report, int ceiling_ms,
+                    int *status)
+{
+    *status = 0;
+    pid_t pid = kd_test_spawn (argv, log);
+    if (pid <= 0)
+        return NULL;
+    bool exited = kd_test_wait (pid, ceiling_ms, status);
+    if (!exited)
+        kd_test_kill (pid);
+    kd_test_dump (log);
+    return exited ? kd_test_slurp (report) : NULL;
+}
+
+bool
+kd_test_chaos_passed (const char *report, double min_faults, char *why, size_t why_size)
+{
+    double faults = kd_test_json_number (report, "faults");
+    const char *fail = !(faults >= min_faults) ? "too few faults fired"
+                     : kd_test_json_number (report, "survived") != faults ? "a fault was not survived"
+                     : kd_test_json_number (report, "rows_lost") != 0 ? "rows were lost"
+                     : kd_test_json_number (report, "rows_twice") != 0 ? "rows were applied twice"
+                     : kd_test_json_number (report, "gradients_twice") != 0 ? "gradients were applied twice"
+                     : !strstr (report, "\"pass\": true") ? "the checker did not pass" : NULL;
+    snprintf (why, why_size, "%s: %s", fail ? fail : "pass", report ? report : "(no report)");
+    return fail == NULL;
+}
+
 void
 kd_test_dump (const char *path)
 {

@@ -45,6 +45,21 @@ char *
 double
     kd_test_json_number (const char *json, const char *key);
 
+//  Run a command (its output to log) until it exits, at most ceiling_ms
+//  (then it is killed), print the log's end, and return the text of the
+//  report file it wrote (caller frees): NULL when it did not exit in time
+//  or wrote none.  *status is its wait status.
+char *
+    kd_test_run_report (const char *const *argv, const char *log, const char *report,
+                        int ceiling_ms, int *status);
+
+//  True when a `kudus chaos` report (JSON text) says the run passed: at
+//  least min_faults faults, every one survived, no row lost or applied
+//  twice, no gradient applied twice, the checker's pass.  Else false,
+//  with the first failure in why.
+bool
+    kd_test_chaos_passed (const char *report, double min_faults, char *why, size_t why_size);
+
 //  Print a file's last 6000 bytes to stderr, to explain a failure.
 void
     kd_test_dump (const char *path);

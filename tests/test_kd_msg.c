@@ -94,6 +94,7 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_RELAY, { KD_F_ITEMS, END }, { END }, true },
     { KD_MSG_REPORT, { KD_F_VERSION, KD_F_METRIC, KD_F_VALUE, END },
       { KD_F_LOSS, KD_F_TS_MS, KD_F_NAME, END }, false },
+    { KD_MSG_STAGED, { KD_F_RANK, KD_F_CLOCK, END }, { KD_F_REFUSED, END }, false },
 };
 #define SCHEMAS (sizeof s_schema / sizeof s_schema [0])
 
@@ -473,7 +474,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         "LEAVE", "STOP", "PUSH", "PUSH_OK", "PULL", "PULL_OK", "COMMIT",
         "COMMIT_OK", "TELEMETRY", "STATUS", "EVAL", "EVAL_OK", "ERROR", "EVENT",
         "INIT", "INIT_OK", "STATS", "STATS_OK", "CHAIN", "SYNC", "SYNC_OK", "ROUTE",
-        "SHM", "SHM_OK", "RELAY", "REPORT"
+        "SHM", "SHM_OK", "RELAY", "REPORT", "STAGED"
     };
     cr_assert_eq (sizeof types / sizeof types [0], KD_MSG_TYPE_COUNT);
     for (int t = 1; t < KD_MSG_TYPE_COUNT; t++) {
@@ -534,6 +535,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_RELAYS, "relays", KD_FT_UINTS },
         { KD_F_METRIC, "metric", KD_FT_STR }, { KD_F_VALUE, "value", KD_FT_FLOAT },
         { KD_F_KEY_ENC, "key_enc", KD_FT_UINT },
+        { KD_F_STAGED, "staged", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

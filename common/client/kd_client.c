@@ -117,6 +117,12 @@ struct _kd_client_t {
     bool no_shm;                //  keep every payload on TCP
     bool no_pull_ahead;         //  pull after RELEASE, not with ARRIVE
     uint64_t prefetched;        //  bit i: a PULL went to shard i with ARRIVE
+    bool short_path;            //  WELCOME `staged`: ARRIVE goes with the pushes
+    bool push_early;            //  short path: this clock's PUSHes went, and
+                                //  kd_client_arrive waits for their PUSH_OKs
+    bool awaiting_release;      //  short path: our ARRIVE went, its RELEASE may
+                                //  come while PUSH_OKs are still awaited
+    float *push_copy;           //  short path: the gradient the PUSHes read
     uint64_t prefetch_version;  //  ... for this version or newer
     //  Timings of the last iteration, for ARRIVE and TELEMETRY
     double t_pull, t_pulled;    //  pull started, ended
@@ -217,6 +223,7 @@ kd_client_destroy (kd_client_t **self_p)
     s_close_shards (self);
     zsock_destroy (&self->monitor);
     kd_msg_destroy (&self->early_release);
+    free (self->push_copy);
     kd_peer_destroy (&self->peer);
     kd_curve_destroy (&self->curve);
     free (self->lease);
@@ -403,6 +410,7 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
     snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
     self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
     self->ssp = !strcmp (consistency, "ssp");
+    self->short_path = kd_msg_uint (msg, KD_F_STAGED) && !self->direct;
     self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
     self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
     self->welcomed = true;
@@ -599,8 +607,11 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     //  repeat of the RELEASE we work on is only a duplicate.
     if (type == KD_MSG_RELEASE && waiting_for != KD_MSG_RELEASE && self->started
     &&  kd_msg_uint (msg, KD_F_CLOCK) > self->clock) {
-        kd_info ("readmitted rank=%llu clock=%llu superseded_clock=%llu", (unsigned long long) self->rank,
-                 (unsigned long long) kd_msg_uint (msg, KD_F_CLOCK), (unsigned long long) self->clock);
+        //  On the short path our own RELEASE may come while we still wait
+        //  for PUSH_OKs: kept the same way, and it ends that wait.
+        if (!self->awaiting_release)
+            kd_info ("readmitted rank=%llu clock=%llu superseded_clock=%llu", (unsigned long long) self->rank,
+                     (unsigned long long) kd_msg_uint (msg, KD_F_CLOCK), (unsigned long long) self->clock);
         kd_msg_destroy (&self->early_release);
         self->early_release = msg;
         return NULL;
@@ -901,6 +912,7 @@ kd_client_pulls_skipped (kd_client_t *self)
 typedef kd_msg_t *(s_request_fn) (kd_client_t *self, size_t shard, void *arg);
 typedef int (s_reply_fn) (kd_client_t *self, size_t shard, kd_msg_t *reply, void *arg);
 static s_request_fn s_pull_request;
+static s_request_fn s_push_request;
 
 //  Send a request to every shard and wait until each has answered, resending
 //  with backoff to shards that stay silent.  Returns 0, or -1 on stop.
@@ -916,8 +928,13 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     int backoff [S_MAX_SHARDS];
     zmq_pollitem_t items [S_MAX_SHARDS + 1];
     uint64_t now = kd_now_ms ();
-    uint64_t present = request == s_pull_request ? self->prefetched : 0;
+    //  The short path's pushes went before ARRIVE: this round only waits
+    //  for their PUSH_OKs (resending as any round), and ends early when our
+    //  RELEASE comes, which proves that every range staged them.
+    bool early = request == s_push_request && self->push_early;
+    uint64_t present = request == s_pull_request ? self->prefetched : early ? UINT64_MAX : 0;
     self->prefetched = 0;
+    self->push_early = false;
     for (size_t i = 0; i < n; i++) {
         self->shards [i].done = false;
         //  A pull that went with ARRIVE is already on its way.
@@ -932,9 +949,13 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
         items [i + 1] = (zmq_pollitem_t) { zsock_resolve (kd_shardset_socket (self->book, i)), 0, ZMQ_POLLIN, 0 };
     }
     items [0] = (zmq_pollitem_t) { zsock_resolve (kd_peer_socket (self->peer)), 0, ZMQ_POLLIN, 0 };
-    while (pending > 0) {
+    while (pending > 0 && !(early && self->early_release)) {
         if (s_over (self))
             return -1;
+        //  A shard that acknowledged may answer our early PULL next, on the
+        //  same socket: it is left for the pull to read.
+        for (size_t i = 0; i < n && early; i++)
+            items [i + 1].events = self->shards [i].done ? 0 : ZMQ_POLLIN;
         now = kd_now_ms ();
         int wait = kd_peer_timeout (self->peer) + 1;
         for (size_t i = 0; i < n; i++)
@@ -1380,6 +1401,30 @@ s_push_reply (kd_client_t *self, size_t i, kd_msg_t *reply, void *arg)
     return 0;
 }
 
+//  The short path (protocol 9.3.1): send every PUSH now and return, so that
+//  ARRIVE can follow at once; kd_client_arrive then waits for the PUSH_OKs.
+//  The PUSHes and their retries read our copy of the gradient: the caller
+//  may write its own as soon as we return.  After a readmission nothing is
+//  sent, as in the classic path.
+static void
+s_push_early (kd_client_t *self, const float *gradient)
+{
+    if (self->early_release)
+        return;
+    if (!self->push_copy) {
+        self->push_copy = (float *) malloc (self->n_params * sizeof (float) + 1);
+        assert (self->push_copy);
+    }
+    memcpy (self->push_copy, gradient, self->n_params * sizeof (float));
+    for (size_t i = 0; i < self->n_shards; i++) {
+        kd_msg_t *req = s_push_request (self, i, self->push_copy);
+        kd_msg_send (&req, kd_shardset_socket (self->book, i));
+    }
+    self->push_early = true;
+    self->pushed = true;
+    self->t_pushed = kd_now_msf ();
+}
+
 //  A gradient with a NaN or an Inf is refused here: not sent, its rows go
 //  back.  Returns true if it was refused.
 static bool
@@ -1413,6 +1458,10 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     if (s_refuse_nonfinite (self, gradient, self->n_params))
         return 0;
     s_shm_prepare (self);
+    if (self->short_path && !self->keyed) {
+        s_push_early (self, gradient);
+        return 0;
+    }
     //  After a readmission the gradient is superseded: not pushed, so that
     //  no shard stages it after the scheduler dropped it.
     if (!self->early_release
@@ -1642,8 +1691,25 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
         kd_msg_set_uint (arrive, KD_F_STALENESS, self->push_tau);
         kd_msg_set_float (arrive, KD_F_COMPUTE_MS, self->t_push - self->t_pulled);
         kd_msg_set_float (arrive, KD_F_EMULATED_MS, self->emulated_ms);
+        bool early = self->push_early;
+        if (early)
+            kd_msg_set_uint (arrive, KD_F_STAGED, 1);
         kd_peer_send (self->peer, &arrive);
         s_pull_ahead (self);
+        if (early) {
+            self->awaiting_release = true;
+            int rc = s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply, self->push_copy);
+            self->awaiting_release = false;
+            if (rc)
+                break;
+            if (self->refused)
+                self->refused_total++;
+            if (self->early_release) {
+                msg = self->early_release;
+                self->early_release = NULL;
+                break;
+            }
+        }
         msg = s_wait_scheduler (self, KD_MSG_RELEASE, self->timeout_ms);
     }
     self->emulated_ms = 0;

@@ -150,6 +150,10 @@ kd_peer_hello (kd_peer_t *self)
     }
     if (self->evaluates_keyed)
         kd_msg_set_uint (hello, KD_F_KEYS, 1);
+    //  Every shard of this code base can send STAGED (the short phase
+    //  path, protocol 9.3.1); the scheduler refuses one that cannot.
+    if (!strcmp (self->role, "shard"))
+        kd_msg_set_uint (hello, KD_F_STAGED, 1);
     if (self->layout) {
         size_t n = 0, ns = 0;
         const char **names = kd_msg_strs (self->layout, KD_F_TENSORS, &n);

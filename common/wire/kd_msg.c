@@ -150,6 +150,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (METRIC,        "metric",       STR),
     S_FIELD (VALUE,         "value",        FLOAT),
     S_FIELD (KEY_ENC,       "key_enc",      UINT),
+    S_FIELD (STAGED,        "staged",       UINT),
 };
 
 typedef enum {
@@ -188,7 +189,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (ROLE) | S_BIT (NAME),
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
           | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
-          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS), NONE,
+          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS) | S_BIT (STAGED), NONE,
             S_W | S_S | S_M | S_E, 0, 0),
     S_TYPE (WELCOME, "scheduler -> any",
             S_BIT (RANK) | S_BIT (ROLE),
@@ -197,7 +198,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
           | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS)
-          | S_BIT (ENDPOINT), NONE,
+          | S_BIT (ENDPOINT) | S_BIT (STAGED), NONE,
             0, 0, 0),
     S_TYPE (START, "scheduler -> worker, monitor, evaluator",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
@@ -210,7 +211,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (ARRIVE, "worker -> scheduler",
             S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (SAMPLES),
             S_BIT (LOSS) | S_BIT (REFUSED) | S_BIT (STALENESS) | S_BIT (COMPUTE_MS)
-          | S_BIT (EMULATED_MS), NONE,
+          | S_BIT (EMULATED_MS) | S_BIT (STAGED), NONE,
             S_W, 0, 0),
     S_TYPE (RELEASE, "scheduler -> worker",
             S_BIT (VERSION) | S_BIT (CLOCK),
@@ -224,7 +225,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
           | S_BIT (KEY_ENC) | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED,
             0, S_W | S_S, 0),
-    S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS), NONE,
+    S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS) | S_BIT (RANK), NONE,
             0, 0, 0),
     S_TYPE (PULL, "worker, monitor, evaluator -> shard",
             S_BIT (VERSION),
@@ -299,6 +300,10 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (VERSION) | S_BIT (METRIC) | S_BIT (VALUE),
             S_BIT (LOSS) | S_BIT (TS_MS) | S_BIT (NAME), NONE,
             0, 0, S_E),
+    //  The short phase path: the primary of a range tells the scheduler
+    //  that a push is staged (by its whole chain), or refused for good.
+    S_TYPE (STAGED, "shard -> scheduler", S_BIT (RANK) | S_BIT (CLOCK), S_BIT (REFUSED), NONE,
+            S_S, 0, 0),
 };
 
 //  Array fields of one type that must have the same length, because entry i

@@ -79,6 +79,7 @@ typedef enum {
     KD_MSG_SHM_OK,          //  shard -> worker: attached; here is my snapshot region
     KD_MSG_RELAY,           //  aggregator <-> scheduler: workers' messages, bundled
     KD_MSG_REPORT,          //  evaluator -> monitor: a metric of one model version
+    KD_MSG_STAGED,          //  shard -> scheduler: a push is staged (the short phase path)
     KD_MSG_TYPE_COUNT       //  one past the last type
 } kd_msg_type_t;
 
@@ -180,6 +181,10 @@ typedef enum {
     KD_F_VALUE,         //  float  REPORT: its value
     KD_F_KEY_ENC,       //  uint   PUSH, PULL: the keys frame's encoding,
                         //         kd_key_enc_t (absent: plain uint64s)
+    KD_F_STAGED,        //  uint   the short phase path (section 9.3.1): HELLO of a
+                        //         shard, 1 when it can send STAGED; WELCOME, 1
+                        //         when the run uses it; ARRIVE, 1 when the
+                        //         arrival waits for every range's STAGED
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

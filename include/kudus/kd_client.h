@@ -215,8 +215,11 @@ uint64_t
 //  it before returning, and can no longer push).  A gradient with a NaN or
 //  an Inf is not sent, and one a shard refuses is not resent: both return
 //  0, the next kd_client_arrive reports the refusal, and the lease's rows
-//  go back to be trained again (kd_client_refused counts them).  Returns 0
-//  or -1.
+//  go back to be trained again (kd_client_refused counts them).  On the
+//  short phase path (the scheduler runs --phase-path short; BSP, LSP,
+//  ALSP) the call copies the gradient, sends it and returns at once:
+//  kd_client_arrive then sends ARRIVE with it and waits for the shards'
+//  answers (protocol section 9.3.1).  Returns 0 or -1.
 int
     kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples);
 

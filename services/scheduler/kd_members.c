@@ -23,6 +23,7 @@ s_member_destroy (void **item)
     zframe_destroy (&m->via);
     free (m->name);
     free (m->endpoint);
+    kd_msg_destroy (&m->held_arrive);
     free (m);
     *item = NULL;
 }

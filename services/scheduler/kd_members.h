@@ -33,6 +33,19 @@ typedef enum {
     KD_MEMBER_EVALUATOR
 } kd_member_role_t;
 
+#define KD_MEMBERS_STAGED_SLOTS 4  //  a worker's clocks with STAGED counted
+
+//  Short phase path: which ranges said STAGED for one clock of a worker.
+//  A few slots, not one: a late STAGED of another clock (a retried push,
+//  or the push of a worker's previous process, whose clocks may be reused
+//  after it rejoins) takes a slot of its own and never clears this one.
+typedef struct {
+    uint64_t clock1;            //  clock + 1 (0: slot free)
+    uint64_t mask;              //  bit g: range g's primary staged it
+    uint64_t used;              //  staged_tick when last touched
+    bool refused;               //  a range refused it for good
+} kd_staged_t;
+
 typedef struct {
     char *name;                 //  stable instance name (table key)
     kd_member_role_t role;      //  what it is
@@ -71,6 +84,11 @@ typedef struct {
     uint64_t reported_tau;      //  workers: staleness its last PUSH_OKs saw
                                 //  (ASP/SSP, measured by the shards)
     bool synced;                //  shards, replicated: holds its range's state
+    kd_msg_t *held_arrive;      //  workers, short phase path: an ARRIVE that
+                                //  waits for every range's STAGED (owned)
+    kd_staged_t staged [KD_MEMBERS_STAGED_SLOTS];  //  workers, short path:
+                                //  the ranges that staged its latest clocks
+    uint64_t staged_tick;       //  workers, short path: last slot use (LRU)
 } kd_member_t;
 
 typedef struct _kd_members_t kd_members_t;

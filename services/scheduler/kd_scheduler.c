@@ -94,6 +94,9 @@ typedef struct {
                                 //  whose rows are the keys: n_params counts keys
     bool sparse_lr;             //  the built-in keyed model: its metric is AUC
     bool monitor_keyed;         //  the monitor evaluates keyed models (HELLO KEYS 1)
+    bool short_path;            //  --phase-path short under BSP, LSP, ALSP: an
+                                //  ARRIVE with `staged` counts once every
+                                //  range's primary sent STAGED (9.3.1)
     char optimizer [KD_OPTIMIZER_SPEC_MAX];  //  the shards' update rule (spec)
     uint64_t train_rows;        //  rows in the training set (min reported)
     double max_seconds;         //  max-seconds, read once: the tick checks it
@@ -349,6 +352,8 @@ s_send_welcome (self_t *self, kd_member_t *m)
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (c, "consistency"));
     kd_msg_set_uint (msg, KD_F_STALENESS, (uint64_t) kd_config_int (c, "staleness"));
     kd_msg_set_uint (msg, KD_F_SESSION, self->session);
+    if (self->short_path)
+        kd_msg_set_uint (msg, KD_F_STAGED, 1);
     if (m->role == KD_MEMBER_SHARD) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_ranges, s_range_of (self, m->rank), &lo, &hi);
@@ -1352,6 +1357,13 @@ s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, kd_member_role_t *role
         s_error (self, id, KD_ERR_MALFORMED, "a shard must advertise an endpoint");
         return -1;
     }
+    //  The short path waits for every range's STAGED: a shard that cannot
+    //  send it would stall every phase, so it is refused here, plainly.
+    if (role == KD_MEMBER_SHARD && self->short_path && !kd_msg_uint (msg, KD_F_STAGED)) {
+        s_error (self, id, KD_ERR_STATE, "this scheduler runs --phase-path short and this shard "
+                 "does not send STAGED (protocol 9.3.1): upgrade the shard, or run --phase-path classic");
+        return -1;
+    }
     if (role == KD_MEMBER_WORKER && self->external && s_adopt_layout (self, msg, id))
         return -1;
     if (role == KD_MEMBER_WORKER) {
@@ -1464,6 +1476,10 @@ s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *r
         m->alive = false;
     }
     kd_members_bind (self->members, m, self->via, id);
+    //  An ARRIVE held for STAGED belongs to the iteration this HELLO ends,
+    //  and so do the STAGED counted so far.
+    kd_msg_destroy (&m->held_arrive);
+    memset (m->staged, 0, sizeof m->staged);
     bool was_alive = m->alive;
     m->alive = true;
     m->last_seen = kd_now_ms ();
@@ -1548,6 +1564,10 @@ s_worker_gone (self_t *self, kd_member_t *m, const char *why)
     if (!m->alive)
         return;
     m->alive = false;
+    //  A held ARRIVE never counted: its gradient is dropped below with the
+    //  one it was computing, on every range, whichever ranges staged it.
+    kd_msg_destroy (&m->held_arrive);
+    memset (m->staged, 0, sizeof m->staged);
     bool computing = m->released && !m->waiting;
     m->waiting = m->released = m->has_arrived = false;
     uint64_t silent_ms = kd_now_ms () - m->last_seen;
@@ -1683,6 +1703,78 @@ s_on_arrive (self_t *self, kd_member_t *m, kd_msg_t *msg)
     s_check_epochs (self);
 }
 
+//  --------------------------------------------------------------------------
+//  The short phase path (--phase-path short, protocol 9.3.1)
+
+//  A worker's STAGED slot for clock, or NULL; with take, the least
+//  recently used slot, cleared for it.
+static kd_staged_t *
+s_staged_slot (kd_member_t *m, uint64_t clock, bool take)
+{
+    kd_staged_t *lru = &m->staged [0];
+    for (size_t i = 0; i < KD_MEMBERS_STAGED_SLOTS; i++) {
+        if (m->staged [i].clock1 == clock + 1)
+            return &m->staged [i];
+        if (m->staged [i].used < lru->used)
+            lru = &m->staged [i];
+    }
+    if (!take)
+        return NULL;
+    *lru = (kd_staged_t) { .clock1 = clock + 1 };
+    return lru;
+}
+
+//  Count a held ARRIVE whose pushes every range has staged now.
+static void
+s_arrive_staged (self_t *self, kd_member_t *m)
+{
+    kd_msg_t *arrive = m->held_arrive;
+    kd_staged_t *slot = arrive ? s_staged_slot (m, kd_msg_uint (arrive, KD_F_CLOCK), false) : NULL;
+    uint64_t all = self->n_ranges >= 64 ? UINT64_MAX : (1ull << self->n_ranges) - 1;
+    if (!slot || (slot->mask & all) != all)
+        return;
+    m->held_arrive = NULL;
+    if (slot->refused)
+        kd_msg_set_uint (arrive, KD_F_REFUSED, 1);
+    s_on_arrive (self, m, arrive);
+    kd_msg_destroy (&arrive);
+}
+
+//  ARRIVE, either path.  A worker on the short path sends ARRIVE with
+//  `staged: 1` as soon as its PUSHes are sent, not acknowledged: the
+//  arrival is held until every range's primary says STAGED, so a commit
+//  only names a gradient that every range holds (a worker that dies
+//  first is handled as one that died pushing).  A repeat of an arrival
+//  already counted goes straight through, to get its RELEASE again.
+static void
+s_on_arrive_any (self_t *self, kd_member_t *m, kd_msg_t *msg)
+{
+    uint64_t clock = kd_msg_uint (msg, KD_F_CLOCK);
+    if (!self->short_path || !kd_msg_uint (msg, KD_F_STAGED) || kd_msg_uint (msg, KD_F_REFUSED)
+    ||  (m->has_arrived && clock == m->arrive_clock)) {
+        s_on_arrive (self, m, msg);
+        return;
+    }
+    kd_msg_destroy (&m->held_arrive);
+    m->held_arrive = kd_msg_dup (msg);
+    s_arrive_staged (self, m);
+}
+
+//  STAGED: a range's primary holds (rank, clock), or refused it for good.
+static void
+s_on_staged (self_t *self, kd_member_t *shard, kd_msg_t *msg)
+{
+    kd_member_t *m = kd_members_worker (self->members, kd_msg_uint (msg, KD_F_RANK));
+    if (!self->short_path || !m || !m->alive)
+        return;
+    kd_staged_t *slot = s_staged_slot (m, kd_msg_uint (msg, KD_F_CLOCK), true);
+    slot->used = ++m->staged_tick;
+    slot->mask |= 1ull << s_range_of (self, shard->rank);
+    if (kd_msg_uint (msg, KD_F_REFUSED))
+        slot->refused = true;
+    s_arrive_staged (self, m);
+}
+
 //  EVAL_OK: a test accuracy for some version.
 static void
 s_on_eval_ok (self_t *self, kd_msg_t *msg)
@@ -1754,9 +1846,15 @@ s_on_peer_message (self_t *self, kd_msg_t *msg)
             break;
         case KD_MSG_ARRIVE:
             if (m->role == KD_MEMBER_WORKER)
-                s_on_arrive (self, m, msg);
+                s_on_arrive_any (self, m, msg);
             else
                 s_error (self, rid, KD_ERR_STATE, "ARRIVE is for workers");
+            break;
+        case KD_MSG_STAGED:
+            if (m->role == KD_MEMBER_SHARD)
+                s_on_staged (self, m, msg);
+            else
+                s_error (self, rid, KD_ERR_STATE, "STAGED is for shards");
             break;
         case KD_MSG_LEAVE:
             if (m->role == KD_MEMBER_WORKER)
@@ -2123,6 +2221,14 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
                  "(kudus.torch.Evaluator or kd_client_report_eval); without one the run stops "
                  "on epochs or max-seconds");
     self->n_ranges = (size_t) kd_config_int (config, "shards");
+    //  Under ASP and SSP a push is applied on arrival and its PUSH_OK
+    //  carries the staleness ARRIVE reports: only the committing models
+    //  take the short path.  auto may switch to them, so it keeps classic.
+    const char *model = kd_config_str (config, "consistency");
+    self->short_path = !strcmp (kd_config_str (config, "phase-path"), "short")
+                    && (!strcmp (model, "bsp") || !strcmp (model, "lsp") || !strcmp (model, "alsp"));
+    if (!strcmp (kd_config_str (config, "phase-path"), "short") && !self->short_path)
+        kd_warn ("setting 'phase-path': short applies to bsp, lsp and alsp; %s runs classic", model);
     self->replicas = (size_t) kd_config_int (config, "replicas");
     self->n_shards = self->n_ranges * self->replicas;
     if (self->n_shards > KD_MEMBERS_MAX_SHARDS || self->replicas > S_MAX_REPLICAS) {

@@ -37,6 +37,14 @@ s_answer (kd_chain_t *self, kd_msg_t **reply_p, kd_chain_dest_t dest)
 {
     if (!*reply_p)
         return;
+    //  The short path: the scheduler hears of a staged push when the
+    //  worker does, once the whole chain holds it.
+    if (dest == KD_CHAIN_ROUTER_STAGED) {
+        kd_msg_t *staged = kd_msg_new (KD_MSG_STAGED);
+        kd_msg_set_uint (staged, KD_F_RANK, kd_msg_uint (*reply_p, KD_F_RANK));
+        kd_msg_set_uint (staged, KD_F_CLOCK, kd_msg_uint (*reply_p, KD_F_CLOCK));
+        kd_peer_send (self->peer, &staged);
+    }
     if (dest == KD_CHAIN_SCHEDULER)
         kd_peer_send (self->peer, reply_p);
     else

@@ -19,7 +19,9 @@ typedef struct _kd_chain_t kd_chain_t;
 //  Where an answer goes once the successor has the write.
 typedef enum {
     KD_CHAIN_ROUTER,            //  a peer on our ROUTER (routing id set)
-    KD_CHAIN_SCHEDULER          //  the scheduler, over our peer link
+    KD_CHAIN_SCHEDULER,         //  the scheduler, over our peer link
+    KD_CHAIN_ROUTER_STAGED      //  a PUSH_OK (with its rank) on our ROUTER,
+                                //  and STAGED to the scheduler (9.3.1)
 } kd_chain_dest_t;
 
 //  A link that sends answers on router or through peer (both borrowed).

@@ -134,6 +134,7 @@ typedef struct {
     uint64_t ckpt_at_ms;        //  monotonic ms of the last checkpoint
     uint64_t ckpt_written;      //  checkpoints written
     bool direct;                //  ASP/SSP: apply pushes on arrival
+    bool short_path;            //  the scheduler waits for our STAGED (9.3.1)
     uint64_t *last_push;        //  direct: by rank, clock + 1 and base of
                                 //  the last push applied (2 per rank), so a
                                 //  retry is acknowledged, not applied again
@@ -728,6 +729,7 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     }
     const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
     self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
+    self->short_path = kd_msg_uint (msg, KD_F_STAGED) && !self->direct;
     if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
         kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
     //  A new scheduler instance will never commit what the old one saw
@@ -816,9 +818,9 @@ s_on_welcome (self_t *self, kd_msg_t *msg)
     self->registered = true;
     kd_peer_set_rank (self->peer, self->rank);
     kd_peer_set_range (self->peer, lo, hi);
-    kd_info ("registered rank=%llu lo=%llu hi=%llu optimizer=\"%s\"",
+    kd_info ("registered rank=%llu lo=%llu hi=%llu phase_path=%s optimizer=\"%s\"",
              (unsigned long long) self->rank, (unsigned long long) lo,
-             (unsigned long long) hi, self->opt_spec);
+             (unsigned long long) hi, self->short_path ? "short" : "classic", self->opt_spec);
 }
 
 //  True when a staged frame is a gradient of our range.
@@ -1155,6 +1157,15 @@ s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char 
     kd_msg_t *reply = kd_msg_new_error (id, KD_ERR_REFUSED, reason);
     kd_msg_set_uint (reply, KD_F_CLOCK, clock);
     kd_msg_send (&reply, self->router);
+    //  On the short path the worker's ARRIVE went before this answer: the
+    //  scheduler learns the refusal from us, and the rows go back.
+    if (self->short_path) {
+        kd_msg_t *staged = kd_msg_new (KD_MSG_STAGED);
+        kd_msg_set_uint (staged, KD_F_RANK, rank);
+        kd_msg_set_uint (staged, KD_F_CLOCK, clock);
+        kd_msg_set_uint (staged, KD_F_REFUSED, 1);
+        kd_peer_send (self->peer, &staged);
+    }
 }
 
 //  n values of dtype as float32 into dst (copied, or decoded from fp16 or
@@ -1517,7 +1528,12 @@ s_on_push (void *state, kd_msg_t *msg)
     }
     kd_msg_t *fwd = s_forward_of (self, msg, data);
     kd_msg_t *ok = s_push_accept (self, msg, id, rank, clock, peer, &data);
-    kd_chain_submit (self->chain, &fwd, &ok, KD_CHAIN_ROUTER);
+    //  The short path: a worker's own push (not a replica's forward) is
+    //  also announced to the scheduler, when the chain has it.
+    bool announce = self->short_path && !forwarded;
+    if (announce)
+        kd_msg_set_uint (ok, KD_F_RANK, rank);
+    kd_chain_submit (self->chain, &fwd, &ok, announce ? KD_CHAIN_ROUTER_STAGED : KD_CHAIN_ROUTER);
     if (self->direct) {
         s_checkpoint (self, false);
         s_release_parked (self);

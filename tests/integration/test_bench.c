@@ -272,7 +272,7 @@ Test (bench, phase_json_smoke)
     snprintf (port, sizeof port, "%d", s_port);
     const char *args [] = { "phase", "--json", "--phase-workers", "2", "--phase-delay-ms", "5",
                             "--phase-seconds", "3", "--phase-eval", "off,on", "--hidden", "16",
-                            "--repeat", "1", "--base-port", port, NULL };
+                            "--phase-path", "classic,short", "--repeat", "1", "--base-port", port, NULL };
     int rc = s_run (args, out, err);
     if (rc != 0)
         s_dump (err);
@@ -280,7 +280,7 @@ Test (bench, phase_json_smoke)
     const char *keys [] = { "workers", "delay_ms", "phase_ms", "compute_ms", "push_ms", "barrier_ms",
                             "pull_ms", "other_ms", "ratio_vs_compute", NULL };
     const char *zero_ok [] = { "barrier_ms", "other_ms", NULL };
-    cr_expect_eq (s_check_lines (out, "phase", keys, zero_ok), 2, "evaluation off and on");
+    cr_expect_eq (s_check_lines (out, "phase", keys, zero_ok), 4, "evaluation off and on, each path");
     //  A phase holds at least its compute, and the emulated 5 ms is in it.
     char *text = kd_test_slurp (out);
     cr_assert (text);
@@ -289,6 +289,7 @@ Test (bench, phase_json_smoke)
     cr_expect (compute >= 4.5, "compute %g ms under the emulated 5 ms", compute);
     cr_expect (ratio >= 0.9, "a phase of %g times its compute", ratio);
     cr_expect (strstr (text, "\"evaluation\":\"off\"") && strstr (text, "\"evaluation\":\"on\""));
+    cr_expect (strstr (text, "\"phase_path\":\"classic\"") && strstr (text, "\"phase_path\":\"short\""));
     free (text);
 }
 

@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #define S_MAX_CHILDREN  300     //  monitor + scheduler + shards + workers
-#define S_MAX_ARGS      96      //  argv entries per child
+#define S_MAX_ARGS      128     //  argv entries per child
 #define S_GRACE_MS      180000  //  after the scheduler exits, before SIGTERM:
                                 //  the monitor may be evaluating its curve
                                 //  (900 MLP snapshots of a 180 s run at 200 ms
@@ -859,7 +859,7 @@ s_start_scheduler (s_local_t *self)
         "optimizer", "beta1", "beta2", "eps", "weight-decay", "l1", "l2", "ftrl-beta",
         "lr-schedule", "warmup-steps", "schedule-unit",
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
-        "window-ms", "barrier", "barrier-slack", "barrier-spread", "key-encoding", "group-ratio",
+        "window-ms", "barrier", "barrier-slack", "barrier-spread", "key-encoding", "phase-path", "group-ratio",
         "min-group", "max-groups", "group-staleness", "group-step", "staleness-weight",
         "regroup-dwell", "speed-source", "heartbeat-ms", "liveness"
     };
