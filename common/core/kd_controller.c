@@ -82,6 +82,11 @@
 //  half-range must fall before it is withdrawn: the gap is the hysteresis.
 #define S_NOISE_SPREAD      1.0
 #define S_NOISE_OFF         0.5
+//  Commits in a row that must ask for the other allowance before it
+//  changes: hiccups (one iteration in ten twice as long) put about 40 % of
+//  the workers over the threshold, and a single commit's count then
+//  crosses one half back and forth (kd_train_sim: 42 changes in 36 s).
+#define S_NOISE_DWELL       16
 
 //  Where a worker is in its cycle.
 typedef enum {
@@ -234,6 +239,8 @@ struct _kd_controller_t {
     double allowance;           //  adaptive: the spread in force, opts.spread
                                 //  or, with spread_auto, chosen from noise
     uint64_t allowance_changes; //  spread_auto: changes of the allowance
+    uint32_t noise_run;         //  spread_auto: commits in a row that asked
+                                //  for the other allowance
 };
 
 
@@ -1075,14 +1082,16 @@ s_adaptive_ready (kd_controller_t *self, uint32_t g, uint64_t now)
 //  typical worker is noisy, withdraw it when it is steady again.  A
 //  worker's noise is its relative half-range, half the range of its last
 //  iteration times over their median; the typical worker is the median
-//  one, so one or two stragglers or a hiccup do not decide.  The threshold
-//  is the slack: a worker whose own times stray further than the slack
-//  cannot be told late from unlucky by the first arrival, which is what
-//  the allowance is for.  With steady speeds, stragglers included, the
-//  typical worker strays a few percent, and the allowance stays off, so
-//  the barrier decides as with spread 0.  The allowance is the same for
-//  every worker (k half-ranges of its own times), so a slow but steady
-//  worker keeps a narrow window and is still released early for.
+//  one, so one or two stragglers do not decide.  The threshold is the
+//  slack: a worker whose own times stray further than the slack cannot be
+//  told late from unlucky by the first arrival, which is what the
+//  allowance is for.  The verdict must hold S_NOISE_DWELL commits in a row
+//  before the allowance changes, so passing hiccups do not flip it.  With
+//  steady speeds, stragglers included, the typical worker strays a few
+//  percent, and the allowance stays off: the barrier decides as with
+//  spread 0.  The allowance is k half-ranges of each worker's own times,
+//  so a slow but steady worker keeps a narrow window and is still
+//  released early for.
 static void
 s_noise_check (kd_controller_t *self)
 {
@@ -1111,18 +1120,20 @@ s_noise_check (kd_controller_t *self)
     else
     if (self->allowance > 0 && 2 * over_off <= measured)
         next = 0;
-    if (next == self->allowance)
+    self->noise_run = next == self->allowance ? 0 : self->noise_run + 1;
+    if (self->noise_run < S_NOISE_DWELL)
         return;
+    self->noise_run = 0;
     s_item_t *item = s_push (self, KD_DEC_ALLOWANCE);
     item->decision.spread = next;
     if (next > 0)
         snprintf (item->reason, sizeof item->reason,
-                  "%u of %u workers' recent times stray more than the slack (%.2f of their median): noisy",
-                  over_on, measured, on);
+                  "%u of %u workers' recent times stray more than the slack (%.2f of their median) "
+                  "for %d commits: noisy", over_on, measured, on, S_NOISE_DWELL);
     else
         snprintf (item->reason, sizeof item->reason,
-                  "%u of %u workers' recent times stray more than %.2f of their median: steady",
-                  over_off, measured, off);
+                  "%u of %u workers' recent times stray more than %.2f of their median "
+                  "for %d commits: steady", over_off, measured, off, S_NOISE_DWELL);
     self->allowance = next;
     self->allowance_changes++;
 }
