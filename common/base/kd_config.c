@@ -162,7 +162,7 @@ static const kd_setting_t s_table [] = {
     { "key-encoding", KD_CT_ENUM, "plain", 0, 0, "plain|delta", S_SCH | S_LOC,
       "keyed models: how workers send their keys, plain uint64s or varint deltas (a third of the bytes for keys drawn from a large table, but more CPU: worth it on slow links, not on loopback)" },
     { "barrier-spread", KD_CT_DOUBLE, "auto", 0, 10, "auto", S_SCH | S_LOC,
-      "adaptive barrier: also wait for a worker expected within this many half-ranges of its last 5 iteration times (noisy speeds; 0 = the slack only; auto = 1 while the typical worker's times stray more than the slack, else 0)" },
+      "adaptive barrier: also wait for a worker expected within this many half-ranges of its last 5 iteration times (noisy speeds; 0 = the slack only; auto = 1 at first and while the typical worker's times stray more than the slack, else 0)" },
     { "group-ratio", KD_CT_DOUBLE, "1.3", 1.01, 100, NULL, S_SCH | S_LOC,
       "ALSP: speed ratio between neighbours that starts a new group" },
     { "min-group", KD_CT_INT, "1", 1, 1024, NULL, S_SCH | S_LOC,

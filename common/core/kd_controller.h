@@ -110,7 +110,8 @@ typedef struct {
                                 //  this many half-ranges of its recent
                                 //  iteration times (0: the slack only)
     bool spread_auto;           //  adaptive: choose the spread from measured
-                                //  noise (0 or 1); spread must then be 0
+                                //  noise, 1 at first, then 0 or 1; spread
+                                //  must then be 0
     double group_ratio;         //  ALSP rho: cut between neighbours above it
     uint32_t min_group;         //  ALSP minimum group size (1: a lone
                                 //  straggler gets a group of its own)
@@ -272,7 +273,7 @@ kd_consistency_t
 uint64_t
     kd_controller_switches (kd_controller_t *self);
 //  The adaptive barrier's spread allowance in force (opts.spread, or with
-//  spread_auto 0 or 1 as measured noise decides).
+//  spread_auto 1 at first, then 0 or 1 as measured noise decides).
 double
     kd_controller_allowance (kd_controller_t *self);
 //  spread_auto: changes of the allowance so far.

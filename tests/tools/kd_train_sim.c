@@ -210,6 +210,7 @@ main (int argc, char **argv)
     int n_roll = 0;
     double hit [2] = { -1, -1 }, hit_samples [2] = { 0, 0 }, targets [2] = { 0.85, 0.86 };
     double acc_at [3] = { -1, -1, -1 };
+    double allowance_at = -1;       //  s of the last allowance change
     uint64_t at_samples [3] = { 150000, 300000, 450000 };
     for (uint32_t r = 0; r < n; r++)
         kd_controller_join (ctl, r, now);
@@ -268,6 +269,9 @@ main (int argc, char **argv)
                         slot->used = false;
                 }
             }
+            else
+            if (d->type == KD_DEC_ALLOWANCE)
+                allowance_at = now / 1000.0;
             else
             if (d->type == KD_DEC_RELEASE) {
                 s_worker_t *w = &workers [d->rank];
@@ -353,7 +357,7 @@ main (int argc, char **argv)
             "samples86=%.0f acc@150k=%.4f acc@300k=%.4f acc@450k=%.4f commits=%llu "
             "per_s=%.1f applied=%llu mass/sample=%.5f fast_mass/entry=%.5f "
             "slow_mass=%.1f fast_stale=%.3f dropped=%llu regroups=%llu spread=%s "
-            "allowance=%g allowance_changes=%llu early=%llu holds_fast=%llu holds_slow=%llu\n",
+            "allowance=%g allowance_changes=%llu allowance_at=%.2f early=%llu holds_fast=%llu holds_slow=%llu\n",
             model_name, group_step ? group_step : "each", *what_if ? what_if : "-", slow, n, factor,
             (unsigned long long) seed, hit [0], hit [1], hit_samples [0], hit_samples [1],
             acc_at [0], acc_at [1], acc_at [2], (unsigned long long) commits,
@@ -363,7 +367,7 @@ main (int argc, char **argv)
             (unsigned long long) kd_controller_dropped (ctl),
             (unsigned long long) kd_controller_regroups (ctl), spread,
             kd_controller_allowance (ctl),
-            (unsigned long long) kd_controller_allowance_changes (ctl),
+            (unsigned long long) kd_controller_allowance_changes (ctl), allowance_at,
             (unsigned long long) kd_controller_early_releases (ctl),
             (unsigned long long) holds [0], (unsigned long long) holds [1]);
     for (uint32_t r = 0; r < n; r++)
