@@ -1,6 +1,7 @@
 /*  kd_config: defaults, environment, flags, bounds, help.
 */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include "kd_config.h"
 
@@ -53,6 +54,8 @@ Test (kd_config, rejects_bad_values_with_the_setting_name)
         { "--consistency", "fastest", "not one of" },
         { "--momentum", "1.5", "setting 'momentum'" },
         { "--no-such", "1", "unknown flag '--no-such'" },
+        { "--barrier-spread", "sometimes", "setting 'barrier-spread'" },
+        { "--barrier-spread", "11", "out of range" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         kd_config_t *c = kd_config_new (KD_SVC_SCHEDULER, "test");
@@ -105,6 +108,30 @@ Test (kd_config, bools_lists_and_positionals)
     char *argv2 [] = { "prog", "--straggler", "1:4", "--straggler", "3:2", NULL };
     cr_assert_eq (kd_config_load (c, 5, argv2, err, sizeof err), 0, "%s", err);
     cr_expect_str_eq (kd_config_str (c, "straggler"), "1:4,3:2");
+    kd_config_destroy (&c);
+}
+
+//  A number setting that also takes a word (barrier-spread auto): the word
+//  reads as NAN, a number as itself, and --help shows both.
+Test (kd_config, a_number_setting_takes_its_words)
+{
+    kd_config_t *c = kd_config_new (KD_SVC_SCHEDULER, "test");
+    char err [256] = "";
+    cr_expect (isnan (kd_config_double (c, "barrier-spread")), "the default is auto");
+    char *argv [] = { "prog", "--barrier-spread", "1.5", NULL };
+    cr_assert_eq (kd_config_load (c, 3, argv, err, sizeof err), 0, "%s", err);
+    cr_expect_eq (kd_config_double (c, "barrier-spread"), 1.5);
+    char *argv2 [] = { "prog", "--barrier-spread", "auto", NULL };
+    cr_assert_eq (kd_config_load (c, 3, argv2, err, sizeof err), 0, "%s", err);
+    cr_expect (isnan (kd_config_double (c, "barrier-spread")));
+    cr_expect_str_eq (kd_config_str (c, "barrier-spread"), "auto");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream (&buf, &len);
+    kd_config_help (c, out);
+    fclose (out);
+    cr_expect (strstr (buf, "[0..10] or {auto}"), "help shows the word");
+    free (buf);
     kd_config_destroy (&c);
 }
 

@@ -93,7 +93,8 @@ typedef struct {
     uint32_t group_count;       //  GROUPS count
     kd_consistency_t mode;      //  SWITCH: effective model after
     kd_consistency_t from;      //  SWITCH: and before
-    char reason [160];          //  SWITCH: its reason
+    char reason [160];          //  SWITCH, ALLOWANCE: its reason
+    double spread;              //  ALLOWANCE: the allowance now
 } rec_t;
 
 //  A list of recorded decisions.
@@ -157,9 +158,9 @@ log_drain (log_t *log, kd_controller_t *ctl, bool skip_groups)
             .rank = d->rank, .clock = d->clock, .dropped = d->dropped,
             .group = d->group, .lease = d->lease, .min_clock = d->min_clock,
             .n_groups = d->n_groups, .group_count = d->group_count,
-            .mode = d->mode, .from = d->from
+            .mode = d->mode, .from = d->from, .spread = d->spread
         };
-        if (d->type == KD_DEC_SWITCH)
+        if (d->type == KD_DEC_SWITCH || d->type == KD_DEC_ALLOWANCE)
             snprintf (rec->reason, sizeof rec->reason, "%s", d->reason);
         rec->entries = s_copy (d->entries, d->n_entries, sizeof (kd_entry_t));
         rec->drops = s_copy (d->drops, d->n_drops, sizeof (kd_entry_t));
@@ -1593,6 +1594,9 @@ typedef struct {
     uint64_t late_applied;          //  applied entries with staleness > 0
     uint64_t full_commits;          //  commits naming every member fresh
     uint64_t switches;              //  SWITCH decisions seen
+    uint64_t allowances;            //  ALLOWANCE decisions seen
+    double allowance;               //  spread of the last ALLOWANCE
+    uint64_t allowance_at;          //  ms of the last ALLOWANCE
     kd_consistency_t mode;          //  mode of the last SWITCH
     double noise;                   //  each iteration takes period x U[1 -
                                     //  noise, 1 + noise] (0: exactly period)
@@ -1717,6 +1721,15 @@ s_timed_apply (timed_t *t)
             t->mode = d->mode;
         }
         else
+        if (d->type == KD_DEC_ALLOWANCE) {
+            cr_assert (t->opts.spread_auto, "ALLOWANCE without --barrier-spread auto");
+            cr_assert_neq (d->spread, t->allowance, "an ALLOWANCE that changes nothing");
+            cr_assert_gt (strlen (d->reason), 10, "an allowance says why");
+            t->allowances++;
+            t->allowance = d->spread;
+            t->allowance_at = t->now;
+        }
+        else
         if (d->type == KD_DEC_GROUPS) {
             uint32_t seen [TIMED_MAX];
             uint32_t count = 0;
@@ -1754,6 +1767,7 @@ s_timed_start (timed_t *t, const kd_controller_opts_t *opts, uint32_t n,
         t->period [rank] = period [rank];
         t->group [rank] = UINT32_MAX;
     }
+    t->allowance = kd_controller_allowance (t->ctl);
     for (uint32_t rank = 0; rank < n; rank++)
         cr_assert_eq (kd_controller_join (t->ctl, rank, 0), 0);
     s_take (t->ctl);
@@ -2012,6 +2026,131 @@ Test (kd_controller, barrier_spread_waits_out_noise_not_a_steady_straggler)
     //  its 160 ms, and it keeps arriving (its gradients late).
     cr_expect_gt (commits [1], 8000 / 160 * 2, "%lu commits in 8 s", (unsigned long) commits [1]);
     cr_expect_gt (slow_late [1], 8000 / 160 / 2, "%lu arrivals of the straggler", (unsigned long) slow_late [1]);
+}
+
+//  One timed run of 8 workers for `ms`, spread 0, 1 or auto (-1), with
+//  uniform noise; returns the run, its controller still alive.
+static void
+s_spread_run (timed_t *t, kd_consistency_t model, int spread, const uint64_t *period,
+              double noise, uint64_t ms)
+{
+    kd_controller_opts_t opts = s_adaptive_opts (model);
+    opts.spread_auto = spread < 0;
+    opts.spread = spread < 0 ? 0 : spread;
+    s_timed_start (t, &opts, 8, period);
+    t->noise = noise;
+    t->rng = 7;
+    s_timed_until (t, ms);
+}
+
+//  --barrier-spread auto on noise (every iteration x U[0.4, 1.6]): the
+//  allowance is on from the start and the typical worker strays more than
+//  the slack, so it stays on, and the barrier decides as with spread 1:
+//  far fewer stale gradients than spread 0's (under LSP, spread 1's).
+//  The steady straggler (rank 7, 160 ms) is still released early for.
+Test (kd_controller, spread_auto_turns_on_under_noise)
+{
+    const uint64_t period [8] = { 40, 40, 40, 40, 40, 40, 40, 160 };
+    const kd_consistency_t models [] = { KD_CONS_LSP, KD_CONS_AUTO };
+    for (size_t m = 0; m < 2; m++) {
+        const char *name = kd_consistency_name (models [m]);
+        timed_t t0, t1, ta;
+        s_spread_run (&t0, models [m], 0, period, 0.6, 16000);
+        s_spread_run (&t1, models [m], 1, period, 0.6, 16000);
+        s_spread_run (&ta, models [m], -1, period, 0.6, 16000);
+        printf ("FIGURE spread-auto %s noisy, stale of commits: spread 0 %lu of %lu, spread 1 %lu of %lu, "
+                "auto %lu of %lu (allowance %g after %lu changes, the last at %lu ms)\n", name,
+                (unsigned long) t0.late_applied, (unsigned long) t0.n_commits,
+                (unsigned long) t1.late_applied, (unsigned long) t1.n_commits,
+                (unsigned long) ta.late_applied, (unsigned long) ta.n_commits,
+                kd_controller_allowance (ta.ctl),
+                (unsigned long) kd_controller_allowance_changes (ta.ctl), (unsigned long) ta.allowance_at);
+        cr_expect_eq (t0.allowances + t1.allowances, 0, "%s: a fixed spread never changes", name);
+        cr_expect_eq (kd_controller_allowance (ta.ctl), 1, "%s: noise turns the allowance on", name);
+        cr_expect_eq (ta.allowance, 1, "%s: and the stream says so", name);
+        cr_expect_eq (ta.allowances, kd_controller_allowance_changes (ta.ctl), "%s", name);
+        cr_expect_eq (ta.allowances, 0, "%s: never withdrawn: %lu changes", name,
+                      (unsigned long) ta.allowances);
+        cr_expect_lt (ta.late_applied * 4, t0.late_applied * 3, "%s: stale %lu against spread 0's %lu",
+                      name, (unsigned long) ta.late_applied, (unsigned long) t0.late_applied);
+        cr_expect_eq (ta.late_applied, t1.late_applied, "%s: stale %lu against spread 1's %lu", name,
+                      (unsigned long) ta.late_applied, (unsigned long) t1.late_applied);
+        cr_expect_gt (ta.n_commits, 16000 / 160 * 2, "%s: the straggler does not set the pace", name);
+        cr_expect_gt (ta.arrivals [7], 16000 / 160 / 2, "%s", name);
+        kd_controller_destroy (&t0.ctl);
+        kd_controller_destroy (&t1.ctl);
+        kd_controller_destroy (&ta.ctl);
+    }
+}
+
+//  --barrier-spread auto with steady speeds, stragglers or not (each
+//  iteration x U[0.9, 1.1]): the allowance is withdrawn once measured, in
+//  one change, and every decision is spread 0's, so steady clusters pay
+//  nothing for it (a steady worker's window is the slack either way).  (A straggler
+//  counts only in the phase it was released in, which it misses by far
+//  more than any window: it never holds a phase through its spread.)
+Test (kd_controller, spread_auto_stays_off_with_steady_stragglers)
+{
+    const uint64_t equal [8] = { 40, 40, 40, 40, 40, 40, 40, 40 };
+    const uint64_t two_slow [8] = { 40, 40, 40, 40, 40, 40, 160, 160 };
+    const uint64_t one_slow [8] = { 40, 40, 40, 40, 40, 40, 40, 240 };
+    const uint64_t *patterns [3] = { equal, two_slow, one_slow };
+    const kd_consistency_t models [] = { KD_CONS_LSP, KD_CONS_ALSP, KD_CONS_AUTO };
+    uint64_t holds = 0;         //  phases held through a spread window
+    for (size_t m = 0; m < 3; m++)
+        for (int p = 0; p < 3; p++) {
+            const char *name = kd_consistency_name (models [m]);
+            timed_t t0, ta;
+            s_spread_run (&t0, models [m], 0, patterns [p], 0.1, 6000);
+            s_spread_run (&ta, models [m], -1, patterns [p], 0.1, 6000);
+            cr_expect_eq (kd_controller_allowance (ta.ctl), 0, "%s pattern %d", name, p);
+            cr_expect_eq (ta.allowances, 1, "%s pattern %d: %lu changes", name, p,
+                          (unsigned long) ta.allowances);
+            cr_expect_lt (ta.allowance_at, 2000, "%s pattern %d: off at %lu ms", name, p,
+                          (unsigned long) ta.allowance_at);
+            cr_expect_eq (ta.n_commits, t0.n_commits, "%s pattern %d", name, p);
+            cr_expect_eq (ta.late_applied, t0.late_applied, "%s pattern %d", name, p);
+            cr_expect_eq (kd_controller_early_releases (ta.ctl),
+                          kd_controller_early_releases (t0.ctl), "%s pattern %d", name, p);
+            for (uint32_t rank = 0; rank < 8; rank++)
+                holds += kd_controller_spread_holds (ta.ctl, rank);
+            kd_controller_destroy (&t0.ctl);
+            kd_controller_destroy (&ta.ctl);
+        }
+    cr_expect_eq (holds, 0, "no phase held through a spread window");
+}
+
+//  The allowance follows the noise: noisy for 4 s (on), then steady for
+//  6 s (withdrawn), each change an ALLOWANCE with its reason.
+Test (kd_controller, spread_auto_withdraws_when_the_noise_stops)
+{
+    const uint64_t period [8] = { 40, 40, 40, 40, 40, 40, 40, 160 };
+    timed_t t;
+    s_spread_run (&t, KD_CONS_AUTO, -1, period, 0.6, 4000);
+    cr_expect_eq (kd_controller_allowance (t.ctl), 1);
+    t.noise = 0.02;
+    s_timed_until (&t, 10000);
+    cr_expect_eq (kd_controller_allowance (t.ctl), 0, "steady again: withdrawn");
+    cr_expect_eq (t.allowance, 0);
+    cr_expect_geq (t.allowances, 1);
+    cr_expect_eq (t.allowances, kd_controller_allowance_changes (t.ctl));
+    kd_controller_destroy (&t.ctl);
+}
+
+//  An explicit spread and auto at once is not a controller we can run.
+Test (kd_controller, spread_auto_and_an_explicit_spread_are_refused)
+{
+    kd_controller_opts_t opts;
+    kd_controller_opts_defaults (&opts, KD_CONS_LSP);
+    opts.spread_auto = true;
+    opts.spread = 1;
+    kd_controller_t *ctl = kd_controller_new (&opts);
+    cr_expect_null (ctl);
+    opts.spread = 0;
+    ctl = kd_controller_new (&opts);
+    cr_expect_not_null (ctl);
+    cr_expect_eq (kd_controller_allowance (ctl), 1, "on until it has measured");
+    kd_controller_destroy (&ctl);
 }
 
 //  A member that stops arriving without leaving (a hang the heartbeats have
@@ -3167,6 +3306,7 @@ typedef struct {
     uint32_t max_slot;          //  ALSP: highest group id seen
     uint32_t max_groups;        //  ALSP: most groups with members at once
     uint64_t switches;          //  auto: SWITCH decisions
+    uint64_t allowances;        //  spread_auto: ALLOWANCE decisions
 } sim_t;
 
 //  Next pseudo-random number (xorshift64*).
@@ -3831,6 +3971,13 @@ s_sim_settle (sim_t *sim)
             cr_assert_gt (strlen (d->reason), 10, "a switch says why");
             sim->switches++;
         }
+        else
+        if (d->type == KD_DEC_ALLOWANCE) {
+            cr_assert (sim->opts.spread_auto, "ALLOWANCE without --barrier-spread auto");
+            cr_assert (d->spread == 0 || d->spread == 1, "allowance %g", d->spread);
+            cr_assert_gt (strlen (d->reason), 10, "an allowance says why");
+            sim->allowances++;
+        }
         else {
             s_sim_groups (sim, d);
             groups_seen++;
@@ -4426,6 +4573,22 @@ s_sim_expect_alsp_tau (const sim_t *sim)
     cr_expect_geq (sim->max_groups, 2);
 }
 
+//  One random run of the adaptive barrier, with churn and refusals.
+static void
+s_random_adaptive_run (sim_t *sim, kd_consistency_t model, bool spread_auto, uint64_t seed)
+{
+    kd_controller_opts_t opts = s_random_opts (model);
+    opts.barrier = KD_BARRIER_ADAPTIVE;
+    opts.spread_auto = spread_auto;
+    if (model != KD_CONS_LSP) {
+        opts.group_staleness = 2;
+        opts.max_workers = RANDOM_RANKS;
+    }
+    s_sim_init (sim, &opts, NULL, RANDOM_RANKS, seed);
+    sim->refuse = true;
+    s_sim_run (sim, RANDOM_EVENTS);
+}
+
 //  The adaptive barrier under LSP, ALSP and auto, with churn, refusals and
 //  speed changes: every invariant but the quota's holds, every row of an
 //  epoch is applied once, and nobody waits forever.
@@ -4433,16 +4596,8 @@ Test (kd_controller, random_adaptive_lsp_alsp_auto)
 {
     const kd_consistency_t models [] = { KD_CONS_LSP, KD_CONS_ALSP, KD_CONS_AUTO };
     for (size_t m = 0; m < 3; m++) {
-        kd_controller_opts_t opts = s_random_opts (models [m]);
-        opts.barrier = KD_BARRIER_ADAPTIVE;
-        if (models [m] != KD_CONS_LSP) {
-            opts.group_staleness = 2;
-            opts.max_workers = RANDOM_RANKS;
-        }
         sim_t sim;
-        s_sim_init (&sim, &opts, NULL, RANDOM_RANKS, 61 + m);
-        sim.refuse = true;
-        s_sim_run (&sim, RANDOM_EVENTS);
+        s_random_adaptive_run (&sim, models [m], false, 61 + m);
         cr_expect_gt (sim.commits, 500, "%s: %lu commits", kd_consistency_name (models [m]),
                       (unsigned long) sim.commits);
         cr_expect_gt (s_sim_full_epochs (&sim), 5);
@@ -4452,6 +4607,27 @@ Test (kd_controller, random_adaptive_lsp_alsp_auto)
             cr_expect_gt (sim.switches, 2, "random speeds should make auto switch");
         s_sim_destroy (&sim);
     }
+}
+
+//  --barrier-spread auto under churn, refusals and random speeds (noisy:
+//  the allowance stays on), and every guarantee holds (every
+//  staged gradient named once, every row of an epoch applied once, every
+//  joiner admitted, nobody waits forever).
+Test (kd_controller, random_adaptive_spread_auto)
+{
+    const kd_consistency_t models [] = { KD_CONS_LSP, KD_CONS_AUTO };
+    uint64_t allowances = 0;
+    for (size_t m = 0; m < 2; m++) {
+        sim_t sim;
+        s_random_adaptive_run (&sim, models [m], true, 71 + m);
+        cr_expect_gt (sim.commits, 500, "%s", kd_consistency_name (models [m]));
+        cr_expect_gt (s_sim_full_epochs (&sim), 5);
+        cr_expect_eq (sim.allowances, kd_controller_allowance_changes (sim.ctl));
+        allowances += sim.allowances;
+        s_sim_destroy (&sim);
+    }
+    //  Random periods are noisy: the allowance, on from the start, stays.
+    cr_expect_eq (allowances, 0, "%lu changes", (unsigned long) allowances);
 }
 
 Test (kd_controller, random_alsp)

@@ -162,9 +162,9 @@ static const kd_setting_t s_table [] = {
     { "key-encoding", KD_CT_ENUM, "plain", 0, 0, "plain|delta", S_SCH | S_LOC,
       "keyed models: how workers send their keys, plain uint64s or varint deltas (a third of the bytes for keys drawn from a large table, but more CPU: worth it on slow links, not on loopback)" },
     { "phase-path", KD_CT_ENUM, "classic", 0, 0, "classic|short", S_SCH | S_LOC,
-      "BSP/LSP/ALSP: classic (a worker sends ARRIVE after every PUSH_OK) or short (each shard tells the scheduler STAGED, so ARRIVE goes with the pushes: two message hops fewer a phase; protocol 9.3.1)" },
-    { "barrier-spread", KD_CT_DOUBLE, "0", 0, 10, NULL, S_SCH | S_LOC,
-      "adaptive barrier: also wait for a worker expected within this many half-ranges of its last 5 iteration times (noisy speeds; 0 = the slack only)" },
+      "BSP/LSP/ALSP: classic (a worker sends ARRIVE after every PUSH_OK) or short (each shard tells the scheduler STAGED, so ARRIVE goes with the pushes: one message hop fewer a phase; protocol 9.3.1)" },
+    { "barrier-spread", KD_CT_DOUBLE, "auto", 0, 10, "auto", S_SCH | S_LOC,
+      "adaptive barrier: also wait for a worker expected within this many half-ranges of its last 5 iteration times (noisy speeds; 0 = the slack only; auto = 1 at first and while the typical worker's times stray more than the slack, else 0)" },
     { "group-ratio", KD_CT_DOUBLE, "1.3", 1.01, 100, NULL, S_SCH | S_LOC,
       "ALSP: speed ratio between neighbours that starts a new group" },
     { "min-group", KD_CT_INT, "1", 1, 1024, NULL, S_SCH | S_LOC,
@@ -524,6 +524,10 @@ s_assign (s_value_t *value, const char *text, bool from_user, char *err, size_t 
 {
     const kd_setting_t *s = value->setting;
     double number = 0;
+    if ((s->type == KD_CT_INT || s->type == KD_CT_DOUBLE) && s->choices
+    &&  s_enum_has (s->choices, text))
+        number = NAN;   //  a word the number also takes: the getter says NAN
+    else
     if (s->type == KD_CT_INT || s->type == KD_CT_DOUBLE) {
         char *end = NULL;
         errno = 0;
@@ -736,9 +740,12 @@ s_get (kd_config_t *self, const char *name, kd_config_type_t type)
     s_value_t *value = s_find (self, name);
     (void) type;    //  only checked by the asserts
     assert (value);
+    //  A number that also takes words may be read as text, to pass it on.
     assert (value->setting->type == type
         ||  (type == KD_CT_STRING && value->setting->type != KD_CT_INT
-             && value->setting->type != KD_CT_DOUBLE && value->setting->type != KD_CT_BOOL));
+             && value->setting->type != KD_CT_DOUBLE && value->setting->type != KD_CT_BOOL)
+        ||  (type == KD_CT_STRING && value->setting->choices
+             && value->setting->type != KD_CT_ENUM && value->setting->type != KD_CT_BOOL));
     return value;
 }
 
@@ -797,6 +804,9 @@ kd_config_help (kd_config_t *self, FILE *out)
         char env [96];
         s_env_name (s->name, env, sizeof env);
         char range [96] = "";
+        if ((s->type == KD_CT_INT || s->type == KD_CT_DOUBLE) && s->choices)
+            snprintf (range, sizeof range, " [%g..%g] or {%s}", s->min, s->max, s->choices);
+        else
         if (s->type == KD_CT_INT || s->type == KD_CT_DOUBLE)
             snprintf (range, sizeof range, " [%g..%g]", s->min, s->max);
         else

@@ -51,7 +51,8 @@ typedef struct {
     const char *def;            //  default, as text
     double min;                 //  lower bound (numbers)
     double max;                 //  upper bound (numbers), max length (text)
-    const char *choices;        //  KD_CT_ENUM: "a|b|c"
+    const char *choices;        //  KD_CT_ENUM: "a|b|c"; INT/DOUBLE: words
+                                //  it also takes (the getter gives NAN)
     unsigned services;          //  KD_SVC_* mask of readers
     const char *help;           //  one line for --help
 } kd_setting_t;

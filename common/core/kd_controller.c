@@ -76,6 +76,17 @@
 //  process) does not make a worker look late for several phases, as it
 //  would through the EWMA.
 #define S_RECENT_TIMES      5
+//  --barrier-spread auto: the allowance it applies when the typical worker
+//  is noisy (spread 1, the value the barrier-spread ablation measured), and
+//  the fraction of the slack below which the typical worker's relative
+//  half-range must fall before it is withdrawn: the gap is the hysteresis.
+#define S_NOISE_SPREAD      1.0
+#define S_NOISE_OFF         0.5
+//  Commits in a row that must ask for the other allowance before it
+//  changes: hiccups (one iteration in ten twice as long) put about 40 % of
+//  the workers over the threshold, and a single commit's count then
+//  crosses one half back and forth (kd_train_sim: 42 changes in 36 s).
+#define S_NOISE_DWELL       16
 
 //  Where a worker is in its cycle.
 typedef enum {
@@ -117,6 +128,8 @@ typedef struct {
     uint32_t outside;           //  samples in a row outside its band
     uint64_t t_release;         //  ms of its last release
     uint64_t t_telemetry;       //  ms of its last telemetry sample (0: none)
+    uint64_t spread_holds;      //  phases it held only through the spread
+    uint64_t held_at;           //  1 + its group's clock when it last did
 } s_worker_t;
 
 //  One group of the phase engine (BSP and LSP have exactly one).
@@ -141,7 +154,7 @@ typedef struct {
     size_t entries_at;          //  COMMIT: first entry in the entry pool
     size_t drops_at;            //  COMMIT: first drop in the entry pool
     size_t groups_at;           //  GROUPS: first slot in the groups pool
-    char reason [S_REASON_MAX]; //  SWITCH: its reason
+    char reason [S_REASON_MAX]; //  SWITCH, ALLOWANCE: its reason
 } s_item_t;
 
 //  A worker's place in the speed order, for grouping.
@@ -223,6 +236,11 @@ struct _kd_controller_t {
                                 //  commit left someone behind
     kd_consistency_t mode;      //  auto: the effective model
     uint64_t switches;          //  auto: changes of mode
+    double allowance;           //  adaptive: the spread in force, opts.spread
+                                //  or, with spread_auto, chosen from noise
+    uint64_t allowance_changes; //  spread_auto: changes of the allowance
+    uint32_t noise_run;         //  spread_auto: commits in a row that asked
+                                //  for the other allowance
 };
 
 
@@ -352,6 +370,7 @@ s_opts_valid (const kd_controller_opts_t *opts)
         && (unsigned) opts->group_step <= KD_GROUP_STEP_FASTEST
         && isfinite (opts->slack) && opts->slack >= 0.01 && opts->slack <= 10
         && isfinite (opts->spread) && opts->spread >= 0 && opts->spread <= 10
+        && (!opts->spread_auto || opts->spread == 0)
         && isfinite (opts->group_ratio) && opts->group_ratio > 1
         && opts->min_group >= 1
         && opts->max_groups >= 1 && opts->max_groups <= 64
@@ -532,6 +551,11 @@ kd_controller_new (const kd_controller_opts_t *opts)
     self->deadline = UINT64_MAX;
     //  Auto starts out waiting for everyone until speeds say otherwise.
     self->mode = opts->model == KD_CONS_AUTO ? KD_CONS_BSP : opts->model;
+    //  Auto starts with the allowance on, until it has measured: the
+    //  first second of a noisy run at spread 0 (stale gradients while the
+    //  model moves fastest) cost 1.3-1.7x in time to 0.86 in kd_train_sim,
+    //  and waiting within a steady worker's narrow window costs nothing.
+    self->allowance = opts->spread_auto ? S_NOISE_SPREAD : opts->spread;
     return self;
 
 failed:
@@ -625,7 +649,7 @@ kd_controller_next (kd_controller_t *self)
         self->current.drops = self->pool + item->drops_at;
     if (item->decision.n_groups)
         self->current.groups = self->gpool + item->groups_at;
-    if (item->decision.type == KD_DEC_SWITCH)
+    if (item->decision.type == KD_DEC_SWITCH || item->decision.type == KD_DEC_ALLOWANCE)
         self->current.reason = item->reason;
     return &self->current;
 }
@@ -1044,13 +1068,78 @@ s_adaptive_ready (kd_controller_t *self, uint32_t g, uint64_t now)
         double spread;
         double ms = s_expected_ms (worker, &spread);
         double expected = (double) worker->t_release + (ms > 0 ? ms : phase);
-        double window = self->opts.spread * spread > slack ? self->opts.spread * spread : slack;
+        double window = self->allowance * spread > slack ? self->allowance * spread : slack;
         if (expected > (double) now + window || (double) now >= expected + window)
             continue;
         ready = false;
+        if ((expected > (double) now + slack || (double) now >= expected + slack)
+        &&  worker->held_at != group->clock + 1) {
+            worker->held_at = group->clock + 1;
+            worker->spread_holds++;
+        }
         s_wake_at (self, (uint64_t) ceil (expected + window));
     }
     return ready;
+}
+
+//  --barrier-spread auto, after each commit: apply the allowance when the
+//  typical worker is noisy, withdraw it when it is steady again.  A
+//  worker's noise is its relative half-range, half the range of its last
+//  iteration times over their median; the typical worker is the median
+//  one, so one or two stragglers do not decide.  The threshold is the
+//  slack: a worker whose own times stray further than the slack cannot be
+//  told late from unlucky by the first arrival, which is what the
+//  allowance is for.  The verdict must hold S_NOISE_DWELL commits in a row
+//  before the allowance changes, so passing hiccups do not flip it.  With
+//  steady speeds, stragglers included, the typical worker strays a few
+//  percent, and the allowance stays off: the barrier decides as with
+//  spread 0.  The allowance is k half-ranges of each worker's own times,
+//  so a slow but steady worker keeps a narrow window and is still
+//  released early for.
+static void
+s_noise_check (kd_controller_t *self)
+{
+    if (!self->opts.spread_auto || !s_adaptive (self))
+        return;
+    uint32_t measured = 0, over_on = 0, over_off = 0;
+    double on = self->opts.slack, off = S_NOISE_OFF * self->opts.slack;
+    for (uint32_t rank = 0; rank < self->hi_rank; rank++) {
+        s_worker_t *worker = &self->workers [rank];
+        if (!s_is_member (worker) || worker->n_times < S_RECENT_TIMES)
+            continue;
+        double spread;
+        double ms = s_expected_ms (worker, &spread);
+        if (ms <= 0)
+            continue;
+        measured++;
+        over_on += spread / ms > on;
+        over_off += spread / ms > off;
+    }
+    //  The typical worker is one of most: wait until most have 5 times.
+    if (measured < 2 || 2 * measured < self->n_active)
+        return;
+    double next = self->allowance;
+    if (self->allowance == 0 && 2 * over_on > measured)
+        next = S_NOISE_SPREAD;
+    else
+    if (self->allowance > 0 && 2 * over_off <= measured)
+        next = 0;
+    self->noise_run = next == self->allowance ? 0 : self->noise_run + 1;
+    if (self->noise_run < S_NOISE_DWELL)
+        return;
+    self->noise_run = 0;
+    s_item_t *item = s_push (self, KD_DEC_ALLOWANCE);
+    item->decision.spread = next;
+    if (next > 0)
+        snprintf (item->reason, sizeof item->reason,
+                  "%u of %u workers' recent times stray more than the slack (%.2f of their median) "
+                  "for %d commits: noisy", over_on, measured, on, S_NOISE_DWELL);
+    else
+        snprintf (item->reason, sizeof item->reason,
+                  "%u of %u workers' recent times stray more than %.2f of their median "
+                  "for %d commits: steady", over_off, measured, off, S_NOISE_DWELL);
+    self->allowance = next;
+    self->allowance_changes++;
 }
 
 //  True when a group's phase may release: by the adaptive rule, or when
@@ -1221,6 +1310,7 @@ s_group_commit (kd_controller_t *self, uint32_t g, uint64_t now)
         group->base = self->version;
         self->early += behind > 0;
         s_auto_phase (self, behind);
+        s_noise_check (self);
         if (group->recent) {
             group->recent [group->recent_at] = self->version;
             group->recent_at = (group->recent_at + 1) % self->opts.group_staleness;
@@ -1990,6 +2080,30 @@ kd_controller_switches (kd_controller_t *self)
 {
     assert (self);
     return self->switches;
+}
+
+//  The adaptive barrier's spread allowance in force.
+double
+kd_controller_allowance (kd_controller_t *self)
+{
+    assert (self);
+    return self->allowance;
+}
+
+//  --barrier-spread auto: changes of the allowance so far.
+uint64_t
+kd_controller_allowance_changes (kd_controller_t *self)
+{
+    assert (self);
+    return self->allowance_changes;
+}
+
+//  Phases a rank held only through its spread window (diagnostics).
+uint64_t
+kd_controller_spread_holds (kd_controller_t *self, uint32_t rank)
+{
+    assert (self);
+    return rank < self->opts.max_workers ? self->workers [rank].spread_holds : 0;
 }
 
 //  Phases released before every member expected in them had arrived.

@@ -109,6 +109,9 @@ typedef struct {
     double spread;              //  adaptive: also wait for a member within
                                 //  this many half-ranges of its recent
                                 //  iteration times (0: the slack only)
+    bool spread_auto;           //  adaptive: choose the spread from measured
+                                //  noise, 1 at first, then 0 or 1; spread
+                                //  must then be 0
     double group_ratio;         //  ALSP rho: cut between neighbours above it
     uint32_t min_group;         //  ALSP minimum group size (1: a lone
                                 //  straggler gets a group of its own)
@@ -142,7 +145,8 @@ typedef enum {
     KD_DEC_COMMIT,
     KD_DEC_RELEASE,
     KD_DEC_GROUPS,
-    KD_DEC_SWITCH               //  auto: the effective model changed
+    KD_DEC_SWITCH,              //  auto: the effective model changed
+    KD_DEC_ALLOWANCE            //  spread_auto: the spread allowance changed
 } kd_decision_type_t;
 
 //  One gradient named in a commit.
@@ -181,7 +185,8 @@ typedef struct {
     kd_consistency_t mode;      //  SWITCH: the effective model now (bsp,
                                 //  lsp or alsp)
     kd_consistency_t from;      //  SWITCH: the effective model before
-    const char *reason;         //  SWITCH: why, in words
+    const char *reason;         //  SWITCH, ALLOWANCE: why, in words
+    double spread;              //  ALLOWANCE: the spread allowance now
 } kd_decision_t;
 
 typedef struct _kd_controller_t kd_controller_t;
@@ -267,6 +272,17 @@ kd_consistency_t
 //  Auto: switches of the effective model so far.
 uint64_t
     kd_controller_switches (kd_controller_t *self);
+//  The adaptive barrier's spread allowance in force (opts.spread, or with
+//  spread_auto 1 at first, then 0 or 1 as measured noise decides).
+double
+    kd_controller_allowance (kd_controller_t *self);
+//  spread_auto: changes of the allowance so far.
+uint64_t
+    kd_controller_allowance_changes (kd_controller_t *self);
+//  Phases that rank held only because its spread window was wider than
+//  the slack (a diagnostic for the spread's cost).
+uint64_t
+    kd_controller_spread_holds (kd_controller_t *self, uint32_t rank);
 //  Phases released before every member expected in them had arrived.
 uint64_t
     kd_controller_early_releases (kd_controller_t *self);

@@ -67,6 +67,13 @@ typedef struct {
     char reason [160];          //  the controller's words
 } s_switch_t;
 
+//  A change of the barrier's spread allowance (--barrier-spread auto).
+typedef struct {
+    double at_s;                //  s after START
+    double spread;              //  the allowance from then on
+    char reason [160];          //  the controller's words
+} s_allowance_t;
+
 typedef struct {
     kd_config_t *config;        //  settings
     zsock_t *router;            //  every peer talks to us here
@@ -116,6 +123,8 @@ typedef struct {
     size_t n_regroup_s;         //  entries in regroup_s
     s_switch_t switches [S_MAX_SWITCHES];  //  auto: first switches, for the summary
     size_t n_switches;          //  entries in switches
+    s_allowance_t allowances [S_MAX_SWITCHES];  //  first allowance changes
+    size_t n_allowances;        //  entries in allowances
     uint32_t *groups;           //  last group assignment, by rank
     size_t n_groups;            //  its length
     double train_loss;          //  EWMA of reported losses
@@ -848,6 +857,24 @@ s_do_switch (self_t *self, const kd_decision_t *d)
     s_event (self, "consistency-switch", NULL, detail);
 }
 
+//  --barrier-spread auto changed the allowance: log it, keep it for the
+//  summary, and put it on the stream as an event, as a switch.
+static void
+s_do_allowance (self_t *self, const kd_decision_t *d)
+{
+    double at = self->t0_mono > 0 ? (kd_now_msf () - self->t0_mono) / 1000.0 : 0;
+    if (self->n_allowances < S_MAX_SWITCHES) {
+        s_allowance_t *a = &self->allowances [self->n_allowances++];
+        a->at_s = at;
+        a->spread = d->spread;
+        snprintf (a->reason, sizeof a->reason, "%s", d->reason);
+    }
+    char detail [256];
+    snprintf (detail, sizeof detail, "spread %g: %s", d->spread, d->reason);
+    kd_info ("barrier-allowance spread=%g reason=\"%s\"", d->spread, d->reason);
+    s_event (self, "barrier-allowance", NULL, detail);
+}
+
 //  Carry out every pending decision.
 static void
 s_drain (self_t *self)
@@ -870,6 +897,9 @@ s_drain (self_t *self)
         else
         if (d->type == KD_DEC_SWITCH)
             s_do_switch (self, d);
+        else
+        if (d->type == KD_DEC_ALLOWANCE)
+            s_do_allowance (self, d);
     }
     if (released)
         self->phases++;
@@ -1206,6 +1236,16 @@ s_write_summary (self_t *self)
                  kd_consistency_name (self->switches [i].from),
                  kd_consistency_name (self->switches [i].to));
         s_json_str (f, self->switches [i].reason);
+        fputc ('}', f);
+    }
+    //  The adaptive barrier's spread allowance, and its changes under auto.
+    fprintf (f, "],\n  \"allowance\": %g,\n  \"allowance_count\": %llu,\n  \"allowance_changes\": [",
+             kd_controller_allowance (self->ctl),
+             (unsigned long long) kd_controller_allowance_changes (self->ctl));
+    for (size_t i = 0; i < self->n_allowances; i++) {
+        fprintf (f, "%s{\"at_s\": %.3f, \"spread\": %g, \"reason\": ",
+                 i ? ", " : "", self->allowances [i].at_s, self->allowances [i].spread);
+        s_json_str (f, self->allowances [i].reason);
         fputc ('}', f);
     }
     fputs ("],\n", f);
@@ -2047,7 +2087,11 @@ s_controller_new (kd_config_t *c, uint64_t initial_version, uint64_t rows)
     opts.window_ms = (uint32_t) kd_config_int (c, "window-ms");
     opts.barrier = (kd_barrier_t) kd_barrier_parse (kd_config_str (c, "barrier"));
     opts.slack = kd_config_double (c, "barrier-slack");
-    opts.spread = kd_config_double (c, "barrier-spread");
+    //  barrier-spread auto (NAN from the table) lets the controller choose
+    //  the allowance from the noise it measures; a number fixes it.
+    double spread = kd_config_double (c, "barrier-spread");
+    opts.spread_auto = isnan (spread);
+    opts.spread = opts.spread_auto ? 0 : spread;
     //  quota-ratio is the K rule's; under the adaptive barrier it does
     //  nothing, and a user who set it should hear so.
     if (opts.barrier == KD_BARRIER_ADAPTIVE && opts.quota == 0 && opts.window_ms == 0

@@ -5,19 +5,28 @@
                      [--seed S] [--lr LR] [--momentum MU] [--seconds T]
                      [--iter-ms MS] [--link-ms MS] [--jitter SIGMA]
                      [--group-step each|fastest] [--what-if LETTERS]
-                     [--eval-rows R] [--data DIR]
+                     [--eval-rows R] [--data DIR] [--spread K|auto]
+                     [--hiccup P] [--hiccup-x X]
 
     A bench tool, not a test: it prints figures and never passes or fails.
     kd_controller makes every decision (which gradients a commit applies,
     with what weight, who is released when, with which lease), fed by
     workers whose iteration times are scripted: K of N take F times the
-    compute of the others, with a seeded log-normal jitter.  Each worker
+    compute of the others, with a seeded log-normal jitter (the scenario
+    `noisy`, noise:0.6, is --slow 0 --jitter 0.6), and, with --hiccup P,
+    each iteration with probability P takes X times as long (a worker
+    descheduled on a loaded machine).  Each worker
     computes its gradient with kd_model_gradient on the parameters of the
     version it was released on and the rows of its lease, and each COMMIT
     is one kd_optimizer_step of the weighted sum, as a shard applies it.
     What it leaves out is the machine: no messages, no pulls, no OS
     scheduler, so it tells what the rules do to learning, apart from the
     timing noise of a real cluster (docs/experiments.md).
+
+    --spread is the adaptive barrier's spread allowance, a number or auto
+    (docs/consistency.md); the figures add how often the allowance
+    changed and the phases the fast and the slow workers held only
+    through their spread windows.
 
     The test accuracy of the full parameters is evaluated every 200 ms of
     simulated time; the times to 0.85 and 0.86 are those of the 1 s rolling
@@ -98,10 +107,10 @@ int
 main (int argc, char **argv)
 {
     const char *model_name = "alsp", *data = "/usr/share/datasets/fashion-mnist";
-    const char *group_step = NULL, *what_if = "";
+    const char *group_step = NULL, *what_if = "", *spread = "0";
     uint32_t n = 16, slow = 2, eval_rows = 10000;
     double factor = 4, lr = 0.1, momentum = 0.9, seconds = 60;
-    double iter_ms = 40, link_ms = 8, jitter = 0.05;
+    double iter_ms = 40, link_ms = 8, jitter = 0.05, hiccup = 0, hiccup_x = 3;
     uint64_t seed = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv [i], *v = argv [i + 1];
@@ -120,6 +129,9 @@ main (int argc, char **argv)
         else if (!strcmp (k, "--what-if")) what_if = v;
         else if (!strcmp (k, "--eval-rows")) eval_rows = (uint32_t) atoi (v);
         else if (!strcmp (k, "--data")) data = v;
+        else if (!strcmp (k, "--spread")) spread = v;
+        else if (!strcmp (k, "--hiccup")) hiccup = atof (v);
+        else if (!strcmp (k, "--hiccup-x")) hiccup_x = atof (v);
         else {
             fprintf (stderr, "kd_train_sim: unknown option %s\n", k);
             return 2;
@@ -151,6 +163,10 @@ main (int argc, char **argv)
         }
         opts.group_step = (kd_group_step_t) rule;
     }
+    if (!strcmp (spread, "auto"))
+        opts.spread_auto = true;
+    else
+        opts.spread = atof (spread);
     kd_controller_t *ctl = kd_controller_new (&opts);
     char spec [128];
     snprintf (spec, sizeof spec, "momentum lr=%g momentum=%g", lr, momentum);
@@ -194,6 +210,7 @@ main (int argc, char **argv)
     int n_roll = 0;
     double hit [2] = { -1, -1 }, hit_samples [2] = { 0, 0 }, targets [2] = { 0.85, 0.86 };
     double acc_at [3] = { -1, -1, -1 };
+    double allowance_at = -1;       //  s of the last allowance change
     uint64_t at_samples [3] = { 150000, 300000, 450000 };
     for (uint32_t r = 0; r < n; r++)
         kd_controller_join (ctl, r, now);
@@ -253,6 +270,9 @@ main (int argc, char **argv)
                 }
             }
             else
+            if (d->type == KD_DEC_ALLOWANCE)
+                allowance_at = now / 1000.0;
+            else
             if (d->type == KD_DEC_RELEASE) {
                 s_worker_t *w = &workers [d->rank];
                 s_slot_t *slot = NULL;
@@ -279,7 +299,10 @@ main (int argc, char **argv)
                 w->base = d->version;
                 w->samples = d->lease.count;
                 w->group = d->group;
-                double ms = iter_ms * w->factor * exp (jitter * s_normal (&rng)) + link_ms;
+                double ms = iter_ms * w->factor * exp (jitter * s_normal (&rng));
+                if (hiccup > 0 && s_uniform (&rng) < hiccup)
+                    ms *= hiccup_x;
+                ms += link_ms;
                 w->t_arrive = now + (uint64_t) llround (ms < 1 ? 1 : ms);
             }
         }
@@ -327,10 +350,14 @@ main (int argc, char **argv)
         if (!arrived)
             kd_controller_tick (ctl, now);
     }
+    uint64_t holds [2] = { 0, 0 };
+    for (uint32_t r = 0; r < n; r++)
+        holds [workers [r].factor != 1] += kd_controller_spread_holds (ctl, r);
     printf ("model=%s step=%s what_if=%s slow=%u/%u x%g seed=%llu: t85=%.1f t86=%.1f samples85=%.0f "
             "samples86=%.0f acc@150k=%.4f acc@300k=%.4f acc@450k=%.4f commits=%llu "
             "per_s=%.1f applied=%llu mass/sample=%.5f fast_mass/entry=%.5f "
-            "slow_mass=%.1f fast_stale=%.3f dropped=%llu regroups=%llu\n",
+            "slow_mass=%.1f fast_stale=%.3f dropped=%llu regroups=%llu spread=%s "
+            "allowance=%g allowance_changes=%llu allowance_at=%.2f early=%llu holds_fast=%llu holds_slow=%llu\n",
             model_name, group_step ? group_step : "each", *what_if ? what_if : "-", slow, n, factor,
             (unsigned long long) seed, hit [0], hit [1], hit_samples [0], hit_samples [1],
             acc_at [0], acc_at [1], acc_at [2], (unsigned long long) commits,
@@ -338,7 +365,11 @@ main (int argc, char **argv)
             mass / (applied / 32.0), fast_entries ? fast_mass / fast_entries : 0, slow_mass,
             fast_entries ? (double) fast_stale / fast_entries : 0,
             (unsigned long long) kd_controller_dropped (ctl),
-            (unsigned long long) kd_controller_regroups (ctl));
+            (unsigned long long) kd_controller_regroups (ctl), spread,
+            kd_controller_allowance (ctl),
+            (unsigned long long) kd_controller_allowance_changes (ctl), allowance_at,
+            (unsigned long long) kd_controller_early_releases (ctl),
+            (unsigned long long) holds [0], (unsigned long long) holds [1]);
     for (uint32_t r = 0; r < n; r++)
         for (int i = 0; i < S_SLOTS; i++)
             free (workers [r].slots [i].grad);

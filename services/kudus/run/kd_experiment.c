@@ -157,7 +157,7 @@ s_setting_text (kd_config_t *c, const kd_setting_t *row, char *out, size_t size)
     if (row->type == KD_CT_INT)
         snprintf (out, size, "%lld", (long long) kd_config_int (c, row->name));
     else
-    if (row->type == KD_CT_DOUBLE)
+    if (row->type == KD_CT_DOUBLE && !isnan (kd_config_double (c, row->name)))
         snprintf (out, size, "%.17g", kd_config_double (c, row->name));
     else
     if (row->type == KD_CT_BOOL)
@@ -671,7 +671,9 @@ s_record (s_run_t *run)
         { "staleness_max", "staleness_max" }, { "dropped_gradients", "dropped" },
         { "regroups", "regroups" }, { "regroup_times", "regroup_times" },
         { "wait_fraction", "wait_fraction" }, { "early_releases", "early_releases" },
-        { "mode", "mode" }, { "switch_count", "switch_count" }, { "switches", "switches" }
+        { "mode", "mode" }, { "switch_count", "switch_count" }, { "switches", "switches" },
+        { "allowance", "allowance" }, { "allowance_count", "allowance_count" },
+        { "allowance_changes", "allowance_changes" }
     };
     for (size_t i = 0; i < sizeof copied / sizeof copied [0]; i++)
         s_copy (rec, summary, copied [i].key, copied [i].to);

@@ -28,6 +28,7 @@
 #include "kd_stream.h"
 #include <ctype.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -118,7 +119,7 @@ s_pass (s_args_t *a, kd_config_t *c, const char *name)
             if (table [i].type == KD_CT_INT)
                 s_arg (a, "%lld", (long long) kd_config_int (c, name));
             else
-            if (table [i].type == KD_CT_DOUBLE)
+            if (table [i].type == KD_CT_DOUBLE && !isnan (kd_config_double (c, name)))
                 s_arg (a, "%.17g", kd_config_double (c, name));
             else
             if (table [i].type == KD_CT_BOOL)

@@ -440,6 +440,12 @@ s_parse_param (s_ctx_t *ctx, kd_scenario_t *self, s_model_t *model, const char *
     if (!row)
         return s_err (ctx, "%s: '%s' is not a setting of this build's kudus local", where, key);
     char text [128];
+    if ((row->type == KD_CT_INT || row->type == KD_CT_DOUBLE) && row->choices
+    &&  json_object_is_type (val, json_type_string))
+        //  A word a number setting also takes (barrier_spread "auto"); the
+        //  config table checks it below.
+        snprintf (text, sizeof text, "%s", json_object_get_string (val));
+    else
     if (row->type == KD_CT_INT || row->type == KD_CT_DOUBLE) {
         if (!s_is_number (val))
             return s_err (ctx, "%s: '%s' must be a number, not %s", where, key, s_type_name (val));
