@@ -11,6 +11,10 @@
 #
 #   bench/before-after.sh [BUILD_DIR] [BASELINE_COMMIT] [TRIALS] [OUT]
 #
+# Environment: KUDUS_AFTER_ID (the after side's name, default HEAD's commit),
+# KUDUS_BA_BENCHES (default "phase pushpull"), KUDUS_BA_SIZES (pushpull's
+# sizes, default 4K,1M,16M), KUDUS_BASE_PORT (default 14000).
+#
 # Run it on a quiet machine: anything beside it (a build, a test suite, a
 # sweep) moves the figures more than the change does.
 set -euo pipefail
@@ -21,7 +25,11 @@ trials=${3:-6}
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${4:-$here/docs/results/before-after.jsonl}
 port=${KUDUS_BASE_PORT:-14000}
-after=$(git -C "$here" rev-parse --short HEAD)
+# The after side's name: HEAD, or KUDUS_AFTER_ID for a build not yet committed.
+after=${KUDUS_AFTER_ID:-$(git -C "$here" rev-parse --short HEAD)}
+# A narrower look: KUDUS_BA_BENCHES="pushpull" KUDUS_BA_SIZES=4K (with an OUT of its own).
+benches=${KUDUS_BA_BENCHES:-phase pushpull}
+sizes=${KUDUS_BA_SIZES:-4K,1M,16M}
 # The baseline's binaries are built once and kept (KUDUS_BASELINE_DIR), so
 # that a rerun, or a build made ahead at idle priority, skips the build.
 base=${KUDUS_BASELINE_DIR:-/var/tmp/kudus-baseline}-$commit
@@ -39,9 +47,9 @@ touch "$out"
 # One side's two benchmarks, tagged, appended to OUT.
 run_side () {
     local trial=$1 side=$2 bin=$3 id=$4
-    for bench in phase pushpull; do
+    for bench in $benches; do
         local extra=()
-        [ "$bench" = pushpull ] && extra=(--sizes 4K,1M,16M --shards 1,2 --inflight 1,8 --repeat 3)
+        [ "$bench" = pushpull ] && extra=(--sizes "$sizes" --shards 1,2 --inflight 1,8 --repeat 3)
         "$bin/kudus" bench "$bench" --json true --base-port "$port" "${extra[@]}" 2>/dev/null |
             python3 -c '
 import json, sys

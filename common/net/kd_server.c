@@ -6,6 +6,7 @@
 
 #define S_MAX_READERS  72              //  peer, chain, a monitor's shards...
 #define S_MAX_WAIT_MS  1000            //  a loop without a tick still looks up
+#define S_SIDE_CHECK_MS 100            //  the pipe and the guard asked at least this often
 
 typedef struct {
     zsock_t *sock;
@@ -232,10 +233,19 @@ s_request (kd_server_t *self, bool wait)
 int
 kd_server_run (kd_server_t *self, zsock_t *pipe)
 {
-    //  The poll set: the pipe, the router, the guard, then the readers.
+    //  The poll set: the router, the pipe, the guard, then the readers.
+    //  The pipe and the guard's monitor are polled by their descriptors,
+    //  not as sockets: zmq_poll asks every socket item for its events, a
+    //  system call each, twice a wait, and these two rarely have any.  A
+    //  descriptor says only that commands arrived, and another call on the
+    //  socket may have taken them, so both are also asked outright every
+    //  S_SIDE_CHECK_MS: a $TERM is late then, never lost.
     zmq_pollitem_t items [3 + S_MAX_READERS];
     s_reader_t polled [S_MAX_READERS];
     zsock_t *guard_sock = kd_guard_socket (self->guard);
+    int pipe_fd = pipe ? zsock_fd (pipe) : -1;
+    int guard_fd = guard_sock ? zsock_fd (guard_sock) : -1;
+    int64_t side_check = 0;
     int rc = 0;
     int wait = 0;
     while (!self->stop) {
@@ -247,10 +257,8 @@ kd_server_run (kd_server_t *self, zsock_t *pipe)
         items [n++] = (zmq_pollitem_t) { zsock_resolve (self->router), 0, ZMQ_POLLIN, 0 };
         //  An absent pipe or guard socket is an entry poll ignores (fd -1),
         //  so the indexes stay fixed.
-        items [n++] = pipe ? (zmq_pollitem_t) { zsock_resolve (pipe), 0, ZMQ_POLLIN, 0 }
-                           : (zmq_pollitem_t) { NULL, -1, 0, 0 };
-        items [n++] = guard_sock ? (zmq_pollitem_t) { zsock_resolve (guard_sock), 0, ZMQ_POLLIN, 0 }
-                                 : (zmq_pollitem_t) { NULL, -1, 0, 0 };
+        items [n++] = (zmq_pollitem_t) { NULL, pipe_fd, ZMQ_POLLIN, 0 };
+        items [n++] = (zmq_pollitem_t) { NULL, guard_fd, ZMQ_POLLIN, 0 };
         //  A handler may change the readers; this turn serves the ones polled.
         size_t n_polled = self->n_readers;
         memcpy (polled, self->readers, n_polled * sizeof polled [0]);
@@ -263,7 +271,12 @@ kd_server_run (kd_server_t *self, zsock_t *pipe)
             rc = 1;
             break;
         }
-        if (items [1].revents & ZMQ_POLLIN) {
+        int64_t now = zclock_mono ();
+        bool ask = now >= side_check;
+        if (ask)
+            side_check = now + S_SIDE_CHECK_MS;
+        if (pipe && (ask || (items [1].revents & ZMQ_POLLIN))
+        &&  (zsock_events (pipe) & ZMQ_POLLIN)) {
             char *command = zstr_recv (pipe);
             bool term = !command || streq (command, "$TERM");
             if (!term)
@@ -274,7 +287,8 @@ kd_server_run (kd_server_t *self, zsock_t *pipe)
                 break;
             }
         }
-        if (items [2].revents & ZMQ_POLLIN)
+        if (guard_sock && (ask || (items [2].revents & ZMQ_POLLIN))
+        &&  (zsock_events (guard_sock) & ZMQ_POLLIN))
             kd_guard_on_event (self->guard);
         if (items [0].revents & ZMQ_POLLIN)
             //  The first read is known to find a request; after it, each
