@@ -7,6 +7,7 @@
 #
 #   bench/flake-rounds.sh [ROUNDS] [BUILD_DIR] [RESULTS]
 #                         (10, build, docs/results/flake-rounds.jsonl)
+#   CTEST_JOBS: suites at a time (default 4, as make test runs them)
 #
 # Resumable: every round appends a row to RESULTS (its build, pass or the
 # suites that failed, its time), and a rerun counts the passes in a row at
@@ -20,6 +21,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-10}
 build=${2:-$here/build}
 results=${3:-$here/docs/results/flake-rounds.jsonl}
+# As many suites at a time as `make test` runs (its CTEST_FLAGS -j 4).
+jobs=${CTEST_JOBS:-4}
 command -v stress-ng > /dev/null || { echo "flake-rounds.sh: stress-ng is not installed (apt-get install stress-ng)" >&2; exit 2; }
 [ -x "$build/kudus" ] || { echo "flake-rounds.sh: no build in $build (make build first)" >&2; exit 2; }
 touch "$results"
@@ -50,15 +53,15 @@ while [ "$passed" -lt "$rounds" ]; do
     round=$((passed + 1))
     start=$(date +%s)
     ok=true
-    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L integration --output-on-failure > "$log/round.log" 2>&1) || ok=false
+    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L integration -j "$jobs" --output-on-failure > "$log/round.log" 2>&1) || ok=false
     seconds=$(($(date +%s) - start))
     failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "$log/round.log" \
              | awk '{print $3}' | paste -sd, - || true)
-    python3 - "$round" "$ok" "$seconds" "$build_id" "$failed" >> "$results" <<'EOF'
+    python3 - "$round" "$ok" "$seconds" "$build_id" "$failed" "$jobs" >> "$results" <<'EOF'
 import json, sys, time
-rnd, ok, seconds, build, failed = sys.argv[1:6]
+rnd, ok, seconds, build, failed, jobs = sys.argv[1:7]
 print(json.dumps({"round": int(rnd), "pass": ok == "true", "seconds": int(seconds), "build": build,
-                  "failed": [f for f in failed.split(",") if f], "stress": "stress-ng --cpu 2",
+                  "failed": [f for f in failed.split(",") if f], "stress": "stress-ng --cpu 2", "jobs": int(jobs),
                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 EOF
     if [ "$ok" != true ]; then

@@ -223,7 +223,13 @@ s_watch_open (s_watch_t *w, s_cluster_t *c, bool proxy)
         zsock_set_linger (w->proxy_in, 0);
         zsock_set_linger (w->proxy_out, 0);
         zsock_set_sndtimeo (w->proxy_out, 0);
-        cr_assert (zsock_bind (w->proxy_in, "%s", c->proxy) >= 0, "cannot bind %s", c->proxy);
+        //  The last cluster's proxy, closed a moment ago, may still hold
+        //  the port: ZeroMQ closes a listener in its own thread.
+        int bound = -1;
+        for (int i = 0; i < 100 && bound < 0; i++)
+            if ((bound = zsock_bind (w->proxy_in, "%s", c->proxy)) < 0)
+                zclock_sleep (50);
+        cr_assert (bound >= 0, "cannot bind %s", c->proxy);
         cr_assert (zsock_connect (w->proxy_out, "%s", c->intake) == 0);
     }
 }
@@ -733,7 +739,13 @@ Test (faults, sigstop_worker_rejoins_with_same_rank_and_its_stale_gradient_is_dr
 //  deadline for ever, while the barrier waited for its new clock: the whole
 //  cluster stalled (fixed in services/worker/kd_worker.c, s_on_scheduler).
 
-Test (faults, worker_readmitted_mid_push_does_not_deadlock_bsp)
+//  One cluster of the scenario: the checks that BSP goes on hold for every
+//  attempt; returns whether fw-1 was readmitted in the middle of its push.
+//  Where SIGSTOP catches it decides that: stopped while it waits for its
+//  RELEASE (after its push was answered), it registers again on the way
+//  that needs no readmission, and the attempt tests the other path.
+static bool
+s_readmit_attempt (int attempt)
 {
     //  Liveness 12 x 500 ms: the shards' stop, at most 4 s, stays below it.
     const int n = 2, hb = 500, liveness = 12, shard_stop_max_ms = 4000;
@@ -781,16 +793,13 @@ Test (faults, worker_readmitted_mid_push_does_not_deadlock_bsp)
     int readmitted_lines = kd_test_count (c.log_worker [1], "readmitted rank=");
     printf ("FIGURE readmit_mid_push advance_ms_after_cont=%llu victim_iterations_after=%d "
             "stale_arrivals_refused=%d readmitted_mid_iteration=%d versions_solo=%lld versions_resume=%lld "
-            "heartbeat_ms=%d liveness=%d shard_stop_ms=%llu\n",
+            "heartbeat_ms=%d liveness=%d shard_stop_ms=%llu attempt=%d\n",
             (unsigned long long) advance_ms, trained_after, rejected_lines, readmitted_lines,
-            (long long) v_solo, (long long) v_resume, hb, liveness, (unsigned long long) shard_stop_ms);
+            (long long) v_solo, (long long) v_resume, hb, liveness, (unsigned long long) shard_stop_ms,
+            attempt);
     fflush (stdout);
-    bool ok = dead >= 0 && advanced && rejoin >= 0 && trained_after >= 20 && readmitted_lines >= 1;
+    bool ok = dead >= 0 && advanced && rejoin >= 0 && trained_after >= 20;
     cr_expect (dead >= 0, "fw-1 was not declared dead; events: %s", s_event_list (&w));
-    //  Without a readmission in the middle of its push, the test tested
-    //  nothing: it must have happened.
-    cr_expect (readmitted_lines >= 1, "fw-1 was not readmitted while its push waited for the shards "
-               "(stopped %llu ms)", (unsigned long long) shard_stop_ms);
     cr_expect (advanced, "BSP stalled after fw-1 was readmitted: version %lld 10 s after the shards resumed "
                "at %lld (stale ARRIVEs refused: %d)", (long long) w.version, (long long) v_resume,
                rejected_lines);
@@ -800,4 +809,15 @@ Test (faults, worker_readmitted_mid_push_does_not_deadlock_bsp)
         s_cluster_dump (&c);
     free (summary);
     s_watch_close (&w);
+    return readmitted_lines >= 1;
+}
+
+Test (faults, worker_readmitted_mid_push_does_not_deadlock_bsp, .timeout = 280)
+{
+    //  Without a readmission in the middle of a push the test tested
+    //  nothing: it must happen in one of three clusters.
+    bool happened = false;
+    for (int attempt = 1; attempt <= 3 && !happened; attempt++)
+        happened = s_readmit_attempt (attempt);
+    cr_expect (happened, "fw-1 was never readmitted while its push waited for the shards (3 clusters)");
 }

