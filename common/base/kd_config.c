@@ -173,7 +173,7 @@ static const kd_setting_t s_table [] = {
       "ALSP: most groups" },
     { "group-staleness", KD_CT_INT, "8", 1, 4096, NULL, S_SCH | S_LOC,
       "ALSP: commits a group may make while another group's phase is open" },
-    { "group-step", KD_CT_ENUM, "each", 0, 0, "each|fastest", S_SCH | S_LOC,
+    { "group-step", KD_CT_ENUM, "fastest", 0, 0, "each|fastest", S_SCH | S_LOC,
       "ALSP/auto with several groups: every group's commit is an optimizer step (each), or only the fastest group's, and a slower group's update rides in its next one (fastest)" },
     { "regroup-dwell", KD_CT_DOUBLE, "1", 0, 3600, NULL, S_SCH | S_LOC,
       "ALSP: seconds between regroups at least" },
