@@ -933,7 +933,10 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     //  RELEASE comes, which proves that every range staged them.
     bool early = request == s_push_request && self->push_early;
     uint64_t present = request == s_pull_request ? self->prefetched : early ? UINT64_MAX : 0;
-    self->prefetched = 0;
+    //  Only a pull round uses up the pulls sent ahead: the short path's
+    //  push round comes after them, and must not make the pull send again.
+    if (request == s_pull_request)
+        self->prefetched = 0;
     self->push_early = false;
     for (size_t i = 0; i < n; i++) {
         self->shards [i].done = false;

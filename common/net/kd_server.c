@@ -239,7 +239,8 @@ kd_server_run (kd_server_t *self, zsock_t *pipe)
     //  system call each, twice a wait, and these two rarely have any.  A
     //  descriptor says only that commands arrived, and another call on the
     //  socket may have taken them, so both are also asked outright every
-    //  S_SIDE_CHECK_MS: a $TERM is late then, never lost.
+    //  S_SIDE_CHECK_MS, which no wait outlasts: a $TERM is late then by at
+    //  most that, never lost.
     zmq_pollitem_t items [3 + S_MAX_READERS];
     s_reader_t polled [S_MAX_READERS];
     zsock_t *guard_sock = kd_guard_socket (self->guard);
@@ -306,6 +307,10 @@ kd_server_run (kd_server_t *self, zsock_t *pipe)
         wait = self->tick ? self->tick (self->state) : S_MAX_WAIT_MS;
         if (wait < 0)
             wait = 0;
+        //  No wait outlasts the next outright ask of the pipe and guard.
+        int64_t left = side_check - zclock_mono ();
+        if ((pipe || guard_sock) && wait > left)
+            wait = left > 0 ? (int) left : 0;
     }
     return rc;
 }

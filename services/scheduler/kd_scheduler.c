@@ -1807,9 +1807,14 @@ s_on_staged (self_t *self, kd_member_t *shard, kd_msg_t *msg)
     kd_member_t *m = kd_members_worker (self->members, kd_msg_uint (msg, KD_F_RANK));
     if (!self->short_path || !m || !m->alive)
         return;
+    //  Only the range's primary speaks for it: a shard that lost that
+    //  place (a failover) may still send what it staged before.
+    size_t range = s_range_of (self, shard->rank);
+    if (s_primary (self, range) != shard)
+        return;
     kd_staged_t *slot = s_staged_slot (m, kd_msg_uint (msg, KD_F_CLOCK), true);
     slot->used = ++m->staged_tick;
-    slot->mask |= 1ull << s_range_of (self, shard->rank);
+    slot->mask |= 1ull << range;
     if (kd_msg_uint (msg, KD_F_REFUSED))
         slot->refused = true;
     s_arrive_staged (self, m);

@@ -8,9 +8,9 @@
 set -euo pipefail
 src=$1
 bin=$2
-# A random base below the ephemeral range, like the other tests' bases, so
-# that two suites running side by side do not meet on one port.
-port=${3:-$((20000 + (RANDOM % 60) * 200))}
+# A base the other suites cannot take while this one runs (reserved as
+# kd_test_base_port reserves theirs, until this shell ends).
+port=${3:-$(python3 "$(dirname "$0")/../python/reserve_base.py" $$)}
 tmp=$(mktemp -d)
 # What the runs write to TMPDIR (a killed kudus local's summary) goes with $tmp.
 export TMPDIR=$tmp

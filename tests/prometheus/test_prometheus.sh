@@ -8,9 +8,9 @@
 #   tests/prometheus/test_prometheus.sh BUILD_DIR [BASE_PORT]   (default: random)
 set -euo pipefail
 bin=$1
-# A random base below the ephemeral range, as the other tests pick theirs,
-# so that suites and runs side by side do not meet on one port.
-port=${2:-$((20000 + (RANDOM % 60) * 200))}
+# A base the other suites cannot take while this one runs (reserved as
+# kd_test_base_port reserves theirs, until this shell ends).
+port=${2:-$(python3 "$(dirname "$0")/../python/reserve_base.py" $$)}
 prom_port=$((port + 50))
 tmp=$(mktemp -d)
 # What the runs write to TMPDIR (a killed kudus local's summary) goes with $tmp.

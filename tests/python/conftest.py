@@ -2,9 +2,7 @@
 cluster started with `kudus local` on a free port range."""
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,35 +31,7 @@ def pytest_unconfigure(config):
     shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
-def free_base_port():
-    """A base port whose 3 service ports and 2 shard ports are free now:
-    a random one of the 60 bases the C suites draw from (kd_test_base_port),
-    so that suites running side by side (ctest -j) do not take the same."""
-    first = random.randrange(60)
-    for i in range(60):
-        base = 20000 + (first + i * 37) % 60 * 200
-        ports = [base, base + 1, base + 2, base + 100, base + 101]
-        socks = []
-        try:
-            for p in ports:
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            # Held for this process's life, as kd_test_base_port holds its
-            # bases: no other suite takes it between our clusters.
-            hold = socket.socket(socket.AF_UNIX)
-            hold.bind(f"\0kudus-test-base-{base}")
-            HELD.append(hold)
-            return base
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
-
-
-HELD = []
+from reserve_base import free_base_port  # noqa: E402  (the same 60 bases as kd_test_base_port)
 
 
 class Cluster:
