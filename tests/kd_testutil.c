@@ -188,13 +188,20 @@ kd_test_base_port (void)
     //  Other suites (other checkouts' too) draw from the same 60 bases at
     //  the same time: a base whose cluster ports are bound, or that another
     //  suite holds between its clusters, is passed over.
+    //  When all 60 are taken, wait for one (suites end every few seconds)
+    //  for 30 s, then say so: a silent clash would fail as something else.
     unsigned seed = (unsigned) getpid () ^ (unsigned) time (NULL);
     int base = 20000 + (int) (seed % 60) * 200;
-    for (int tries = 0; tries < 60; tries++) {
-        base = 20000 + (int) ((seed + (unsigned) tries * 37) % 60) * 200;
-        if (s_ports_free (base) && s_reserve (base))
-            break;
+    for (int round = 0; round < 150; round++) {
+        for (int tries = 0; tries < 60; tries++) {
+            base = 20000 + (int) ((seed + (unsigned) tries * 37) % 60) * 200;
+            if (s_ports_free (base) && s_reserve (base))
+                return base;
+        }
+        usleep (200 * 1000);
     }
+    fprintf (stderr, "kd_test_base_port: no free base among 20000-31999 after 30 s; using %d, "
+             "unreserved: its ports may clash\n", base);
     return base;
 }
 

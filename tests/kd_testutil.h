@@ -32,7 +32,8 @@ void
     kd_test_kill (pid_t pid);
 
 //  A base port for this test process, so that parallel runs do not collide:
-//  a multiple of 200 in [20000, 32000), below the ephemeral port range.
+//  a multiple of 200 in [20000, 32000), below the ephemeral port range,
+//  reserved for the process's life.  Waits up to 30 s when all are taken.
 int
     kd_test_base_port (void);
 

@@ -118,6 +118,7 @@ struct _kd_client_t {
     bool no_pull_ahead;         //  pull after RELEASE, not with ARRIVE
     uint64_t prefetched;        //  bit i: a PULL went to shard i with ARRIVE
     bool short_path;            //  WELCOME `staged`: ARRIVE goes with the pushes
+    uint64_t reg;               //  WELCOME `reg`: our registration, in PUSH
     bool push_early;            //  short path: this clock's PUSHes went, and
                                 //  kd_client_arrive waits for their PUSH_OKs
     bool awaiting_release;      //  short path: our ARRIVE went, its RELEASE may
@@ -424,6 +425,9 @@ static bool
 s_adopt_rank (kd_client_t *self, kd_msg_t *msg)
 {
     self->rank = kd_msg_uint (msg, KD_F_RANK);
+    //  Every registration has its own number: a shard's word that a push
+    //  is staged names the one that pushed (protocol 9.3.1).
+    self->reg = kd_msg_uint (msg, KD_F_REG);
     //  Asked for again if the scheduler restarts, so our staged gradients
     //  keep their meaning.
     kd_peer_set_rank (self->peer, self->rank);
@@ -1355,6 +1359,8 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
     kd_msg_set_uint (msg, KD_F_LO, lo);
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
+    if (self->short_path && self->reg)
+        kd_msg_set_uint (msg, KD_F_REG, self->reg);
     const float *slice = gradient + lo;
     size_t bytes = (size_t) (hi - lo) * sizeof (float);
     if (s->shm_state == S_SHM_ON) {

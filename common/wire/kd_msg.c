@@ -151,6 +151,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (VALUE,         "value",        FLOAT),
     S_FIELD (KEY_ENC,       "key_enc",      UINT),
     S_FIELD (STAGED,        "staged",       UINT),
+    S_FIELD (REG,           "reg",          UINT),
 };
 
 typedef enum {
@@ -198,7 +199,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
           | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS)
-          | S_BIT (ENDPOINT) | S_BIT (STAGED), NONE,
+          | S_BIT (ENDPOINT) | S_BIT (STAGED) | S_BIT (REG), NONE,
             0, 0, 0),
     S_TYPE (START, "scheduler -> worker, monitor, evaluator",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
@@ -223,9 +224,10 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (PUSH, "worker -> shard",
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO) | S_BIT (COUNT),
             S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
-          | S_BIT (KEY_ENC) | S_BIT (SHM) | S_BIT (OFFSET), REQUIRED,
+          | S_BIT (KEY_ENC) | S_BIT (SHM) | S_BIT (OFFSET) | S_BIT (REG), REQUIRED,
             0, S_W | S_S, 0),
-    S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK), S_BIT (VERSION) | S_BIT (STALENESS) | S_BIT (RANK), NONE,
+    S_TYPE (PUSH_OK, "shard -> worker", S_BIT (CLOCK),
+            S_BIT (VERSION) | S_BIT (STALENESS) | S_BIT (RANK) | S_BIT (REG), NONE,
             0, 0, 0),
     S_TYPE (PULL, "worker, monitor, evaluator -> shard",
             S_BIT (VERSION),
@@ -302,7 +304,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             0, 0, S_E),
     //  The short phase path: the primary of a range tells the scheduler
     //  that a push is staged (by its whole chain), or refused for good.
-    S_TYPE (STAGED, "shard -> scheduler", S_BIT (RANK) | S_BIT (CLOCK), S_BIT (REFUSED), NONE,
+    S_TYPE (STAGED, "shard -> scheduler", S_BIT (RANK) | S_BIT (CLOCK), S_BIT (REFUSED) | S_BIT (REG), NONE,
             S_S, 0, 0),
 };
 

@@ -185,6 +185,9 @@ typedef enum {
                         //         shard, 1 when it can send STAGED; WELCOME, 1
                         //         when the run uses it; ARRIVE, 1 when the
                         //         arrival waits for every range's STAGED
+    KD_F_REG,           //  uint   the short phase path: WELCOME of a worker, its
+                        //         registration number; PUSH, PUSH_OK, STAGED:
+                        //         the registration that pushed
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

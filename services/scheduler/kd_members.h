@@ -89,6 +89,7 @@ typedef struct {
     kd_staged_t staged [KD_MEMBERS_STAGED_SLOTS];  //  workers, short path:
                                 //  the ranges that staged its latest clocks
     uint64_t staged_tick;       //  workers, short path: last slot use (LRU)
+    uint64_t reg;               //  workers: registration number (WELCOME's reg)
 } kd_member_t;
 
 typedef struct _kd_members_t kd_members_t;

@@ -147,6 +147,8 @@ typedef struct {
     kd_server_t *server;        //  the request loop
     int liveness;               //  missed intervals that mean death
     uint64_t session;           //  this scheduler instance, sent in WELCOME
+    uint64_t registrations;     //  worker registrations so far: each one's
+                                //  reg is session + this count (9.3.1)
     uint64_t resumed_from;      //  version training resumed from (0 = fresh)
     uint64_t commit_u [4][S_COMMIT_SCRATCH];  //  s_do_commit: ranks, clocks,
                                 //  drop ranks, drop clocks, without a malloc
@@ -363,6 +365,8 @@ s_send_welcome (self_t *self, kd_member_t *m)
     kd_msg_set_uint (msg, KD_F_SESSION, self->session);
     if (self->short_path)
         kd_msg_set_uint (msg, KD_F_STAGED, 1);
+    if (self->short_path && m->role == KD_MEMBER_WORKER)
+        kd_msg_set_uint (msg, KD_F_REG, m->reg);
     if (m->role == KD_MEMBER_SHARD) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_ranges, s_range_of (self, m->rank), &lo, &hi);
@@ -1517,9 +1521,15 @@ s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *r
     }
     kd_members_bind (self->members, m, self->via, id);
     //  An ARRIVE held for STAGED belongs to the iteration this HELLO ends,
-    //  and so do the STAGED counted so far.
+    //  and so do the STAGED counted so far.  A new incarnation (a new
+    //  process, or one declared dead) gets a new registration number,
+    //  which keeps out a STAGED of the last one still on its way; a live
+    //  worker that only says HELLO again (a silent scheduler) keeps its
+    //  number, so that the pushes it has in flight still count.
     kd_msg_destroy (&m->held_arrive);
     memset (m->staged, 0, sizeof m->staged);
+    if (role == KD_MEMBER_WORKER && (restarted || !m->alive || !m->reg))
+        m->reg = self->session + ++self->registrations;
     bool was_alive = m->alive;
     m->alive = true;
     m->last_seen = kd_now_ms ();
@@ -1812,6 +1822,13 @@ s_on_staged (self_t *self, kd_member_t *shard, kd_msg_t *msg)
     size_t range = s_range_of (self, shard->rank);
     if (s_primary (self, range) != shard)
         return;
+    //  A push of the worker's previous registration (a shard without reg
+    //  is older than it, and is taken at its word).
+    if (kd_msg_has (msg, KD_F_REG) && kd_msg_uint (msg, KD_F_REG) != m->reg) {
+        kd_debug ("staged of an earlier registration rank=%llu clock=%llu: ignored",
+                  (unsigned long long) m->rank, (unsigned long long) kd_msg_uint (msg, KD_F_CLOCK));
+        return;
+    }
     kd_staged_t *slot = s_staged_slot (m, kd_msg_uint (msg, KD_F_CLOCK), true);
     slot->used = ++m->staged_tick;
     slot->mask |= 1ull << range;

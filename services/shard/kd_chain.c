@@ -43,6 +43,8 @@ s_answer (kd_chain_t *self, kd_msg_t **reply_p, kd_chain_dest_t dest)
         kd_msg_t *staged = kd_msg_new (KD_MSG_STAGED);
         kd_msg_set_uint (staged, KD_F_RANK, kd_msg_uint (*reply_p, KD_F_RANK));
         kd_msg_set_uint (staged, KD_F_CLOCK, kd_msg_uint (*reply_p, KD_F_CLOCK));
+        if (kd_msg_has (*reply_p, KD_F_REG))
+            kd_msg_set_uint (staged, KD_F_REG, kd_msg_uint (*reply_p, KD_F_REG));
         kd_peer_send (self->peer, &staged);
     }
     if (dest == KD_CHAIN_SCHEDULER)

@@ -1143,7 +1143,7 @@ s_peer_hash (zframe_t *routing_id)
 //  Refuse a poisoned gradient for good: ERROR 406, which a client does not
 //  retry, and a log line naming the worker.
 static void
-s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char *why)
+s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, uint64_t reg, const char *why)
 {
     char reason [160];
     snprintf (reason, sizeof reason, "gradient refused rank=%llu clock=%llu: %s",
@@ -1164,6 +1164,8 @@ s_refuse (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, const char 
         kd_msg_set_uint (staged, KD_F_RANK, rank);
         kd_msg_set_uint (staged, KD_F_CLOCK, clock);
         kd_msg_set_uint (staged, KD_F_REFUSED, 1);
+        if (reg)
+            kd_msg_set_uint (staged, KD_F_REG, reg);
         kd_peer_send (self->peer, &staged);
     }
 }
@@ -1194,15 +1196,16 @@ s_floats_sumsq (float *dst, const void *src, uint64_t dtype, size_t n)
 //  when it was refused (NaN or Inf, or a norm over max-grad-norm under
 //  grad-norm-action refuse); a norm over the bound is otherwise scaled
 //  down to it, in place.  sumsq is the slice's sum of squares when the
-//  caller has it already, NAN otherwise.
+//  caller has it already, NAN otherwise.  reg is the pushing worker's
+//  registration (0: none), which a refusal's STAGED names.
 static bool
-s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, float *g, size_t n,
-                  double sumsq)
+s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, uint64_t reg, float *g,
+                  size_t n, double sumsq)
 {
     if (isnan (sumsq))
         sumsq = kd_sumsq (g, n);
     if (!isfinite (sumsq)) {
-        s_refuse (self, id, rank, clock, "not finite (NaN or Inf)");
+        s_refuse (self, id, rank, clock, reg, "not finite (NaN or Inf)");
         return false;
     }
     double norm = sqrt (sumsq);
@@ -1210,7 +1213,7 @@ s_guard_gradient (self_t *self, zframe_t *id, uint64_t rank, uint64_t clock, flo
         if (self->norm_refuse) {
             char why [96];
             snprintf (why, sizeof why, "norm %.6g over max-grad-norm %.6g", norm, self->max_norm);
-            s_refuse (self, id, rank, clock, why);
+            s_refuse (self, id, rank, clock, reg, why);
             return false;
         }
         cblas_sscal ((int) n, (float) (self->max_norm / norm), g, 1);
@@ -1438,7 +1441,7 @@ s_on_push_keyed (self_t *self, kd_msg_t *msg)
     zframe_t *staged = kd_keyed_stage (self->keyed, keys, n, values);
     free (converted);
     float *g = (float *) (zframe_data (staged) + sizeof (uint64_t) * (1 + n));
-    if (!s_guard_gradient (self, id, rank, clock, g, count, NAN)) {
+    if (!s_guard_gradient (self, id, rank, clock, kd_msg_uint (msg, KD_F_REG), g, count, NAN)) {
         zframe_destroy (&staged);
         return;
     }
@@ -1480,9 +1483,12 @@ s_on_push (void *state, kd_msg_t *msg)
     }
     //  A push for a staged (rank, clock) replaces it: a retry carries the
     //  same values, and a worker that rejoined under its old rank recomputed
-    //  that clock on a newer model.  A worker sends ARRIVE only after every
-    //  shard acknowledged, so no retry can come after its commit.  The
-    //  received frame itself is staged, and a commit hands it to BLAS.
+    //  that clock on a newer model.  On the classic path a worker sends
+    //  ARRIVE only after every shard acknowledged, so no retry comes after
+    //  its commit; on the short path one can (sent before the RELEASE that
+    //  ended the wait), and what it stages is dropped by kd_stage_sweep
+    //  once the rank's next clock is committed.  The received frame itself
+    //  is staged, and a commit hands it to BLAS.
     uint64_t peer = s_peer_key (self, id, rank);
     bool replaces = s_staged_find (self, rank, clock) != NULL;
     //  Limits and guards were the primary's to apply: a backup takes what
@@ -1522,7 +1528,8 @@ s_on_push (void *state, kd_msg_t *msg)
         data = zframe_new (NULL, count * sizeof (float));
         sumsq = s_floats_sumsq ((float *) zframe_data (data), zframe_data (kd_msg_data (msg)), dtype, count);
     }
-    if (!forwarded && !s_guard_gradient (self, id, rank, clock, (float *) zframe_data (data), count, sumsq)) {
+    if (!forwarded && !s_guard_gradient (self, id, rank, clock, kd_msg_uint (msg, KD_F_REG),
+                                         (float *) zframe_data (data), count, sumsq)) {
         zframe_destroy (&data);
         return;
     }
@@ -1533,6 +1540,8 @@ s_on_push (void *state, kd_msg_t *msg)
     bool announce = self->short_path && !forwarded;
     if (announce)
         kd_msg_set_uint (ok, KD_F_RANK, rank);
+    if (announce && kd_msg_has (msg, KD_F_REG))
+        kd_msg_set_uint (ok, KD_F_REG, kd_msg_uint (msg, KD_F_REG));
     kd_chain_submit (self->chain, &fwd, &ok, announce ? KD_CHAIN_ROUTER_STAGED : KD_CHAIN_ROUTER);
     if (self->direct) {
         s_checkpoint (self, false);

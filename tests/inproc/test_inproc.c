@@ -10,46 +10,10 @@
 #include <criterion/criterion.h>
 #include "kd_internal.h"
 #include "kd_testutil.h"
-#include "kd_scheduler.h"
+#include "kd_inproc.h"
 #include "kd_shard.h"
-#include "kd_monitor.h"
-#include "kd_worker.h"
 
 TestSuite (inproc, .timeout = 120);
-
-//  One service of the cluster: its settings and its actor.
-typedef struct {
-    kd_config_t *config;
-    kd_service_t *actor;
-} s_svc_t;
-
-//  Start service as an actor with flags (NULL-terminated), as its
-//  executable would parse them.
-static s_svc_t
-s_start (unsigned service, const char *program, kd_service_fn *run, const char *const *flags)
-{
-    const char *argv [40] = { program };
-    int argc = 1;
-    while (*flags && argc < 38)
-        argv [argc++] = *flags++;
-    argv [argc] = NULL;
-    int rc = 0;
-    s_svc_t svc = { NULL, NULL };
-    svc.config = kd_config_from_args (service, program, program, argc, (char **) argv, &rc);
-    cr_assert (svc.config, "%s: bad flags (exit %d)", program, rc);
-    svc.actor = kd_service_new (service, program, run, svc.config, &rc);
-    cr_assert (svc.actor, "%s: set-up failed (exit %d)", program, rc);
-    return svc;
-}
-
-//  Stop it ("$TERM" if it still runs); returns its exit code.
-static int
-s_stop (s_svc_t *svc)
-{
-    int rc = kd_service_destroy (&svc->actor);
-    kd_config_destroy (&svc->config);
-    return rc;
-}
 
 //  One test's cluster: its endpoints, from a base port of its own, and
 //  its scratch folder (kd_test_tmpdir's, removed when the test ends).
@@ -75,24 +39,24 @@ s_endpoints (s_endpoints_t *e)
 
 //  Shards 0 and 1 of e's cluster, as actors.
 static void
-s_start_shards (const s_endpoints_t *e, s_svc_t shards [2])
+s_start_shards (const s_endpoints_t *e, kd_inproc_t shards [2])
 {
     for (int i = 0; i < 2; i++) {
         char name [16];
         snprintf (name, sizeof name, "shard-%d", i);
         const char *a_shard [] = { "--bind", e->shard [i], "--scheduler", e->sched, "--name", name,
                                    "--log-level", "warn", NULL };
-        shards [i] = s_start (KD_SVC_SHARD, name, kd_shard_run, a_shard);
+        shards [i] = kd_inproc_start (KD_SVC_SHARD, name, a_shard);
     }
 }
 
 //  Workers 0..n-1 of e's cluster, as actors.  With slowdowns, each batch
 //  takes 5 ms times its rank's factor, so that speeds differ.
 static void
-s_start_workers (const s_endpoints_t *e, s_svc_t *workers, int n, const char *const *slowdowns)
+s_start_workers (const s_endpoints_t *e, kd_inproc_t *workers, int n, const char *const *slowdowns)
 {
     for (int r = 0; r < n; r++) {
-        char name [16], rank [8];
+        char name [32], rank [16];
         snprintf (name, sizeof name, "worker-%d", r);
         snprintf (rank, sizeof rank, "%d", r);
         const char *a_worker [] = { "--scheduler", e->sched, "--monitor", e->intake, "--name", name,
@@ -100,7 +64,7 @@ s_start_workers (const s_endpoints_t *e, s_svc_t *workers, int n, const char *co
                                     //  Without slowdowns, the NULL ends the flags here.
                                     slowdowns ? "--delay-ms" : NULL, "5", "--slowdown",
                                     slowdowns ? slowdowns [r] : NULL, NULL };
-        workers [r] = s_start (KD_SVC_WORKER, name, kd_worker_run, a_worker);
+        workers [r] = kd_inproc_start (KD_SVC_WORKER, name, a_worker);
     }
 }
 
@@ -112,24 +76,24 @@ Test (inproc, a_cluster_of_actors_trains)
     snprintf (summary, sizeof summary, "%s/summary.json", e.dir);
     const char *a_sched [] = { "--bind", e.sched, "--shards", "2", "--min-workers", "2", "--epochs", "1",
                                "--summary", summary, "--log-level", "warn", NULL };
-    s_svc_t sched = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
-    s_svc_t shards [2];
+    kd_inproc_t sched = kd_inproc_start (KD_SVC_SCHEDULER, "scheduler", a_sched);
+    kd_inproc_t shards [2];
     s_start_shards (&e, shards);
     const char *a_mon [] = { "--bind", e.intake, "--pub-bind", e.pub, "--scheduler", e.sched,
                              "--eval-interval", "0.5", "--log-level", "warn", NULL };
-    s_svc_t mon = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
-    s_svc_t workers [2];
+    kd_inproc_t mon = kd_inproc_start (KD_SVC_MONITOR, "monitor", a_mon);
+    kd_inproc_t workers [2];
     s_start_workers (&e, workers, 2, NULL);
     //  The scheduler ends the run after one epoch and stops everyone: each
-    //  actor ends by itself, not by the "$TERM" of s_stop.
+    //  actor ends by itself, not by the "$TERM" of kd_inproc_stop.
     cr_assert (kd_service_wait (sched.actor, 90000), "the run did not end in 90 s");
     const char *names [] = { "shard-0", "shard-1", "monitor", "worker-0", "worker-1" };
-    s_svc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1] };
+    kd_inproc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1] };
     for (int i = 0; i < 5; i++)
         cr_expect (kd_service_wait (rest [i]->actor, 15000), "%s did not end after STOP", names [i]);
-    cr_expect_eq (s_stop (&sched), 0);
+    cr_expect_eq (kd_inproc_stop (&sched), 0);
     for (int i = 0; i < 5; i++)
-        cr_expect_eq (s_stop (rest [i]), 0, "%s exit code", names [i]);
+        cr_expect_eq (kd_inproc_stop (rest [i]), 0, "%s exit code", names [i]);
     char *json = kd_test_slurp (summary);
     cr_assert (json, "no summary written");
     double accuracy = kd_test_json_number (json, "test_accuracy");
@@ -157,24 +121,24 @@ Test (inproc, alsp_groups_from_the_monitors_telemetry)
                                "--consistency", "alsp", "--speed-source", "telemetry",
                                "--monitor-pub", e.pub, "--max-seconds", "8", "--epochs", "50",
                                "--summary", summary, "--log-level", "warn", NULL };
-    s_svc_t sched = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
-    s_svc_t shards [2];
+    kd_inproc_t sched = kd_inproc_start (KD_SVC_SCHEDULER, "scheduler", a_sched);
+    kd_inproc_t shards [2];
     s_start_shards (&e, shards);
     const char *a_mon [] = { "--bind", e.intake, "--pub-bind", e.pub, "--scheduler", e.sched,
                              "--eval-interval", "1", "--publish-ms", "200", "--metrics-bind", "",
                              "--log-level", "warn", NULL };
-    s_svc_t mon = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
-    s_svc_t workers [4];
+    kd_inproc_t mon = kd_inproc_start (KD_SVC_MONITOR, "monitor", a_mon);
+    kd_inproc_t workers [4];
     const char *slowdowns [] = { "1", "1", "1", "6" };
     s_start_workers (&e, workers, 4, slowdowns);
     cr_assert (kd_service_wait (sched.actor, 60000), "the run did not end in 60 s");
-    s_svc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1], &workers [2],
+    kd_inproc_t *rest [] = { &shards [0], &shards [1], &mon, &workers [0], &workers [1], &workers [2],
                          &workers [3] };
     for (int i = 0; i < 7; i++)
         kd_service_wait (rest [i]->actor, 15000);
-    cr_expect_eq (s_stop (&sched), 0);
+    cr_expect_eq (kd_inproc_stop (&sched), 0);
     for (int i = 0; i < 7; i++)
-        s_stop (rest [i]);
+        kd_inproc_stop (rest [i]);
     char *json = kd_test_slurp (summary);
     cr_assert (json, "no summary written");
     cr_expect (strstr (json, "\"speed_source\": \"telemetry\""), "%s", json);
@@ -195,7 +159,7 @@ Test (inproc, alsp_groups_from_the_monitors_telemetry)
 //  count an answer to every malformed message, so the disconnection of a
 //  peer that sends many (test_guards) is off.
 static void
-s_start_three (const s_endpoints_t *e, s_svc_t svc [3])
+s_start_three (const s_endpoints_t *e, kd_inproc_t svc [3])
 {
     const char *a_sched [] = { "--bind", e->sched, "--shards", "1", "--min-workers", "1",
                                "--max-malformed", "0", "--max-msg-bytes", "65536", "--log-level", "error",
@@ -205,38 +169,18 @@ s_start_three (const s_endpoints_t *e, s_svc_t svc [3])
     const char *a_mon [] = { "--bind", e->intake, "--pub-bind", e->pub, "--scheduler", e->sched,
                              "--max-malformed", "0", "--max-msg-bytes", "65536", "--log-level", "error",
                              NULL };
-    svc [0] = s_start (KD_SVC_SCHEDULER, "scheduler", kd_scheduler_run, a_sched);
-    svc [1] = s_start (KD_SVC_SHARD, "shard", kd_shard_run, a_shard);
-    svc [2] = s_start (KD_SVC_MONITOR, "monitor", kd_monitor_run, a_mon);
-}
-
-//  The shard is registered once it serves a pull (before, 503).
-static bool
-s_shard_registered (const char *endpoint)
-{
-    for (int i = 0; i < 100; i++) {
-        zsock_t *client = kd_test_dealer (endpoint);
-        kd_msg_t *req = kd_msg_new (KD_MSG_PULL);
-        kd_msg_set_uint (req, KD_F_VERSION, 0);
-        kd_msg_send (&req, client);
-        kd_msg_t *reply = kd_test_recv (client);
-        bool ok = reply && kd_msg_type (reply) == KD_MSG_PULL_OK;
-        kd_msg_destroy (&reply);
-        zsock_destroy (&client);
-        if (ok)
-            return true;
-        zclock_sleep (100);
-    }
-    return false;
+    svc [0] = kd_inproc_start (KD_SVC_SCHEDULER, "scheduler", a_sched);
+    svc [1] = kd_inproc_start (KD_SVC_SHARD, "shard", a_shard);
+    svc [2] = kd_inproc_start (KD_SVC_MONITOR, "monitor", a_mon);
 }
 
 Test (inproc, garbage_is_answered_and_valid_requests_still_work)
 {
     s_endpoints_t ep;
     s_endpoints (&ep);
-    s_svc_t svc [3];
+    kd_inproc_t svc [3];
     s_start_three (&ep, svc);
-    cr_assert (s_shard_registered (ep.shard [0]), "the shard never registered");
+    cr_assert (kd_inproc_shard_serves (ep.shard [0]), "the shard never registered");
     const char *endpoints [] = { ep.sched, ep.shard [0], ep.intake };
     for (int e = 0; e < 3; e++) {
         zsock_t *client = kd_test_dealer (endpoints [e]);
@@ -304,7 +248,7 @@ Test (inproc, garbage_is_answered_and_valid_requests_still_work)
     for (int i = 0; i < 3; i++)
         cr_expect (!kd_service_wait (svc [i].actor, 0), "the %s ended", names [i]);
     for (int i = 2; i >= 0; i--)
-        cr_expect_eq (s_stop (&svc [i]), 0, "the %s did not end cleanly on $TERM", names [i]);
+        cr_expect_eq (kd_inproc_stop (&svc [i]), 0, "the %s did not end cleanly on $TERM", names [i]);
 }
 
 //  A service whose set-up fails (a port already taken) is reported by

@@ -31,7 +31,7 @@ def pytest_unconfigure(config):
     shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
-from reserve_base import free_base_port  # noqa: E402  (the same 60 bases as kd_test_base_port)
+from reserve_base import free_base_port, release_base  # noqa: E402  (the same 60 bases as kd_test_base_port)
 
 
 class Cluster:
@@ -62,6 +62,9 @@ class Cluster:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        # Its ports are free again: another suite may draw the base.
+        release_base(self.port)
 
 
 @pytest.fixture

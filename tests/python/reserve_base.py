@@ -7,39 +7,53 @@ suites running side by side (ctest -j) never take the same.
 
 prints the base and keeps the reservation, in a process of its own, until
 the process whose pid it was given has ended.  conftest.py imports
-free_base_port, which holds the reservation for the Python process's life."""
+free_base_port, which holds the reservation until release_base gives it
+back (a Cluster does when it is killed) or the Python process ends."""
 import os
 import random
 import socket
 import sys
 import time
 
-HELD = []
+HELD = {}
 
 
-def free_base_port():
+def free_base_port(wait=30.0):
     """A random one of the 60 bases of 20000-31999 whose service, shard
-    and Prometheus ports are free now and that no other suite holds."""
-    first = random.randrange(60)
-    for i in range(60):
-        base = 20000 + (first + i * 37) % 60 * 200
-        ports = [base, base + 1, base + 2, base + 3, base + 50, base + 100, base + 101]
-        socks = []
-        try:
-            for p in ports:
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            hold = socket.socket(socket.AF_UNIX)
-            hold.bind(f"\0kudus-test-base-{base}")
-            HELD.append(hold)
-            return base
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free base port among the 60 of 20000-31999")
+    and Prometheus ports are free now and that no other suite holds.  When
+    all are taken, waits for one up to wait seconds (suites end every few
+    seconds), then raises."""
+    deadline = time.monotonic() + wait
+    while True:
+        first = random.randrange(60)
+        for i in range(60):
+            base = 20000 + (first + i * 37) % 60 * 200
+            ports = [base, base + 1, base + 2, base + 3, base + 50, base + 100, base + 101]
+            socks = []
+            try:
+                for p in ports:
+                    s = socket.socket()
+                    s.bind(("127.0.0.1", p))
+                    socks.append(s)
+                hold = socket.socket(socket.AF_UNIX)
+                hold.bind(f"\0kudus-test-base-{base}")
+                HELD[base] = hold
+                return base
+            except OSError:
+                pass
+            finally:
+                for s in socks:
+                    s.close()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no free base port among the 60 of 20000-31999 after {wait:.0f} s")
+        time.sleep(0.2)
+
+
+def release_base(base):
+    """Give back a base free_base_port reserved, once its cluster is gone."""
+    hold = HELD.pop(base, None)
+    if hold is not None:
+        hold.close()
 
 
 def main(owner):

@@ -1119,7 +1119,9 @@ s_judge (kd_history_check_t *self, const s_sample_t *s, size_t n, size_t offset,
 static void
 s_check_resources (kd_history_check_t *self)
 {
-    qsort (self->samples, self->n_samples, sizeof (s_sample_t), s_by_process);
+    //  No samples is no array at all: qsort may not be given NULL.
+    if (self->n_samples > 1)
+        qsort (self->samples, self->n_samples, sizeof (s_sample_t), s_by_process);
     double warmup_us = 1e6 * (self->soak_s * 0.2 > KD_CHECK_WARMUP_S ? self->soak_s * 0.2 : KD_CHECK_WARMUP_S);
     for (size_t i = 0; i < self->n_samples; ) {
         size_t j = i;
