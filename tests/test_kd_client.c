@@ -602,3 +602,94 @@ Test (kd_client, keyed_pulls_send_delta_keys_only_when_start_says_so)
     }
 }
 
+//  A client registered and started under BSP, the whole softmax model in
+//  one range at endpoint, holding its first RELEASE.
+static kd_client_t *
+s_started (s_fake_t *sched, const char *endpoint)
+{
+    kd_client_t *client = s_client (sched);
+    s_register (sched, client, "bsp");
+    s_reply (sched, s_start (endpoint, 0, 7850));
+    uint64_t rows [2] = { 1, 2 };
+    s_reply (sched, s_release (0, 0, rows, 2));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    return client;
+}
+
+//  A dense pull on a thread of its own, while the test plays the shard.
+static void *
+s_dense_pull (void *arg)
+{
+    s_pull_job_t *job = (s_pull_job_t *) arg;
+    float *params = (float *) calloc (7850, sizeof (float));
+    job->rc = kd_client_pull (job->client, params);
+    free (params);
+    return NULL;
+}
+
+//  A START after the worker registered again names the ranges' primaries
+//  of now: a ROUTE the scheduler sent while it counted the worker dead
+//  never came, and the replica it wrote to may have become a backup.
+Test (kd_client, a_start_after_registering_again_routes_to_the_primaries_of_now)
+{
+    s_fake_t sched = s_fake_new (), old = s_fake_new (), now = s_fake_new ();
+    char ep_old [64], ep_now [64];
+    snprintf (ep_old, sizeof ep_old, S_EP, old.port);
+    snprintf (ep_now, sizeof ep_now, S_EP, now.port);
+    kd_client_t *client = s_started (&sched, ep_old);
+    uint64_t rows [2] = { 1, 2 };
+    kd_release_t release;
+    //  Registered again: WELCOME, a START naming another primary, a RELEASE.
+    s_reply (&sched, s_welcome ("softmax", 7850, "bsp"));
+    s_reply (&sched, s_start (ep_now, 0, 7850));
+    s_reply (&sched, s_release (3, 1, rows, 2));
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    cr_expect_eq (release.clock, 1);
+    //  The pull, from a thread, goes to the primary of now, which answers.
+    s_pull_job_t job = { client, -9 };
+    pthread_t thread;
+    cr_assert_eq (pthread_create (&thread, NULL, s_dense_pull, &job), 0);
+    kd_msg_t *pull = s_expect (&now, KD_MSG_PULL);
+    kd_msg_destroy (&pull);
+    kd_msg_t *ok = kd_msg_new (KD_MSG_PULL_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, 3);
+    kd_msg_set_uint (ok, KD_F_LO, 0);
+    zframe_t *data = zframe_new (NULL, 7850 * sizeof (float));
+    memset (zframe_data (data), 0, zframe_size (data));
+    kd_msg_set_data (ok, &data);
+    s_reply (&now, ok);
+    pthread_join (thread, NULL);
+    cr_expect_eq (job.rc, 0, "the pull from the primary of now failed");
+    zsock_set_rcvtimeo (old.sock, 200);
+    kd_msg_t *stray = NULL;
+    cr_expect_neq (kd_msg_recv (old.sock, &stray, NULL, NULL), 0, "a request still went to the old replica");
+    kd_msg_destroy (&stray);
+    kd_client_destroy (&client);
+    s_fake_destroy (&now);
+    s_fake_destroy (&old);
+    s_fake_destroy (&sched);
+}
+
+//  A START again with other key ranges (a cluster restarted with another
+//  --shards) cannot be followed: the client fails instead of writing to
+//  shards that would refuse it for ever.
+Test (kd_client, a_start_again_with_other_ranges_is_an_error)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_started (&sched, "tcp://127.0.0.1:1");
+    uint64_t rows [2] = { 1, 2 };
+    kd_release_t release;
+    s_reply (&sched, s_welcome ("softmax", 7850, "bsp"));
+    kd_msg_t *start = kd_msg_new (KD_MSG_START);
+    const char *endpoints [2] = { "tcp://127.0.0.1:1", "tcp://127.0.0.1:2" };
+    uint64_t los [2] = { 0, 4000 }, his [2] = { 4000, 7850 };
+    kd_msg_set_strs (start, KD_F_ENDPOINTS, endpoints, 2);
+    kd_msg_set_uints (start, KD_F_LOS, los, 2);
+    kd_msg_set_uints (start, KD_F_HIS, his, 2);
+    s_reply (&sched, start);
+    s_reply (&sched, s_release (3, 1, rows, 2));
+    cr_expect_eq (kd_client_wait_start (client, &release, 2000), -1, "a START of other ranges was followed");
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}

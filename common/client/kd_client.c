@@ -512,9 +512,37 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
 }
 
 //  Adopt START's address book: connect to every shard.
+static void s_route (kd_client_t *self, size_t i, const char *endpoint);
+
 static void
 s_on_start (kd_client_t *self, kd_msg_t *msg)
 {
+    //  A START after we registered again (the scheduler had declared us
+    //  dead, or restarted) names each range's primary now: a ROUTE sent
+    //  while we were away never reached us, and a replica we still write to
+    //  may be a backup that refuses writes for ever.
+    //  The ranges themselves must be the ones we split our model by: a
+    //  cluster that changed them (another --shards after a restart) cannot
+    //  be followed, and is an error rather than a worker writing to shards
+    //  that refuse it for ever.
+    if (self->started && self->book) {
+        size_t n = 0, nl = 0, nh = 0;
+        const char **endpoints = kd_msg_strs (msg, KD_F_ENDPOINTS, &n);
+        const uint64_t *los = kd_msg_uints (msg, KD_F_LOS, &nl);
+        const uint64_t *his = kd_msg_uints (msg, KD_F_HIS, &nh);
+        bool same = n == self->n_shards && nl == n && nh == n;
+        for (size_t i = 0; same && i < n; i++)
+            same = los [i] == kd_shardset_lo (self->book, i) && his [i] == kd_shardset_hi (self->book, i);
+        if (!same) {
+            kd_error ("start again with other key ranges (%zu ranges, we split by %zu): "
+                      "this worker cannot follow; start it again", n, self->n_shards);
+            self->failed = true;
+            return;
+        }
+        for (size_t i = 0; i < n; i++)
+            s_route (self, i, endpoints [i]);
+        return;
+    }
     if (self->started || !self->welcomed)
         return;
     char err [256];
@@ -534,6 +562,22 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
     self->delta_keys = kd_msg_uint (msg, KD_F_KEY_ENC) == KD_KEY_ENC_DELTA;
     self->started = true;
     kd_info ("start shards=%zu", self->n_shards);
+}
+
+//  Range i's requests go to endpoint from now on (a no-op when they do).
+static void
+s_route (kd_client_t *self, size_t i, const char *endpoint)
+{
+    int rc = kd_shardset_reroute (self->book, i, endpoint);
+    if (rc == 1) {
+        kd_info ("route range=%zu endpoint=%s", i, endpoint);
+        self->rerouted |= 1ull << i;
+        self->prefetched &= ~(1ull << i);
+        s_shm_drop (self, i, S_SHM_UNTRIED);
+    }
+    else
+    if (rc < 0)
+        kd_warn ("route refused range=%zu endpoint=%s", i, endpoint);
 }
 
 //  True when the socket has a message within timeout_ms.  A client run in
@@ -576,20 +620,9 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     if (type == KD_MSG_START)
         s_on_start (self, msg);
     else
-    if (type == KD_MSG_ROUTE && self->book) {
+    if (type == KD_MSG_ROUTE && self->book)
         //  A replica was promoted: its range's requests go there now.
-        size_t i = (size_t) kd_msg_uint (msg, KD_F_RANK);
-        int rc = kd_shardset_reroute (self->book, i, kd_msg_str (msg, KD_F_ENDPOINT));
-        if (rc == 1) {
-            kd_info ("route range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
-            self->rerouted |= 1ull << i;
-            self->prefetched &= ~(1ull << i);
-            s_shm_drop (self, i, S_SHM_UNTRIED);
-        }
-        else
-        if (rc < 0)
-            kd_warn ("route refused range=%zu endpoint=%s", i, kd_msg_str (msg, KD_F_ENDPOINT));
-    }
+        s_route (self, (size_t) kd_msg_uint (msg, KD_F_RANK), kd_msg_str (msg, KD_F_ENDPOINT));
     else
     if (type == KD_MSG_STOP) {
         kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
@@ -927,7 +960,6 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     if (s_over (self))
         return -1;
     size_t n = self->n_shards, pending = n;
-    self->rerouted = 0;
     uint64_t resend_at [S_MAX_SHARDS];
     int backoff [S_MAX_SHARDS];
     zmq_pollitem_t items [S_MAX_SHARDS + 1];
@@ -937,6 +969,11 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
     //  RELEASE comes, which proves that every range staged them.
     bool early = request == s_push_request && self->push_early;
     uint64_t present = request == s_pull_request ? self->prefetched : early ? UINT64_MAX : 0;
+    //  A range rerouted since the early pushes went lost them with its old
+    //  socket: they are sent again now, not after the first backoff.
+    if (early)
+        present &= ~self->rerouted;
+    self->rerouted = 0;
     //  Only a pull round uses up the pulls sent ahead: the short path's
     //  push round comes after them, and must not make the pull send again.
     if (request == s_pull_request)

@@ -74,14 +74,21 @@ s_home (kd_sparse_t *self, uint64_t key)
     return (size_t) (kd_mix64 (key) & (self->n_slots - 1));
 }
 
+//  The slot of key, or the free slot that ends its probe, starting at
+//  its home slot i.
+static s_slot_t *
+s_probe_from (kd_sparse_t *self, uint64_t key, size_t i)
+{
+    while (self->slots [i].row && self->slots [i].key != key)
+        i = (i + 1) & (self->n_slots - 1);
+    return &self->slots [i];
+}
+
 //  The slot of key, or the free slot that ends its probe.
 static s_slot_t *
 s_probe (kd_sparse_t *self, uint64_t key)
 {
-    size_t i = s_home (self, key);
-    while (self->slots [i].row && self->slots [i].key != key)
-        i = (i + 1) & (self->n_slots - 1);
-    return &self->slots [i];
+    return s_probe_from (self, key, s_home (self, key));
 }
 
 //  Initial values of a key's row.
@@ -148,13 +155,22 @@ void
 kd_sparse_pull (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out)
 {
     assert (self && (n == 0 || (keys && out)));
+    //  The slot a few keys ahead is fetched while this one is probed: a
+    //  pull of scattered keys is otherwise one cache miss after another.
+    //  Each key's home is hashed once, for its prefetch, and kept for its
+    //  probe S_AHEAD keys later.
+    size_t home [S_AHEAD];
+    for (size_t i = 0; i < n && i < S_AHEAD; i++) {
+        home [i] = s_home (self, keys [i]);
+        __builtin_prefetch (&self->slots [home [i]]);
+    }
     for (size_t i = 0; i < n; i++) {
-        //  The slot a few keys ahead is fetched while this one is probed:
-        //  a pull of scattered keys is otherwise one cache miss after
-        //  another.
-        if (i + S_AHEAD < n)
-            __builtin_prefetch (&self->slots [s_home (self, keys [i + S_AHEAD])]);
-        s_slot_t *slot = s_probe (self, keys [i]);
+        size_t at = home [i % S_AHEAD];
+        if (i + S_AHEAD < n) {
+            home [i % S_AHEAD] = s_home (self, keys [i + S_AHEAD]);
+            __builtin_prefetch (&self->slots [home [i % S_AHEAD]]);
+        }
+        s_slot_t *slot = s_probe_from (self, keys [i], at);
         float *to = out + i * self->dim;
         if (!slot->row)
             s_init_row (self, keys [i], to);

@@ -317,7 +317,8 @@ s_send_start (self_t *self, kd_member_t *m)
     const char *endpoints [KD_MEMBERS_MAX_SHARDS];
     uint64_t los [KD_MEMBERS_MAX_SHARDS], his [KD_MEMBERS_MAX_SHARDS];
     for (size_t i = 0; i < self->n_ranges; i++) {
-        //  A range without a live replica keeps its last primary's address.
+        //  A range without a live replica names its first replica (rank i):
+        //  when one registers again, s_chain_join sends the ROUTE to it.
         kd_member_t *head = s_primary (self, i);
         endpoints [i] = head ? head->endpoint : kd_members_shard (self->members, i)->endpoint;
         kd_range_split (self->n_params, self->n_ranges, i, &los [i], &his [i]);

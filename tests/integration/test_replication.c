@@ -311,7 +311,12 @@ Test (replication, primary_killed_ten_times_loses_nothing)
     cr_expect_eq (lost, 0, "%lld updates lost", lost);
     cr_expect_eq (kd_test_count (c.sched_log, "updates lost") + kd_test_count (c.sched_log, "kind=range-lost"), 0,
                   "the scheduler reports lost updates");
-    cr_expect_eq (kd_test_count (c.sched_log, "kind=shard-promoted"), 10, "promotions");
+    //  Each kill promotes a backup.  On a loaded machine a starved shard
+    //  can also miss its heartbeats and be declared dead, and its partner
+    //  promoted: more promotions than kills is failover working, fewer is
+    //  a kill it missed.
+    int promotions = kd_test_count (c.sched_log, "kind=shard-promoted");
+    cr_expect_geq (promotions, 10, "%d promotions for 10 kills of a primary", promotions);
     cr_expect (fabs (acc - ref_acc) <= 0.003, "accuracy %.4f against %.4f unfaulted", acc, ref_acc);
     uint64_t sorted [10];
     memcpy (sorted, rto, sizeof sorted);
@@ -322,10 +327,10 @@ Test (replication, primary_killed_ten_times_loses_nothing)
                 sorted [i] = sorted [j];
                 sorted [j] = t;
             }
-    printf ("FIGURE replica_primary_kill kills=%d lost=%lld replicas_identical=%d/%d rto_ms_median=%llu "
+    printf ("FIGURE replica_primary_kill kills=%d promotions=%d lost=%lld replicas_identical=%d/%d rto_ms_median=%llu "
             "rto_ms_max=%llu accuracy=%.4f unfaulted=%.4f wall_s=%.1f unfaulted_wall_s=%.1f "
             "unfaulted_chain_bytes=%lld unfaulted_gradient_bytes=%lld\n",
-            kills, lost, equal, S_RANGES, (unsigned long long) sorted [kills / 2],
+            kills, promotions, lost, equal, S_RANGES, (unsigned long long) sorted [kills / 2],
             (unsigned long long) sorted [kills - 1], acc, ref_acc, wall, ref_wall,
             s_log_sum (&ref, "chain_bytes="), s_log_sum (&ref, "bytes_in="));
     fflush (stdout);

@@ -184,11 +184,15 @@ expect_clean "$lp" "after a replicated partition"
 # 5. kudus chaos --netns: a seeded schedule of partitions, slowed links
 # and worker kills against a replicated cluster, checked: every row
 # applied once, replicas identical, nothing of the run left behind.
-# Seed 8 draws two partitions of workers, two slowed links and two kills.
+# Seed 16 draws two partitions of workers (7.5 and 6.5 s, cut to about 6.3
+# and 5.2 s by the rule that a fault ends by half the time left), three
+# slowed links and two kills.  Seed 8, used before, cut workers off for 3.4
+# and 3.0 s: a coin toss against the 3 s of liveness, so the check that a
+# worker was declared dead failed now and then.
 before=$(ip netns list | grep -c '^kudus-' || true)
 # A rate of 0 passed through to kudus local is no limit: slow faults are
 # allowed with it (test_chaos checks that a real limit refuses them).
-"$bin/kudus" chaos --netns true --faults partition,slow,worker --seed 8 --seconds 30 --fault-gap 4 \
+"$bin/kudus" chaos --netns true --faults partition,slow,worker --seed 16 --seconds 30 --fault-gap 4 \
     --settle-seconds 10 --base-port "$port" --out "$tmp/chaos" -- --link-rate-mbit 0 \
     > "$tmp/chaos.log" 2>&1 &
 cp=$!
@@ -209,9 +213,31 @@ slows=$(grep -c "(link at [0-9]* kbit/s)" "$tmp/chaos.log" || true)
 [ "$slows" -ge 1 ] || fail "no slowed link fired: $(grep 'fault' "$tmp/chaos.log" | tail -10)"
 [ -n "$shaped" ] || fail "a slowed link fired but no namespace's eth0 was ever shaped"
 ! grep -q "could not fire" "$tmp/chaos.log" || fail "a fault did not fire: $(grep 'could not fire' "$tmp/chaos.log")"
-# The cuts were real: a worker cut off past liveness was declared dead.
-grep -q "kind=worker-dead" "$tmp/chaos/cluster.log" \
-    || fail "no worker was declared dead while cut off: $(grep -c . "$tmp/chaos/cluster.log") lines of log"
+# The cuts were real: a worker cut off past liveness (3 heartbeats of 1 s,
+# kudus local's defaults) was declared dead.  A partition that fired late is
+# cut to half the time left (kd_chaos), so on a loaded machine every worker
+# partition may end before liveness does: then no death is owed, and the
+# check says so instead of failing.
+[ -f "$tmp/chaos/chaos.jsonl" ] || fail "the chaos run wrote no history ($tmp/chaos/chaos.jsonl)"
+longest=$(python3 - "$tmp/chaos/chaos.jsonl" <<'PY'
+import json, sys
+longest = 0
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("ev") == "fault" and r.get("kind") == "partition" and r.get("fired") and str(r.get("target", "")).startswith("worker"):
+        longest = max(longest, int(r.get("duration_ms", 0)))
+print(longest)
+PY
+)
+if [ "${longest:-0}" -ge 4500 ]; then
+    grep -q "kind=worker-dead" "$tmp/chaos/cluster.log" \
+        || fail "no worker was declared dead while cut off for $longest ms: $(grep -c . "$tmp/chaos/cluster.log") lines of log"
+else
+    echo "test_netns: the longest worker partition lasted $longest ms, under liveness: no death owed"
+fi
 python3 - "$tmp/chaos/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
