@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Do the integration suites flake on a busy machine?  Runs them (ctest -L
-# integration) round after round beside `stress-ng --cpu 2`, both at idle
+# Do the suites that start services flake on a busy machine?  Runs them
+# (ctest -L "integration|inproc|python": the spawned services, the
+# in-process ones and the Python clusters) round after round beside
+# `stress-ng --cpu 2`, both at idle
 # priority (SCHED_IDLE) so that other work on the machine keeps the CPU it
 # had, until ROUNDS rounds in a row have passed, and stops at the first
 # failure (issue 35 §5).
@@ -8,12 +10,13 @@
 #   bench/flake-rounds.sh [ROUNDS] [BUILD_DIR] [RESULTS]
 #                         (10, build, docs/results/flake-rounds.jsonl)
 #   CTEST_JOBS: suites at a time (default 4, as make test runs them)
+#   FLAKE_LABELS: the ctest label regex (default "integration|inproc|python")
 #
 # Resumable: every round appends a row to RESULTS (its build, pass or the
 # suites that failed, its time), and a rerun counts the passes in a row at
 # the end of the file and runs only the rounds still missing, so a long
 # proof can be split across sessions.  A failure, or a round of another
-# build, ends the streak; the next run starts a new one.  The build of a round is the commit of the tree
+# build or other labels, ends the streak; the next run starts a new one.  The build of a round is the commit of the tree
 # (with "+dirty" when it has changes) and the checksum of the kudus binary.
 # Exits 0 when the streak is complete, 1 after a failure.
 set -euo pipefail
@@ -23,6 +26,7 @@ build=${2:-$here/build}
 results=${3:-$here/docs/results/flake-rounds.jsonl}
 # As many suites at a time as `make test` runs (its CTEST_FLAGS -j 4).
 jobs=${CTEST_JOBS:-4}
+labels=${FLAKE_LABELS:-integration|inproc|python}
 command -v stress-ng > /dev/null || { echo "flake-rounds.sh: stress-ng is not installed (apt-get install stress-ng)" >&2; exit 2; }
 [ -x "$build/kudus" ] || { echo "flake-rounds.sh: no build in $build (make build first)" >&2; exit 2; }
 touch "$results"
@@ -32,13 +36,15 @@ dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!d
 build_id="$commit$dirty-$(sha256sum "$build/kudus" | cut -c1-8)"
 
 streak () {     # passes in a row of this build at the end of the results
-    python3 - "$results" "$build_id" <<'EOF'
+    python3 - "$results" "$build_id" "$labels" <<'EOF'
 import json, sys
 n = 0
 for line in open(sys.argv[1]):
     if line.strip():
         row = json.loads(line)
-        n = n + 1 if row["pass"] and row["build"] == sys.argv[2] else 0
+        # Rows from before labels were recorded ran "integration" alone.
+        same = row["build"] == sys.argv[2] and row.get("labels", "integration") == sys.argv[3]
+        n = n + 1 if row["pass"] and same else 0
 print(n)
 EOF
 }
@@ -48,20 +54,23 @@ chrt --idle 0 stress-ng --cpu 2 --timeout 0 --quiet &
 stress=$!
 trap 'kill "$stress" 2>/dev/null || true; wait "$stress" 2>/dev/null || true; rm -rf "$log"' EXIT
 passed=$(streak)
-echo "flake-rounds.sh: build $build_id; $passed of $rounds rounds in a row already recorded in $results"
+echo "flake-rounds.sh: build $build_id, suites labelled $labels; $passed of $rounds rounds in a row already recorded in $results"
 while [ "$passed" -lt "$rounds" ]; do
     round=$((passed + 1))
     start=$(date +%s)
     ok=true
-    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L integration -j "$jobs" --output-on-failure > "$log/round.log" 2>&1) || ok=false
+    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L "$labels" -j "$jobs" --output-on-failure > "$log/round.log" 2>&1) || ok=false
     seconds=$(($(date +%s) - start))
     failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "$log/round.log" \
              | awk '{print $3}' | paste -sd, - || true)
-    python3 - "$round" "$ok" "$seconds" "$build_id" "$failed" "$jobs" >> "$results" <<'EOF'
+    # "N tests failed out of M": M, the suites the round ran.
+    tests=$(grep -oE 'tests? failed out of [0-9]+' "$log/round.log" | awk '{print $NF}' | tail -1 || true)
+    python3 - "$round" "$ok" "$seconds" "$build_id" "$failed" "$jobs" "$labels" "${tests:-0}" >> "$results" <<'EOF'
 import json, sys, time
-rnd, ok, seconds, build, failed, jobs = sys.argv[1:7]
+rnd, ok, seconds, build, failed, jobs, labels, tests = sys.argv[1:9]
 print(json.dumps({"round": int(rnd), "pass": ok == "true", "seconds": int(seconds), "build": build,
                   "failed": [f for f in failed.split(",") if f], "stress": "stress-ng --cpu 2", "jobs": int(jobs),
+                  "labels": labels, "tests": int(tests),
                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 EOF
     if [ "$ok" != true ]; then

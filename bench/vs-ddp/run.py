@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kudus (BSP, LSP) against PyTorch DDP over gloo: the CNN of
+"""Kudus (BSP, LSP, auto) against PyTorch DDP over gloo: the CNN of
 examples/torch_cnn.py, 4 workers, one thread each, the same batch, learning
 rate, momentum and seed; equal speeds, then one worker 4x slower (the same
 emulated stretch in both).  Reports time to 0.88 test accuracy (from model
@@ -27,7 +27,7 @@ SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
 
-SYSTEMS = ["ddp", "kudus-bsp", "kudus-lsp"]
+SYSTEMS = ["ddp", "kudus-bsp", "kudus-lsp", "kudus-auto"]
 SPEEDS = {"equal": [1, 1, 1, 1], "straggler": [1, 1, 1, 4]}
 
 
@@ -129,6 +129,9 @@ def main():
             if ((r.get("lr_schedule", "constant"), r.get("schedule_unit", "steps"), r.get("kudus_seed", 42))
                     == (a.lr_schedule, a.schedule_unit, a.kudus_seed)):
                 done.add((r["system"], r["speeds"], r["repeat"]))
+    # Records name the build, so runs of two builds are never mixed up.
+    build = subprocess.run(["git", "-C", SRC, "describe", "--always", "--dirty"], capture_output=True,
+                           text=True).stdout.strip() or "unknown"
     for repeat in range(1, a.repeats + 1):
         # The systems take turns at going first: a run's speed drifts with
         # what ran before it on the same two cores.
@@ -147,7 +150,7 @@ def main():
                 else:
                     snaps, rec = run_kudus(a, system.split("-")[1], SPEEDS[speeds], tmp)
                 hit, final, curve = common.evaluate(snaps, a.target)
-                rec.update(system=system, speeds=speeds, repeat=repeat, lr=a.lr, batch=a.batch,
+                rec.update(system=system, speeds=speeds, repeat=repeat, lr=a.lr, batch=a.batch, build=build,
                            lr_schedule=a.lr_schedule, schedule_unit=a.schedule_unit, kudus_seed=a.kudus_seed,
                            target=a.target, time_to_target=hit, final_accuracy=final,
                            seconds=a.seconds, curve=curve)

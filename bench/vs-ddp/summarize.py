@@ -65,7 +65,7 @@ def main():
     print("|---" * (8 + len(levels)) + "|")
     for speeds in ("equal", "straggler"):
         ddp = {lv: median_time(first_at(r["curve"], lv) for r in rows.get((speeds, "ddp"), [])) for lv in levels}
-        for system in ("ddp", "kudus-bsp", "kudus-lsp"):
+        for system in ("ddp", "kudus-bsp", "kudus-lsp", "kudus-auto"):
             rs = rows.get((speeds, system))
             if not rs:
                 continue
