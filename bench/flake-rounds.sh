@@ -31,8 +31,8 @@ command -v stress-ng > /dev/null || { echo "flake-rounds.sh: stress-ng is not in
 [ -x "$build/kudus" ] || { echo "flake-rounds.sh: no build in $build (make build first)" >&2; exit 2; }
 touch "$results"
 commit=$(git -C "$here" rev-parse --short HEAD)
-# Results recorded since (this file among them) do not make a build dirty.
-dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!docs/results')" ] && echo "+dirty" || true)
+# Documentation edited since (results among it) does not make a build dirty.
+dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!docs' ':!README.md')" ] && echo "+dirty" || true)
 build_id="$commit$dirty-$(sha256sum "$build/kudus" | cut -c1-8)"
 
 streak () {     # passes in a row of this build at the end of the results
@@ -59,9 +59,13 @@ while [ "$passed" -lt "$rounds" ]; do
     round=$((passed + 1))
     start=$(date +%s)
     ok=true
-    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L "$labels" -j "$jobs" --output-on-failure > "$log/round.log" 2>&1) || ok=false
+    # A label regex that matches no test is an error, not a pass.
+    (cd "$build" && chrt --idle 0 nice -n 19 ctest -L "$labels" -j "$jobs" --no-tests=error --output-on-failure \
+         > "$log/round.log" 2>&1) || ok=false
     seconds=$(($(date +%s) - start))
-    failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted)\)' "$log/round.log" \
+    # ctest's list after "The following tests FAILED": "N - name (Failed)",
+    # "(Timeout)", "(SEGFAULT)", "(Not Run)", "(Subprocess killed)"...
+    failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \([A-Za-z ]+\)' "$log/round.log" \
              | awk '{print $3}' | paste -sd, - || true)
     # "N tests failed out of M": M, the suites the round ran.
     tests=$(grep -oE 'tests? failed out of [0-9]+' "$log/round.log" | awk '{print $NF}' | tail -1 || true)

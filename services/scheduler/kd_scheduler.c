@@ -141,6 +141,8 @@ typedef struct {
     uint64_t finish_deadline;   //  ms: give up on the final eval
     char reason [64];           //  why training ended
     uint64_t next_heartbeat;    //  ms
+    uint64_t last_beat;         //  ms: when deaths were last judged
+    uint64_t pauses;            //  intervals skipped: the scheduler had not run
     uint64_t next_status;       //  ms
     int heartbeat_ms;           //  interval
     int status_ms;              //  interval of STATUS to the monitor
@@ -1576,6 +1578,18 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
         s_drop_gradient (self, m->rank, m->orphan_clock);
         self->dropped++;
     }
+    //  A live shard that only says HELLO again (it heard nothing from us
+    //  for its liveness) is the same process with the same state: it keeps
+    //  its place in its chain and is told it again.  Rejoining as the tail
+    //  would demote a primary and overwrite, with its predecessor's state,
+    //  gradients that only it had staged.
+    if (role == KD_MEMBER_SHARD && was_alive && !restarted && s_chain_pos (self, m) >= 0
+    &&  (self->state == S_TRAINING || self->state == S_FINISHING)) {
+        size_t g = s_range_of (self, m->rank);
+        s_send_chain (self, g, (size_t) s_chain_pos (self, m), false);
+        s_maybe_start (self);
+        return;
+    }
     //  A shard that comes back behind the cluster (restored from a
     //  checkpoint, or restarted empty) is brought to the current version.
     if (role == KD_MEMBER_SHARD)
@@ -2014,7 +2028,20 @@ s_on_heartbeat (self_t *self)
 {
     uint64_t now = kd_now_ms ();
     uint64_t limit = (uint64_t) self->heartbeat_ms * (uint64_t) self->liveness;
-    zlistx_t *dead = kd_members_silent (self->members, now, limit);
+    //  When this loop itself did not run for over two intervals (a starved
+    //  or stopped scheduler), the members' messages of that time wait
+    //  unread in the socket: their silence is ours.  Judging them now
+    //  declared every member dead at once, and each range lost every
+    //  replica (test_replication under load).  Deaths wait one interval,
+    //  by which the queue is read.
+    bool paused = self->last_beat && now - self->last_beat > 2 * (uint64_t) self->heartbeat_ms;
+    if (paused) {
+        self->pauses++;
+        kd_warn ("no turn for %llu ms (starved or stopped): deaths are judged at the next interval",
+                 (unsigned long long) (now - self->last_beat));
+    }
+    self->last_beat = now;
+    zlistx_t *dead = paused ? zlistx_new () : kd_members_silent (self->members, now, limit);
     kd_member_t *m;
     for (m = kd_members_first (self->members); m; m = kd_members_next (self->members))
         if (m->alive && now - m->last_seen <= limit) {
