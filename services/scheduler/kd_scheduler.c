@@ -1256,6 +1256,9 @@ s_write_summary (self_t *self)
         fputc ('}', f);
     }
     fputs ("],\n", f);
+    //  Heartbeat ticks that came over two intervals late: the scheduler
+    //  itself was starved or stopped (members were credited the delay).
+    fprintf (f, "  \"scheduler_pauses\": %llu,\n", (unsigned long long) self->pauses);
     kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
     uint64_t done = sampler ? kd_sampler_epochs_completed (sampler) : 0;
     fprintf (f, "  \"epochs_completed\": %llu,\n  \"epoch_row_share\": [", (unsigned long long) done);
@@ -1594,7 +1597,10 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
     //  checkpoint, or restarted empty) is brought to the current version.
     if (role == KD_MEMBER_SHARD)
         s_chain_join (self, m);
-    if (role == KD_MEMBER_SHARD && self->state == S_TRAINING && s_primary (self, s_range_of (self, m->rank)) == m)
+    //  Not a live one that only said HELLO again: its COMMITs are queued
+    //  in order, and the version its HELLO carried is already behind them.
+    if (role == KD_MEMBER_SHARD && self->state == S_TRAINING && !(was_alive && !restarted)
+    &&  s_primary (self, s_range_of (self, m->rank)) == m)
         s_resync_shard (self, m);
     if (self->state == S_TRAINING && role != KD_MEMBER_SHARD) {
         s_send_start (self, m);
@@ -2028,20 +2034,28 @@ s_on_heartbeat (self_t *self)
 {
     uint64_t now = kd_now_ms ();
     uint64_t limit = (uint64_t) self->heartbeat_ms * (uint64_t) self->liveness;
-    //  When this loop itself did not run for over two intervals (a starved
-    //  or stopped scheduler), the members' messages of that time wait
-    //  unread in the socket: their silence is ours.  Judging them now
-    //  declared every member dead at once, and each range lost every
-    //  replica (test_replication under load).  Deaths wait one interval,
-    //  by which the queue is read.
-    bool paused = self->last_beat && now - self->last_beat > 2 * (uint64_t) self->heartbeat_ms;
-    if (paused) {
-        self->pauses++;
-        kd_warn ("no turn for %llu ms (starved or stopped): deaths are judged at the next interval",
-                 (unsigned long long) (now - self->last_beat));
-    }
+    //  Silence counts only time this loop ran.  When it ran late (a starved
+    //  or stopped scheduler), the members' messages of the delay wait unread
+    //  in the socket: that silence is ours, so each live member is credited
+    //  the delay beyond one interval.  Judging it declared every member dead
+    //  at once, and each range lost every replica (test_replication under
+    //  load).  A member that really died still goes silent by one interval
+    //  a tick, however late the ticks, and is judged within `liveness` of
+    //  them.
+    uint64_t gap = self->last_beat ? now - self->last_beat : 0;
     self->last_beat = now;
-    zlistx_t *dead = paused ? zlistx_new () : kd_members_silent (self->members, now, limit);
+    if (gap > (uint64_t) self->heartbeat_ms) {
+        uint64_t credit = gap - (uint64_t) self->heartbeat_ms;
+        for (kd_member_t *m = kd_members_first (self->members); m; m = kd_members_next (self->members))
+            if (m->alive)
+                m->last_seen += credit < now - m->last_seen ? credit : now - m->last_seen;
+        if (credit > (uint64_t) self->heartbeat_ms) {
+            self->pauses++;
+            kd_warn ("no turn for %llu ms (starved or stopped): members are credited %llu ms of silence",
+                     (unsigned long long) gap, (unsigned long long) credit);
+        }
+    }
+    zlistx_t *dead = kd_members_silent (self->members, now, limit);
     kd_member_t *m;
     for (m = kd_members_first (self->members); m; m = kd_members_next (self->members))
         if (m->alive && now - m->last_seen <= limit) {

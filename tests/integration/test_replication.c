@@ -465,14 +465,26 @@ Test (replication, a_stopped_scheduler_declares_no_one_dead)
     int64_t before = kd_test_shard_version (c.shard [p], 1000);
     cr_assert (s_wait_above (c.shard [p], before + 5, 20000) >= 0, "training did not start");
     //  Stopped for 2 s, three times the 0.6 s liveness: every member finds
-    //  it silent and registers again.
+    //  it silent and registers again.  One backup really dies meanwhile:
+    //  its death must still be seen, within the liveness once the
+    //  scheduler runs again.
+    int b = s_partner_of (&c, p);
+    cr_assert (b >= 0);
     kill (c.sched_pid, SIGSTOP);
-    usleep (2000000);
+    usleep (1000000);
+    kill (c.shard_pid [b], SIGKILL);
+    waitpid (c.shard_pid [b], NULL, 0);
+    usleep (1000000);
     kill (c.sched_pid, SIGCONT);
     uint64_t t0 = kd_now_ms ();
-    while (kd_test_count (c.sched_log, "no turn for") == 0 && kd_now_ms () - t0 < 10000)
+    char dead [64];
+    snprintf (dead, sizeof dead, "kind=shard-dead name=shard-%d ", b);
+    while (kd_test_count (c.sched_log, dead) == 0 && kd_now_ms () - t0 < 20000)
         usleep (20000);
+    uint64_t seen_ms = kd_now_ms () - t0;
     cr_expect_geq (kd_test_count (c.sched_log, "no turn for"), 1, "the scheduler did not see its own pause");
+    cr_assert_eq (kd_test_count (c.sched_log, dead), 1, "the backup killed during the pause was never declared dead");
+    s_start_shard (&c, b);
     int hellos = 0;
     for (int i = 0; i < S_SHARDS; i++)
         hellos += kd_test_count (c.shard_log [i], "registering again");
@@ -482,17 +494,20 @@ Test (replication, a_stopped_scheduler_declares_no_one_dead)
     long long lost = 0;
     int equal = s_replicas_equal (&c, &lost);
     int deaths = kd_test_count (c.sched_log, "kind=shard-dead");
+    int worker_deaths = kd_test_count (c.sched_log, "kind=worker-dead");
     int promotions = kd_test_count (c.sched_log, "kind=shard-promoted");
     int ranges_lost = kd_test_count (c.sched_log, "kind=range-lost");
-    if (equal != S_RANGES || lost || deaths || promotions || ranges_lost)
+    if (equal != S_RANGES || lost || deaths != 1 || worker_deaths || promotions || ranges_lost)
         s_dump_all (&c);
     cr_expect_eq (equal, S_RANGES);
     cr_expect_eq (lost, 0, "%lld updates lost", lost);
-    cr_expect_eq (deaths, 0, "%d shards declared dead for the scheduler's own pause", deaths);
+    cr_expect_eq (deaths, 1, "%d shards declared dead, 1 killed", deaths);
+    cr_expect_eq (worker_deaths, 0, "%d workers declared dead for the scheduler's own pause", worker_deaths);
     cr_expect_eq (promotions, 0, "%d promotions for the scheduler's own pause", promotions);
     cr_expect_eq (ranges_lost, 0);
-    printf ("FIGURE replica_scheduler_pause stopped_ms=2000 shard_hellos=%d deaths=%d promotions=%d lost=%lld\n",
-            hellos, deaths, promotions, lost);
+    printf ("FIGURE replica_scheduler_pause stopped_ms=2000 shard_hellos=%d deaths=%d (1 killed, seen %llu ms after "
+            "the pause) worker_deaths=%d promotions=%d lost=%lld\n", hellos, deaths, (unsigned long long) seen_ms,
+            worker_deaths, promotions, lost);
     fflush (stdout);
     free (summary);
     s_cluster_stop (&c);
