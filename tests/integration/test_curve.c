@@ -357,7 +357,13 @@ Test (curve, unauthenticated_clients_get_nothing_through)
     pids [0] = kd_test_spawn (a_sched, logs [0]);
     pids [1] = kd_test_spawn (a_shard, logs [1]);
     pids [2] = kd_test_spawn (a_mon, logs [2]);
-    usleep (2000 * 1000);
+    //  Until both have registered over CURVE; on a busy machine that took
+    //  longer than the 2 s this test once slept (a flake round).
+    uint64_t t0 = kd_now_ms ();
+    while (kd_now_ms () - t0 < 30000
+       && (kd_test_count (logs [1], "registered") + kd_test_count (logs [0], "join shard") == 0
+           || kd_test_count (logs [0], "join monitor") == 0))
+        usleep (50 * 1000);
     const char *endpoints [] = { sched, shard, intake };
     const int ports [] = { s_port, s_port + 100, s_port + 1, s_port + 2 };
     bool ok = true;
@@ -457,8 +463,10 @@ Test (curve, unauthenticated_clients_get_nothing_through)
         cr_expect (got_reply && got_error, "%s did not answer the authorized client", names [e]);
         zsock_destroy (&sock);
     }
-    usleep (300 * 1000);
-    int logged = kd_test_count (logs [0], "curve-authorized") + kd_test_count (logs [0], "error peer=")
+    //  The services log each of those messages as they handle them.
+    int logged = 0;
+    for (uint64_t t1 = kd_now_ms (); logged < 4 && kd_now_ms () - t1 < 10000; usleep (50 * 1000))
+        logged = kd_test_count (logs [0], "curve-authorized") + kd_test_count (logs [0], "error peer=")
                + kd_test_count (logs [1], "error peer=") + kd_test_count (logs [2], "error code=");
     cr_expect (logged >= 4, "the services logged %d of the authorized client's messages", logged);
     fprintf (stderr, "curve: authorized client answered %d of %d, stream messages received %d\n",
@@ -741,7 +749,12 @@ Test (curve, each_key_acts_only_in_its_role)
     pids [0] = kd_test_spawn (a_sched, log);
     pids [1] = kd_test_spawn (a_shard, log);
     pids [2] = kd_test_spawn (a_mon, log);
-    usleep (2000 * 1000);
+    //  Until the shard and the monitor have registered with their keys
+    //  (a fixed 2 s was too short on a busy machine).
+    uint64_t t0 = kd_now_ms ();
+    while (kd_now_ms () - t0 < 30000
+       && (kd_test_count (log, "join shard") == 0 || kd_test_count (log, "join monitor") == 0))
+        usleep (50 * 1000);
     char err [512];
     const char *roles [] = { "worker", "shard", "monitor", "observer", "evaluator" };
     kd_curve_t *key [5];
