@@ -281,6 +281,18 @@ kd_test_count (const char *path, const char *needle)
     return n;
 }
 
+int
+kd_test_wait_count (const char *path, const char *needle, int at_least, int timeout_ms)
+{
+    uint64_t t0 = kd_now_ms ();
+    int n = kd_test_count (path, needle);
+    while (n < at_least && kd_now_ms () - t0 < (uint64_t) timeout_ms) {
+        usleep (20 * 1000);
+        n = kd_test_count (path, needle);
+    }
+    return n;
+}
+
 void
 kd_test_log_word (const char *path, const char *needle, const char *key, char *out, size_t size)
 {

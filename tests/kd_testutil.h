@@ -69,6 +69,11 @@ void
 int
     kd_test_count (const char *path, const char *needle);
 
+//  Wait until needle occurs at least at_least times in the file at path,
+//  timeout_ms at most; returns the count it last saw.
+int
+    kd_test_wait_count (const char *path, const char *needle, int at_least, int timeout_ms);
+
 //  What the last line of a log holding needle says after key (e.g.
 //  "version="), as text up to the next space, into out (empty when absent).
 void

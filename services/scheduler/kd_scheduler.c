@@ -141,8 +141,8 @@ typedef struct {
     uint64_t finish_deadline;   //  ms: give up on the final eval
     char reason [64];           //  why training ended
     uint64_t next_heartbeat;    //  ms
-    uint64_t last_beat;         //  ms: when deaths were last judged
-    uint64_t pauses;            //  intervals skipped: the scheduler had not run
+    uint64_t last_beat;         //  ms: the last heartbeat tick
+    uint64_t pauses;            //  ticks over two intervals late (starved, stopped)
     uint64_t next_status;       //  ms
     int heartbeat_ms;           //  interval
     int status_ms;              //  interval of STATUS to the monitor
@@ -1586,10 +1586,10 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
     //  its place in its chain and is told it again.  Rejoining as the tail
     //  would demote a primary and overwrite, with its predecessor's state,
     //  gradients that only it had staged.
-    if (role == KD_MEMBER_SHARD && was_alive && !restarted && s_chain_pos (self, m) >= 0
-    &&  (self->state == S_TRAINING || self->state == S_FINISHING)) {
-        size_t g = s_range_of (self, m->rank);
-        s_send_chain (self, g, (size_t) s_chain_pos (self, m), false);
+    bool same_process = was_alive && !restarted;
+    int pos = role == KD_MEMBER_SHARD ? s_chain_pos (self, m) : -1;
+    if (same_process && pos >= 0 && (self->state == S_TRAINING || self->state == S_FINISHING)) {
+        s_send_chain (self, s_range_of (self, m->rank), (size_t) pos, false);
         s_maybe_start (self);
         return;
     }
@@ -1599,7 +1599,7 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
         s_chain_join (self, m);
     //  Not a live one that only said HELLO again: its COMMITs are queued
     //  in order, and the version its HELLO carried is already behind them.
-    if (role == KD_MEMBER_SHARD && self->state == S_TRAINING && !(was_alive && !restarted)
+    if (role == KD_MEMBER_SHARD && self->state == S_TRAINING && !same_process
     &&  s_primary (self, s_range_of (self, m->rank)) == m)
         s_resync_shard (self, m);
     if (self->state == S_TRAINING && role != KD_MEMBER_SHARD) {

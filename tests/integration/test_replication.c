@@ -239,6 +239,17 @@ s_wait_whole (s_cluster_t *c, int timeout_ms)
     return false;
 }
 
+//  Start the cluster and wait until it is placed (the logs printed if not).
+static void
+s_cluster_placed (s_cluster_t *c)
+{
+    s_cluster_start (c);
+    bool placed = s_wait_chains (c, 30000);
+    if (!placed)
+        s_dump_all (c);
+    cr_assert (placed, "the backups never received their state");
+}
+
 //  Wait for the scheduler to end the run; its summary (caller frees).
 static char *
 s_wait_end (s_cluster_t *c, int timeout_ms)
@@ -317,11 +328,7 @@ Test (replication, primary_killed_ten_times_loses_nothing)
     //  range, and restarted each time (it comes back as a backup).
     s_cluster_t c;
     s_cluster_init (&c, "kill", 20, "2");
-    s_cluster_start (&c);
-    bool placed = s_wait_chains (&c, 30000);
-    if (!placed)
-        s_dump_all (&c);
-    cr_assert (placed, "the backups never received their state");
+    s_cluster_placed (&c);
     const char *los [S_RANGES] = { "0", "3925" };
     uint64_t rto [10];
     int kills = 0;
@@ -338,11 +345,9 @@ Test (replication, primary_killed_ten_times_loses_nothing)
             snprintf (dead, sizeof dead, "kind=shard-dead name=shard-%d ", bp);
             int deaths = kd_test_count (c.sched_log, dead);
             kill (c.shard_pid [bp], SIGSTOP);
-            uint64_t t0 = kd_now_ms ();
-            while (kd_test_count (c.sched_log, dead) == deaths && kd_now_ms () - t0 < 10000)
-                usleep (20000);
+            int now_dead = kd_test_wait_count (c.sched_log, dead, deaths + 1, 10000);
             kill (c.shard_pid [bp], SIGCONT);
-            cr_assert (kd_test_count (c.sched_log, dead) > deaths,
+            cr_assert (now_dead > deaths,
                        "the stopped backup shard-%d was never declared dead", bp);
         }
         bool whole = s_wait_whole (&c, 30000);
@@ -418,8 +423,7 @@ Test (replication, backup_killed_catches_up)
 {
     s_cluster_t c;
     s_cluster_init (&c, "backup", 40, "1");
-    s_cluster_start (&c);
-    cr_assert (s_wait_chains (&c, 30000), "the backups never received their state");
+    s_cluster_placed (&c);
     int p = s_primary_of (&c, "0");
     int b = p >= 0 ? s_partner_of (&c, p) : -1;
     cr_assert (p >= 0 && b >= 0);
@@ -458,8 +462,7 @@ Test (replication, a_stopped_scheduler_declares_no_one_dead)
 {
     s_cluster_t c;
     s_cluster_init (&c, "pause", 80, "1");
-    s_cluster_start (&c);
-    cr_assert (s_wait_chains (&c, 30000), "the backups never received their state");
+    s_cluster_placed (&c);
     int p = s_primary_of (&c, "0");
     cr_assert (p >= 0);
     int64_t before = kd_test_shard_version (c.shard [p], 1000);
@@ -479,8 +482,7 @@ Test (replication, a_stopped_scheduler_declares_no_one_dead)
     uint64_t t0 = kd_now_ms ();
     char dead [64];
     snprintf (dead, sizeof dead, "kind=shard-dead name=shard-%d ", b);
-    while (kd_test_count (c.sched_log, dead) == 0 && kd_now_ms () - t0 < 20000)
-        usleep (20000);
+    kd_test_wait_count (c.sched_log, dead, 1, 20000);
     uint64_t seen_ms = kd_now_ms () - t0;
     cr_expect_geq (kd_test_count (c.sched_log, "no turn for"), 1, "the scheduler did not see its own pause");
     cr_assert_eq (kd_test_count (c.sched_log, dead), 1, "the backup killed during the pause was never declared dead");
@@ -518,8 +520,7 @@ Test (replication, both_replicas_killed_restores_the_checkpoint)
     s_cluster_t c;
     s_cluster_init (&c, "both", 60, "1");
     c.checkpoints = true;
-    s_cluster_start (&c);
-    cr_assert (s_wait_chains (&c, 30000), "the backups never received their state");
+    s_cluster_placed (&c);
     int p = s_primary_of (&c, "0");
     int b = p >= 0 ? s_partner_of (&c, p) : -1;
     cr_assert (p >= 0 && b >= 0);
