@@ -1526,14 +1526,17 @@ s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *r
         m->alive = false;
     }
     kd_members_bind (self->members, m, self->via, id);
-    //  An ARRIVE held for STAGED belongs to the iteration this HELLO ends,
-    //  and so do the STAGED counted so far.  A new incarnation (a new
-    //  process, or one declared dead) gets a new registration number,
-    //  which keeps out a STAGED of the last one still on its way; a live
-    //  worker that only says HELLO again (a silent scheduler) keeps its
-    //  number, so that the pushes it has in flight still count.
-    kd_msg_destroy (&m->held_arrive);
-    memset (m->staged, 0, sizeof m->staged);
+    //  A new incarnation (a new process, or one declared dead) ends the
+    //  iteration it was in: an ARRIVE held for STAGED and the STAGED
+    //  counted so far go, and a new registration number keeps out a STAGED
+    //  of the last one still on its way.  A live worker that only says
+    //  HELLO again (it heard nothing from a busy scheduler) still waits for
+    //  the RELEASE of that ARRIVE: it keeps both, and its number, or BSP
+    //  would stall until its request deadline sent the ARRIVE again.
+    if (restarted || !m->alive) {
+        kd_msg_destroy (&m->held_arrive);
+        memset (m->staged, 0, sizeof m->staged);
+    }
     if (role == KD_MEMBER_WORKER && (restarted || !m->alive || !m->reg))
         m->reg = self->session + ++self->registrations;
     bool was_alive = m->alive;

@@ -261,6 +261,29 @@ Test (staged_arrivals, an_arrival_counts_once_every_range_staged_it)
     s_expect_commit (&f, false);
     s_take_release (&f, s_expect (f.worker, KD_MSG_RELEASE, S_WAIT_MS));
 
+    //  A live worker says HELLO again while its ARRIVE is held (it heard
+    //  nothing from a busy scheduler for its liveness) and goes on waiting
+    //  for that RELEASE: the ARRIVE, the STAGED counted so far and its
+    //  registration stay, and the last STAGED releases it.  Dropped, BSP
+    //  would wait for the worker's request deadline (a flake round's stall).
+    s_arrive (&f, true, false);
+    s_staged (f.shard [0], f.rank, f.clock, f.reg, false, false);
+    hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "worker");
+    kd_msg_set_str (hello, KD_F_NAME, "fake-worker");
+    kd_msg_set_uint (hello, KD_F_SAMPLES, S_ROWS);
+    kd_msg_send (&hello, f.worker);
+    welcome = s_expect (f.worker, KD_MSG_WELCOME, S_WAIT_MS);
+    cr_assert (welcome, "the second HELLO was not welcomed");
+    cr_expect_eq (kd_msg_uint (welcome, KD_F_RANK), f.rank, "a live worker keeps its rank");
+    cr_expect_eq (kd_msg_uint (welcome, KD_F_REG), f.reg, "a live worker keeps its registration");
+    kd_msg_destroy (&welcome);
+    s_probe (f.worker);
+    s_expect_held (&f, "after the second HELLO, with one range of two staged");
+    s_staged (f.shard [1], f.rank, f.clock, f.reg, false, true);
+    s_expect_commit (&f, false);
+    s_take_release (&f, s_expect (f.worker, KD_MSG_RELEASE, S_WAIT_MS));
+
     //  STAGED is for shards.
     kd_msg_t *staged = kd_msg_new (KD_MSG_STAGED);
     kd_msg_set_uint (staged, KD_F_RANK, f.rank);
