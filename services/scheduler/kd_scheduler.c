@@ -1577,19 +1577,21 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
     //  Evaluators welcomed before the monitor came learn where it is.
     if (role == KD_MEMBER_MONITOR && self->n_params > 0)
         s_each_evaluator (self, s_send_welcome);
+    //  A member that only says HELLO again (it heard nothing from us for
+    //  its liveness) is the same process with the same state.
+    bool same_process = was_alive && !restarted;
     //  A worker that was declared dead while computing may have pushed that
     //  gradient after its death was handled (a SIGSTOP, a partition): drop
-    //  it again now, after the push, so no shard keeps it for ever.
-    if (role == KD_MEMBER_WORKER && m->orphan && self->state == S_TRAINING) {
+    //  it again now, after the push, so no shard keeps it for ever.  Not on
+    //  a live worker's second HELLO: readmitted, it may compute that very
+    //  clock again, and the drop would take its new push.
+    if (role == KD_MEMBER_WORKER && m->orphan && !same_process && self->state == S_TRAINING) {
         s_drop_gradient (self, m->rank, m->orphan_clock);
         self->dropped++;
     }
-    //  A live shard that only says HELLO again (it heard nothing from us
-    //  for its liveness) is the same process with the same state: it keeps
-    //  its place in its chain and is told it again.  Rejoining as the tail
-    //  would demote a primary and overwrite, with its predecessor's state,
-    //  gradients that only it had staged.
-    bool same_process = was_alive && !restarted;
+    //  A live shard keeps its place in its chain and is told it again.
+    //  Rejoining as the tail would demote a primary and overwrite, with its
+    //  predecessor's state, gradients that only it had staged.
     int pos = role == KD_MEMBER_SHARD ? s_chain_pos (self, m) : -1;
     if (same_process && pos >= 0 && (self->state == S_TRAINING || self->state == S_FINISHING)) {
         s_send_chain (self, s_range_of (self, m->rank), (size_t) pos, false);
@@ -1826,6 +1828,10 @@ s_on_arrive_any (self_t *self, kd_member_t *m, kd_msg_t *msg)
     uint64_t clock = kd_msg_uint (msg, KD_F_CLOCK);
     if (!self->short_path || !kd_msg_uint (msg, KD_F_STAGED) || kd_msg_uint (msg, KD_F_REFUSED)
     ||  (m->has_arrived && clock == m->arrive_clock)) {
+        //  Counted now: an ARRIVE of that clock still held would only count
+        //  it again when its STAGED complete.
+        if (m->held_arrive && kd_msg_uint (m->held_arrive, KD_F_CLOCK) == clock)
+            kd_msg_destroy (&m->held_arrive);
         s_on_arrive (self, m, msg);
         return;
     }

@@ -174,6 +174,45 @@ s_expect_held (s_fake_t *f, const char *why)
     kd_msg_destroy (&release);
 }
 
+//  HELLO from the fake worker; its WELCOME's rank and registration.
+static void
+s_worker_hello (s_fake_t *f)
+{
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "worker");
+    kd_msg_set_str (hello, KD_F_NAME, "fake-worker");
+    kd_msg_set_uint (hello, KD_F_SAMPLES, S_ROWS);
+    kd_msg_send (&hello, f->worker);
+    kd_msg_t *welcome = s_expect (f->worker, KD_MSG_WELCOME, S_WAIT_MS);
+    cr_assert (welcome, "the worker's HELLO was not welcomed");
+    cr_expect_eq (kd_msg_uint (welcome, KD_F_STAGED), 1, "WELCOME says the short path");
+    f->rank = kd_msg_uint (welcome, KD_F_RANK);
+    f->reg = kd_msg_uint (welcome, KD_F_REG);
+    kd_msg_destroy (&welcome);
+}
+
+//  A live worker says HELLO again while its ARRIVE is held (it heard
+//  nothing from a busy scheduler for its liveness) and goes on waiting for
+//  that RELEASE: the ARRIVE, the STAGED counted so far and its
+//  registration stay, nothing is dropped, and the last STAGED releases it.
+//  Lost, BSP would wait for the worker's request deadline (a flake round's
+//  stall).
+static void
+s_held_across_hello (s_fake_t *f)
+{
+    s_arrive (f, true, false);
+    s_staged (f->shard [0], f->rank, f->clock, f->reg, false, false);
+    uint64_t rank = f->rank, reg = f->reg;
+    s_worker_hello (f);
+    cr_expect_eq (f->rank, rank, "a live worker keeps its rank");
+    cr_expect_eq (f->reg, reg, "a live worker keeps its registration");
+    s_probe (f->worker);
+    s_expect_held (f, "after the second HELLO, with one range of two staged");
+    s_staged (f->shard [1], f->rank, f->clock, f->reg, false, true);
+    s_expect_commit (f, false);
+    s_take_release (f, s_expect (f->worker, KD_MSG_RELEASE, S_WAIT_MS));
+}
+
 Test (staged_arrivals, an_arrival_counts_once_every_range_staged_it)
 {
     char bind [64];
@@ -203,18 +242,8 @@ Test (staged_arrivals, an_arrival_counts_once_every_range_staged_it)
         kd_msg_destroy (&welcome);
     }
     f.worker = kd_test_dealer (bind);
-    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
-    kd_msg_set_str (hello, KD_F_ROLE, "worker");
-    kd_msg_set_str (hello, KD_F_NAME, "fake-worker");
-    kd_msg_set_uint (hello, KD_F_SAMPLES, S_ROWS);
-    kd_msg_send (&hello, f.worker);
-    kd_msg_t *welcome = s_expect (f.worker, KD_MSG_WELCOME, S_WAIT_MS);
-    cr_assert (welcome);
-    cr_expect_eq (kd_msg_uint (welcome, KD_F_STAGED), 1);
-    f.rank = kd_msg_uint (welcome, KD_F_RANK);
-    f.reg = kd_msg_uint (welcome, KD_F_REG);
+    s_worker_hello (&f);
     cr_expect_neq (f.reg, 0, "a worker's WELCOME on the short path carries its registration");
-    kd_msg_destroy (&welcome);
     s_take_release (&f, s_expect (f.worker, KD_MSG_RELEASE, S_WAIT_MS));
     cr_assert_gt (f.rows, 0, "the RELEASE carries a lease");
 
@@ -261,28 +290,23 @@ Test (staged_arrivals, an_arrival_counts_once_every_range_staged_it)
     s_expect_commit (&f, false);
     s_take_release (&f, s_expect (f.worker, KD_MSG_RELEASE, S_WAIT_MS));
 
-    //  A live worker says HELLO again while its ARRIVE is held (it heard
-    //  nothing from a busy scheduler for its liveness) and goes on waiting
-    //  for that RELEASE: the ARRIVE, the STAGED counted so far and its
-    //  registration stay, and the last STAGED releases it.  Dropped, BSP
-    //  would wait for the worker's request deadline (a flake round's stall).
-    s_arrive (&f, true, false);
-    s_staged (f.shard [0], f.rank, f.clock, f.reg, false, false);
-    hello = kd_msg_new (KD_MSG_HELLO);
-    kd_msg_set_str (hello, KD_F_ROLE, "worker");
-    kd_msg_set_str (hello, KD_F_NAME, "fake-worker");
-    kd_msg_set_uint (hello, KD_F_SAMPLES, S_ROWS);
-    kd_msg_send (&hello, f.worker);
-    welcome = s_expect (f.worker, KD_MSG_WELCOME, S_WAIT_MS);
-    cr_assert (welcome, "the second HELLO was not welcomed");
-    cr_expect_eq (kd_msg_uint (welcome, KD_F_RANK), f.rank, "a live worker keeps its rank");
-    cr_expect_eq (kd_msg_uint (welcome, KD_F_REG), f.reg, "a live worker keeps its registration");
-    kd_msg_destroy (&welcome);
-    s_probe (f.worker);
-    s_expect_held (&f, "after the second HELLO, with one range of two staged");
-    s_staged (f.shard [1], f.rank, f.clock, f.reg, false, true);
-    s_expect_commit (&f, false);
+    //  A live worker's second HELLO while its ARRIVE is held.
+    s_held_across_hello (&f);
+
+    //  The same after a LEAVE while computing, which orphans the clock:
+    //  the worker registers again (the orphan is dropped again then) and,
+    //  the only one, is readmitted at that clock.  Its second HELLO must
+    //  not drop the orphan once more: that would take its new push of the
+    //  very clock it computes.
+    kd_msg_t *leave = kd_msg_new (KD_MSG_LEAVE);
+    kd_msg_send (&leave, f.worker);
+    s_expect_commit (&f, true);
+    uint64_t reg_before = f.reg;
+    s_worker_hello (&f);
+    cr_expect_neq (f.reg, reg_before, "a worker that left gets a new registration");
+    s_expect_commit (&f, true);
     s_take_release (&f, s_expect (f.worker, KD_MSG_RELEASE, S_WAIT_MS));
+    s_held_across_hello (&f);
 
     //  STAGED is for shards.
     kd_msg_t *staged = kd_msg_new (KD_MSG_STAGED);
