@@ -2051,7 +2051,7 @@ s_on_heartbeat (self_t *self)
     //  load).  A member that really died still goes silent by one interval
     //  a tick, however late the ticks, and is judged within `liveness` of
     //  them.
-    uint64_t gap = self->last_beat ? now - self->last_beat : 0;
+    uint64_t gap = now - self->last_beat;
     self->last_beat = now;
     if (gap > (uint64_t) self->heartbeat_ms) {
         uint64_t credit = gap - (uint64_t) self->heartbeat_ms;
@@ -2414,6 +2414,10 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
 
     uint64_t now = kd_now_ms ();
     self->status_ms = (int) kd_config_int (config, "status-ms");
+    //  The first tick is judged late against this too: a scheduler starved
+    //  right after it bound declared members dead that had registered and
+    //  then only waited in its socket (a flake round).
+    self->last_beat = now;
     self->next_heartbeat = now + (uint64_t) self->heartbeat_ms;
     self->next_status = now + (uint64_t) self->status_ms;
     self->server = kd_server_new (KD_SVC_SCHEDULER, self->router, self->guard, self);
