@@ -537,9 +537,20 @@ Test (recovery, restarted_scheduler_resumes_from_the_shards)
     int64_t again1 = kd_test_log_value (c.sched_log, "worker name=worker-1", "rank=");
     cr_expect_eq (again0, rank0, "worker-0 had rank %lld, now %lld", (long long) rank0, (long long) again0);
     cr_expect_eq (again1, rank1, "worker-1 had rank %lld, now %lld", (long long) rank1, (long long) again1);
-    cr_expect_eq (kd_test_count (c.sched_log, "join worker"), 2, "one registration per worker");
+    //  "rejoin worker" is a live worker's second HELLO (a silent scheduler
+    //  under load), not a second registration.
+    cr_expect_eq (kd_test_count (c.sched_log, "scheduler: join worker"), 2, "one registration per worker");
     //  Both shards must still agree on the version: none was left behind.
-    int64_t s0 = s_probe (c.shard [0], 1000, NULL, NULL), s1 = s_probe (c.shard [1], 1000, NULL, NULL);
+    //  Training goes on between the two probes, so a starved test may see
+    //  them apart for a moment: asked again until they agree or time runs out.
+    int64_t s0 = -1, s1 = -1;
+    for (uint64_t t0 = kd_now_ms (); kd_now_ms () - t0 < 20000; ) {
+        s0 = s_probe (c.shard [0], 3000, NULL, NULL);
+        s1 = s_probe (c.shard [1], 3000, NULL, NULL);
+        if (s0 >= 0 && s1 >= 0 && s0 - s1 <= 2 && s1 - s0 <= 2)
+            break;
+        usleep (100000);
+    }
     cr_expect (s0 >= 0 && s1 >= 0 && (s0 - s1 <= 2 && s1 - s0 <= 2), "shards diverged: %lld vs %lld",
                (long long) s0, (long long) s1);
     printf ("FIGURE scheduler_restart version_at_kill=%lld resumed_from=%lld training_again_after_ms=%llu "

@@ -53,9 +53,11 @@ Test (short_path, a_chaos_run_on_the_short_path_loses_nothing, .timeout = 240)
     snprintf (log, sizeof log, "%s/chaos.out", s_dir);
     snprintf (report, sizeof report, "%s/report.json", out);
     //  Kills only, every 5 s on average: seed 4 draws two primaries, two
-    //  backups and two workers in 30 s.
+    //  backups and two workers in 30 s.  20 s of settling leave a loaded
+    //  machine time to restart and resync before the last kill's deadline
+    //  and to commit after it.
     const char *argv [] = { "kudus", "chaos", "--seed", "4", "--seconds", "30", "--fault-gap", "5",
-                            "--faults", "primary,backup,worker", "--settle-seconds", "10",
+                            "--faults", "primary,backup,worker", "--settle-seconds", "20",
                             "--base-port", port, "--out", out, "--", "--phase-path", "short", NULL };
     int status = 0;
     char *text = kd_test_run_report (argv, log, report, 200000, &status);
