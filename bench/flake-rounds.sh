@@ -17,7 +17,8 @@
 # the end of the file and runs only the rounds still missing, so a long
 # proof can be split across sessions.  A failure, or a round of another
 # build or other labels, ends the streak; the next run starts a new one.  The build of a round is the commit of the tree
-# (with "+dirty" when it has changes) and the checksum of the kudus binary.
+# (the last one that changed more than docs/ and README.md, with "+dirty" when the
+# tree has such changes) and the checksum of the kudus binary.
 # Exits 0 when the streak is complete, 1 after a failure.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,9 @@ labels=${FLAKE_LABELS:-integration|inproc|python}
 command -v stress-ng > /dev/null || { echo "flake-rounds.sh: stress-ng is not installed (apt-get install stress-ng)" >&2; exit 2; }
 [ -x "$build/kudus" ] || { echo "flake-rounds.sh: no build in $build (make build first)" >&2; exit 2; }
 touch "$results"
-commit=$(git -C "$here" rev-parse --short HEAD)
+# The last commit that changed more than documentation: committing the
+# rounds' own results (docs/) between sessions does not start a new streak.
+commit=$(git -C "$here" log -1 --format=%h -- . ':!docs' ':!README.md')
 # Documentation edited since (results among it) does not make a build dirty.
 dirty=$([ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!docs' ':!README.md')" ] && echo "+dirty" || true)
 build_id="$commit$dirty-$(sha256sum "$build/kudus" | cut -c1-8)"

