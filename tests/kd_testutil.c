@@ -270,6 +270,24 @@ kd_test_dump (const char *path)
     }
 }
 
+void
+kd_test_dump_lines (const char *path, const char *const *needles)
+{
+    char *text = kd_test_slurp (path);
+    fprintf (stderr, "----- %s: lines with", path);
+    for (size_t i = 0; needles [i]; i++)
+        fprintf (stderr, " \"%s\"", needles [i]);
+    fprintf (stderr, " -----\n");
+    for (char *line = text ? strtok (text, "\n") : NULL; line; line = strtok (NULL, "\n"))
+        for (size_t i = 0; needles [i]; i++)
+            if (strstr (line, needles [i])) {
+                fprintf (stderr, "%s\n", line);
+                break;
+            }
+    free (text);
+    kd_test_dump (path);
+}
+
 int
 kd_test_count (const char *path, const char *needle)
 {

@@ -65,6 +65,11 @@ bool
 void
     kd_test_dump (const char *path);
 
+//  Print every line of a file that holds one of the needles (a NULL-ended
+//  list), then its last 6000 bytes: a long log's events, then its end.
+void
+    kd_test_dump_lines (const char *path, const char *const *needles);
+
 //  Occurrences of needle in a file (0 if it cannot be read).
 int
     kd_test_count (const char *path, const char *needle);

@@ -200,6 +200,19 @@ s_drain (zsock_t **socks, size_t n, int ms)
     return got;
 }
 
+//  True when a message arrives on sock: its first, however long a loaded
+//  machine takes to shake hands, subscribe and publish.  15 s ends only a
+//  wait that never would (2.5 s of draining missed it in a flake round).
+static bool
+s_first_message (zsock_t *sock)
+{
+    zsock_set_rcvtimeo (sock, 15000);
+    zmsg_t *first = zmsg_recv (sock);
+    bool got = first != NULL;
+    zmsg_destroy (&first);
+    return got;
+}
+
 //  Plain TCP to a port: write random bytes, then wait for the server to
 //  close.  Returns true if it closed within timeout_ms; *bytes_back gets
 //  what it sent (at most a ZeroMQ greeting).
@@ -440,14 +453,8 @@ Test (curve, unauthenticated_clients_get_nothing_through)
     char err [512];
     kd_curve_t *curve = kd_curve_new_dir (s_keys, KD_CURVE_CLIENT, err, sizeof err);
     cr_assert (curve, "%s", err);
-    //  Until the first message, however long a loaded machine takes to
-    //  shake hands, subscribe and publish: 15 s ends only a wait that never
-    //  would (2.5 s of draining missed it in a flake round).
     zsock_t *listener = s_socket (ZMQ_SUB, S_NULL, curve, pub);
-    zsock_set_rcvtimeo (listener, 15000);
-    zmsg_t *first = zmsg_recv (listener);
-    int streamed = first ? 1 + s_drain (&listener, 1, 500) : 0;
-    zmsg_destroy (&first);
+    int streamed = s_first_message (listener) ? 1 + s_drain (&listener, 1, 500) : 0;
     zsock_destroy (&listener);
     cr_expect (streamed > 0, "an authorized SUB got nothing from the stream");
     int answered = 0, asked = 0;
@@ -757,10 +764,8 @@ Test (curve, each_key_acts_only_in_its_role)
     pids [2] = kd_test_spawn (a_mon, log);
     //  Until the shard and the monitor have registered with their keys
     //  (a fixed 2 s was too short on a busy machine).
-    uint64_t t0 = kd_now_ms ();
-    while (kd_now_ms () - t0 < 30000
-       && (kd_test_count (log, "join shard") == 0 || kd_test_count (log, "join monitor") == 0))
-        usleep (50 * 1000);
+    kd_test_wait_count (log, "join shard", 1, 30000);
+    kd_test_wait_count (log, "join monitor", 1, 30000);
     char err [512];
     const char *roles [] = { "worker", "shard", "monitor", "observer", "evaluator" };
     kd_curve_t *key [5];
@@ -856,13 +861,9 @@ Test (curve, each_key_acts_only_in_its_role)
     kd_msg_destroy (&reply);
     zsock_destroy (&sock);
     zcert_destroy (&other);
-    //  The observer reads the stream: its first message, however long a
-    //  loaded machine takes to shake hands, subscribe and publish.
+    //  The observer reads the stream.
     zsock_t *listener = s_socket (ZMQ_SUB, S_NULL, observer, pub);
-    zsock_set_rcvtimeo (listener, 15000);
-    zmsg_t *first = zmsg_recv (listener);
-    int streamed = first ? 1 : 0;
-    zmsg_destroy (&first);
+    int streamed = s_first_message (listener) ? 1 : 0;
     zsock_destroy (&listener);
     cr_expect (streamed > 0, "the observer got nothing from the stream");
     printf ("FIGURE curve: forbidden role actions refused %d of %d (403, key logged); "

@@ -131,13 +131,8 @@ s_dump_all (s_cluster_t *c)
 {
     //  The scheduler logs at debug level, so its tail is mostly per-shard
     //  lines: its events, warnings and errors are what explain a run.
-    char *text = kd_test_slurp (c->sched_log);
-    fprintf (stderr, "----- %s: events, warnings and errors -----\n", c->sched_log);
-    for (char *line = text ? strtok (text, "\n") : NULL; line; line = strtok (NULL, "\n"))
-        if (strstr (line, " event kind=") || strstr (line, " warn ") || strstr (line, " error "))
-            fprintf (stderr, "%s\n", line);
-    free (text);
-    kd_test_dump (c->sched_log);
+    const char *explain [] = { " event kind=", " warn ", " error ", NULL };
+    kd_test_dump_lines (c->sched_log, explain);
     for (int i = 0; i < S_SHARDS; i++)
         kd_test_dump (c->shard_log [i]);
     for (int r = 0; r < S_WORKERS; r++)

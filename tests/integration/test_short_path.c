@@ -28,21 +28,6 @@ teardown (void)
     free (s_dir);
 }
 
-//  A chaos run's cluster log: every warning, error, event and second
-//  HELLO (where a stall starts), then its tail.
-static void
-s_dump_cluster (const char *path)
-{
-    char *text = kd_test_slurp (path);
-    fprintf (stderr, "----- %s: warnings, errors, events -----\n", path);
-    for (char *line = text ? strtok (text, "\n") : NULL; line; line = strtok (NULL, "\n"))
-        if (strstr (line, " warn ") || strstr (line, " error ") || strstr (line, "event kind=")
-        ||  strstr (line, "registering again") || strstr (line, "rejoin"))
-            fprintf (stderr, "%s\n", line);
-    free (text);
-    kd_test_dump (path);
-}
-
 TestSuite (short_path, .init = setup, .fini = teardown, .timeout = 240);
 
 Test (short_path, a_chaos_run_on_the_short_path_loses_nothing, .timeout = 240)
@@ -68,8 +53,10 @@ Test (short_path, a_chaos_run_on_the_short_path_loses_nothing, .timeout = 240)
     snprintf (cluster, sizeof cluster, "%s/cluster.log", out);
     //  A failure under load is rare and its scratch goes at teardown: what
     //  explains it goes to the test's output (the flake rounds keep it).
+    //  Second HELLOs are where a stall starts.
+    const char *explain [] = { " warn ", " error ", "event kind=", "registering again", "rejoin", NULL };
     if (!passed)
-        s_dump_cluster (cluster);
+        kd_test_dump_lines (cluster, explain);
     cr_expect (passed, "%s", why);
     cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "kudus chaos exits 0 on a pass");
     free (text);
