@@ -67,8 +67,30 @@ class Cluster:
         release_base(self.port)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test, for fixtures that say more when
+    it failed."""
+    outcome = yield
+    setattr(item, "rep_" + outcome.get_result().when, outcome.get_result())
+
+
+def telling_lines(path, limit=60):
+    """A cluster log's warnings, errors and events, and its last lines:
+    what a failed test needs to be understood once its scratch folder is
+    gone."""
+    try:
+        with open(path, errors="replace") as f:
+            every = [ln.rstrip() for ln in f]
+    except OSError as e:
+        return [f"(no log: {e})"]
+    telling = [ln for ln in every[:-20]
+               if any(w in ln for w in (" warn ", " error ", "event", "exited", "kudus local:"))]
+    return telling[-limit:] + ["... its last lines:"] + every[-20:]
+
+
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(request, tmp_path):
     made = []
 
     def start(*flags):
@@ -76,5 +98,11 @@ def cluster(tmp_path):
         made.append(c)
         return c
     yield start
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
     for c in made:
+        if failed:
+            # Past pytest's capture: a teardown's output is not in the report.
+            state = "running" if c.proc.poll() is None else f"exited {c.proc.returncode}"
+            sys.__stderr__.write(f"--- {request.node.name}: kudus local on base {c.port} ({state}):\n"
+                                 + "\n".join(telling_lines(c.log.name)) + "\n")
         c.kill()

@@ -26,7 +26,7 @@ import torch
 import kudus
 import kudus.snapshot
 import kudus.torch
-from conftest import BIN, SRC
+from conftest import BIN, SRC, free_base_port
 
 # One tiny model and data set, written to each test's tmp_path so that the
 # in-tree tests, the venv's python and `export --like` import the same one.
@@ -607,3 +607,128 @@ def test_export_like_restores_long_names(cluster, tmp_path, tiny):
     run(export + ["--out", str(tmp_path / "cut.pt")], 120, env=tree_env())
     assert list(torch.load(tmp_path / "cut.pt")) == names
     w.close()
+
+
+# Plain PyTorch, no kudus: the README example's CNN (its class, taken from
+# the example's source) scores an exported state_dict on the test set.
+PLAIN_SCORE = '''
+import ast, gzip, json, sys
+import numpy as np
+import torch
+import torch.nn as nn
+
+example, weights, data = sys.argv[1:4]
+tree = ast.parse(open(example).read())
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CNN")
+namespace = {"torch": torch, "nn": nn}
+exec(compile(ast.Module([cls], []), example, "exec"), namespace)
+model = namespace["CNN"]()
+model.load_state_dict(torch.load(weights))
+
+
+def idx(name, offset):
+    with gzip.open(f"{data}/{name}.gz") as f:
+        return np.frombuffer(f.read(), np.uint8, offset=offset)
+
+
+x = torch.from_numpy(idx("t10k-images-idx3-ubyte", 16).reshape(-1, 784).astype(np.float32) / 255.0)
+y = torch.from_numpy(idx("t10k-labels-idx1-ubyte", 8).astype(np.int64))
+model.eval()
+with torch.no_grad():
+    right = sum(int((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum()) for i in range(0, len(x), 1000))
+print(json.dumps({"accuracy": right / len(x)}))
+'''
+
+# The same final model as kudus.torch reads it from the checkpoints, scored
+# by the example's own test_accuracy.
+KUDUS_SCORE = '''
+import json, sys
+import torch
+import kudus.torch
+sys.path.insert(0, sys.argv[1])
+from torch_cnn import CNN, test_accuracy
+model = CNN()
+kudus.torch.load_checkpoint(model, sys.argv[2])
+print(json.dumps({"accuracy": test_accuracy(model, "cpu")}))
+'''
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream_from(url, into, stop):
+    """The dashboard's server-sent events: every data line's JSON into a list."""
+    import urllib.request
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                for line in r:
+                    if line.startswith(b"data: "):
+                        into.append(json.loads(line[6:]))
+                    if stop.is_set():
+                        return
+        except OSError:
+            time.sleep(0.2)     # not listening yet, or gone with the run
+
+
+@budget(600)
+def test_the_readmes_day_from_a_fresh_venv(tmp_path):
+    """The issue's whole day, as README.md tells it: a fresh venv with
+    `pip install ./python`; `kudus run` starts a cluster and two copies of
+    examples/torch_cnn.py, copy 0 evaluating; the dashboard's stream carries
+    a live accuracy curve; --target-accuracy stops the run; `python3 -m
+    kudus export` writes a state_dict that plain PyTorch scores exactly as
+    kudus.torch scores the final model."""
+    python = make_venv(tmp_path / "venv")
+    run([python, "-m", "pip", "install", "--no-index", "--no-build-isolation", str(copy_package(tmp_path))],
+        300, cwd=tmp_path, env=pip_env(tmp_path))
+    env = clean_env(KUDUS_LIB=os.path.join(BIN, "libkudus.so"))
+    example = os.path.join(SRC, "examples", "torch_cnn.py")
+    dash = free_port()
+    target = 0.86
+    events, stop = [], threading.Event()
+    reader = threading.Thread(target=stream_from, args=(f"http://127.0.0.1:{dash}/events", events, stop),
+                              daemon=True)
+    reader.start()
+    summary, ckpt = tmp_path / "summary.json", tmp_path / "ckpt"
+    try:
+        out = subprocess.run(
+            [os.path.join(BIN, "kudus"), "run", "--workers", "2", "--epochs", "5", "--lr", "0.05",
+             "--target-accuracy", str(target), "--max-seconds", "400", "--dashboard", f"127.0.0.1:{dash}",
+             "--checkpoint-dir", str(ckpt), "--summary", str(summary), "--quiet", "true",
+             "--base-port", str(free_base_port()), "--", python, example, "--evaluate", "1"],
+            capture_output=True, text=True, timeout=480, cwd=tmp_path, env=env)
+    finally:
+        stop.set()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(summary) as f:
+        s = json.load(f)
+    print({k: s.get(k) for k in ("stop_reason", "updates", "test_accuracy", "time_to_accuracy")})
+    assert s["model"] == "external" and s["stop_reason"] == "target-accuracy", s["stop_reason"]
+    assert s["test_accuracy"] >= target and s["time_to_accuracy"] is not None
+
+    # The dashboard drew a curve: several scored versions while it trained.
+    curve = sorted({(m["version"], m["test_accuracy"]) for m in events
+                    if m.get("topic") == "stats" and m.get("test_accuracy") is not None})
+    print("curve", curve)
+    assert len({a for _, a in curve}) >= 3, f"the dashboard saw {curve}"
+    assert curve[-1][1] >= target
+
+    out = run([python, "-m", "kudus", "export", "--checkpoint-dir", str(ckpt), "--like", f"{example}:CNN",
+               "--out", str(tmp_path / "cnn.pt")], 120, cwd=tmp_path, env=env)
+    (tmp_path / "plain.py").write_text(PLAIN_SCORE)
+    plain = json.loads(run(["/usr/bin/python3", str(tmp_path / "plain.py"), example, str(tmp_path / "cnn.pt"),
+                            "/usr/share/datasets/fashion-mnist"], 120, cwd=tmp_path,
+                           env=clean_env()).stdout.strip().splitlines()[-1])
+    (tmp_path / "score.py").write_text(KUDUS_SCORE)
+    ours = json.loads(run([python, str(tmp_path / "score.py"), os.path.dirname(example), str(ckpt)], 120,
+                          cwd=tmp_path, env=env).stdout.strip().splitlines()[-1])
+    print("final model", plain, ours)
+    assert abs(plain["accuracy"] - ours["accuracy"]) <= 0.001
+    # The final model is the trained one: a few commits past the version
+    # that met the target, not the initial values.
+    assert plain["accuracy"] >= target - 0.05
