@@ -101,7 +101,8 @@ def cluster(request, tmp_path):
     failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
     for c in made:
         if failed:
-            # Past pytest's capture: a teardown's output is not in the report.
+            # pytest shows a failed test's teardown output in its report
+            # ("Captured stderr teardown"), which ctest keeps.
             state = "running" if c.proc.poll() is None else f"exited {c.proc.returncode}"
             sys.__stderr__.write(f"--- {request.node.name}: kudus local on base {c.port} ({state}):\n"
                                  + "\n".join(telling_lines(c.log.name)) + "\n")
