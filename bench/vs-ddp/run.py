@@ -15,6 +15,7 @@ sweep resumes.  Needs a built tree (make build) and Debian's python3-torch.
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -87,8 +88,12 @@ def run_kudus(a, consistency, speeds, tmp):
     for w in workers:
         w.wait(timeout=120)
     s = json.load(open(summary))
-    return snaps, {"wall": s["wall_seconds"], "samples_per_s": s["samples"] / s["wall_seconds"],
-                   "wait_fraction": s["wait_fraction"], "steps_per_s": s["phases"] / s["wall_seconds"]}
+    rec = {"wall": s["wall_seconds"], "samples_per_s": s["samples"] / s["wall_seconds"],
+           "wait_fraction": s["wait_fraction"], "steps_per_s": s["phases"] / s["wall_seconds"]}
+    # What auto ran: its last model and every switch (at_s, from, to, reason).
+    if s.get("switches") is not None:
+        rec.update(mode=s.get("mode"), switches=s["switches"])
+    return snaps, rec
 
 
 def main():
@@ -150,6 +155,9 @@ def main():
                 else:
                     snaps, rec = run_kudus(a, system.split("-")[1], SPEEDS[speeds], tmp)
                 hit, final, curve = common.evaluate(snaps, a.target)
+                # A run that worked leaves nothing behind; a failed one
+                # raised above and keeps its logs for the reader.
+                shutil.rmtree(tmp, ignore_errors=True)
                 rec.update(system=system, speeds=speeds, repeat=repeat, lr=a.lr, batch=a.batch, build=build,
                            lr_schedule=a.lr_schedule, schedule_unit=a.schedule_unit, kudus_seed=a.kudus_seed,
                            target=a.target, time_to_target=hit, final_accuracy=final,
