@@ -10,6 +10,9 @@
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -349,4 +352,37 @@ kd_hex (const void *data, size_t n, char *out, size_t size)
     }
     out [at] = 0;
     return at;
+}
+
+//  The shards of one cluster create their checkpoint directories under one
+//  parent at once: each component is made, and one that already exists
+//  (made by us earlier, or by a peer just now) is taken as it is.
+int
+kd_dir_create (const char *path)
+{
+    char buf [PATH_MAX];
+    size_t n = path ? strlen (path) : 0;
+    if (n == 0 || n >= sizeof buf) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return -1;
+    }
+    memcpy (buf, path, n + 1);
+    for (char *p = buf + 1; ; p++)
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir (buf, 0755) && errno != EEXIST)
+                return -1;
+            *p = c;
+            if (!c)
+                break;
+        }
+    struct stat st;
+    if (stat (path, &st))
+        return -1;
+    if (!S_ISDIR (st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
 }

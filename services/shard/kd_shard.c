@@ -561,8 +561,8 @@ s_checkpoint (self_t *self, bool force)
 static int
 s_restore (self_t *self)
 {
-    //  zsys_dir_create makes the parents too.
-    if (zsys_dir_create ("%s", self->ckpt_dir)) {
+    //  With the parents; the other shards may be making them at this moment.
+    if (kd_dir_create (self->ckpt_dir)) {
         kd_error ("cannot create checkpoint directory path=%s: %s", self->ckpt_dir, strerror (errno));
         return -1;
     }
