@@ -2,6 +2,7 @@
 */
 #include <criterion/criterion.h>
 #include "kd_util.h"
+#include "kd_testutil.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,8 +114,8 @@ Test (kd_util, hex_writes_upper_case_and_cuts_to_fit)
 //  in two runs of this loop against it).  Eight processes race, 400 times.
 Test (kd_util, dir_create_takes_a_parent_made_by_a_peer)
 {
-    char root [] = "/tmp/kd-dir-XXXXXX";
-    cr_assert_not_null (mkdtemp (root));
+    char *root = kd_test_tmpdir ();      //  removed when the test ends
+    cr_assert_not_null (root);
     int failures = 0;
     for (int round = 0; round < 400; round++) {
         pid_t pids [8];
@@ -124,7 +125,7 @@ Test (kd_util, dir_create_takes_a_parent_made_by_a_peer)
             if (pids [i] == 0) {
                 char path [256];
                 snprintf (path, sizeof path, "%s/r%d/ckpt/shard-%d", root, round, i);
-                _exit (kd_dir_create (path) == 0? 0: 1);
+                _exit (kd_dir_create (path, 0755) == 0? 0: 1);
             }
         }
         for (int i = 0; i < 8; i++) {
@@ -137,16 +138,14 @@ Test (kd_util, dir_create_takes_a_parent_made_by_a_peer)
     //  Made already is fine; a file in the way and an empty path are not.
     char path [256], file [300];
     snprintf (path, sizeof path, "%s/r0/ckpt/shard-0", root);
-    cr_expect_eq (kd_dir_create (path), 0);
+    cr_expect_eq (kd_dir_create (path, 0755), 0);
     snprintf (file, sizeof file, "%s/plain", root);
     FILE *f = fopen (file, "w");
     cr_assert_not_null (f);
     fclose (f);
     strcat (file, "/below");
-    cr_expect_eq (kd_dir_create (file), -1);
+    cr_expect_eq (kd_dir_create (file, 0755), -1);
     cr_expect_eq (errno, ENOTDIR);
-    cr_expect_eq (kd_dir_create (""), -1);
-    char rm [64];
-    snprintf (rm, sizeof rm, "rm -rf %s", root);
-    cr_expect_eq (system (rm), 0);
+    cr_expect_eq (kd_dir_create ("", 0755), -1);
+    free (root);
 }

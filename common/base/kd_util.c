@@ -358,7 +358,7 @@ kd_hex (const void *data, size_t n, char *out, size_t size)
 //  parent at once: each component is made, and one that already exists
 //  (made by us earlier, or by a peer just now) is taken as it is.
 int
-kd_dir_create (const char *path)
+kd_dir_create (const char *path, mode_t mode)
 {
     char buf [PATH_MAX];
     size_t n = path ? strlen (path) : 0;
@@ -371,7 +371,7 @@ kd_dir_create (const char *path)
         if (*p == '/' || *p == 0) {
             char c = *p;
             *p = 0;
-            if (mkdir (buf, 0755) && errno != EEXIST)
+            if (mkdir (buf, mode) && errno != EEXIST)
                 return -1;
             *p = c;
             if (!c)

@@ -36,11 +36,12 @@ int
 double
     kd_sumsq (const float *v, size_t n);
 
-//  Create a directory and its parents (mkdir -p).  A component that another
-//  process creates at the same moment is not an error, as it is for
-//  zsys_dir_create.  Returns 0, or -1 with errno set.
+//  Create a directory and its parents (mkdir -p), each with mode (less the
+//  umask).  A component that another process creates at the same moment is
+//  not an error, as it is for zsys_dir_create.  Returns 0, or -1 with errno
+//  set.
 int
-    kd_dir_create (const char *path);
+    kd_dir_create (const char *path, mode_t mode);
 
 //  True when a ZeroMQ endpoint only accepts peers on this host: ipc://,
 //  inproc://, or tcp:// on a loopback address (127.0.0.0/8, ::1, localhost).

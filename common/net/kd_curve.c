@@ -363,26 +363,6 @@ kd_curve_set_thread (kd_curve_t *self)
 //  ---------------------------------------------------------------------
 //  Key generation
 
-//  mkdir -p with the given mode for directories it creates.
-static int
-s_mkdir_p (const char *dir, mode_t mode)
-{
-    char path [S_PATH_MAX];
-    if (snprintf (path, sizeof path, "%s", dir) >= (int) sizeof path)
-        return -1;
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir (path, mode) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    if (mkdir (path, mode) != 0 && errno != EEXIST)
-        return -1;
-    struct stat st;
-    return stat (path, &st) == 0 && S_ISDIR (st.st_mode) ? 0 : -1;
-}
-
 //  Save a key pair as path and path_secret (0600); returns 0 or -1.
 static int
 s_save_pair (zcert_t *cert, const char *path)
@@ -421,7 +401,7 @@ kd_curve_keygen (const char *dir, char *err, size_t err_size)
             return -1;
         }
     }
-    if (s_mkdir_p (dir, 0755) || s_mkdir_p (allowed, 0755)) {
+    if (kd_dir_create (dir, 0755) || kd_dir_create (allowed, 0755)) {
         snprintf (err, err_size, "cannot create %s: %s", allowed, strerror (errno));
         return -1;
     }

@@ -562,7 +562,7 @@ static int
 s_restore (self_t *self)
 {
     //  With the parents; the other shards may be making them at this moment.
-    if (kd_dir_create (self->ckpt_dir)) {
+    if (kd_dir_create (self->ckpt_dir, 0755)) {
         kd_error ("cannot create checkpoint directory path=%s: %s", self->ckpt_dir, strerror (errno));
         return -1;
     }

@@ -78,23 +78,6 @@ typedef struct {
 //  --------------------------------------------------------------------------
 //  Small helpers
 
-//  Like mkdir -p.  Returns 0 or -1.
-static int
-s_mkdirs (const char *path)
-{
-    char buf [S_PATH];
-    snprintf (buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir (buf, 0755);
-            *p = '/';
-        }
-    mkdir (buf, 0755);
-    struct stat st;
-    return stat (buf, &st) == 0 && S_ISDIR (st.st_mode) ? 0 : -1;
-}
-
 //  The directory part of a path, into out ("." if none).
 static void
 s_dirname (const char *path, char *out, size_t size)
@@ -984,7 +967,7 @@ kd_experiment_main (int argc, char **argv)
         snprintf (sw.out, sizeof sw.out, "/tmp/kudus-experiments/%s", kd_scenario_name (sc));
     char results_dir [S_PATH];
     s_dirname (sw.results, results_dir, sizeof results_dir);
-    if (s_mkdirs (sw.out) || s_mkdirs (results_dir)) {
+    if (kd_dir_create (sw.out, 0755) || kd_dir_create (results_dir, 0755)) {
         fprintf (stderr, "kudus experiment: cannot create '%s' or '%s': %s\n", sw.out, results_dir,
                  strerror (errno));
         free (chosen);
