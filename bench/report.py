@@ -8,9 +8,10 @@ Reads only the JSON lines `kudus experiment` appends (one per finished run)
 and the scenario files (for descriptions, seeds and caps), and writes, between
 the markers <!-- report:begin --> and <!-- report:end --> of the output file:
 
-- "Targets" tables: the targets of issue 32, judged on the second sweep's
-  runs only, then those of issue 16, judged on the first sweep's; each
-  target met / missed / not yet run;
+- "Targets" tables: the targets of issue 32, one table per sweep from the
+  second on (newest first), each judged on that sweep's runs only, then those
+  of issue 16, judged on the first sweep's; each target met / missed / not
+  yet run;
 - per scenario, the newest sweep first, and per optimizer, a table per
   model: time to 0.86 (median and min-max over seeds; 0.85 and 0.87 too),
   ratio to BSP, accuracy at equal wall time and at equal applied samples,
@@ -21,7 +22,7 @@ the markers <!-- report:begin --> and <!-- report:end --> of the output file:
   ratio favours it (a run that missed the target counts as slower than the
   cap, so as a loss);
 - per-worker applied share against speed share;
-- the first sweep beside the second: runs, median time and median paired
+- a scenario's sweeps side by side: runs, median time and median paired
   ratio to BSP of each model in each sweep;
 - plots (gnuplot, PNG) under docs/experiments/, drawn from the newest sweep
   with runs of the scenario and optimizer: accuracy against time (1 s
@@ -54,7 +55,11 @@ END = "<!-- report:end -->"
 INF = math.inf
 PRIMARY_OPT = "momentum"    # the protocol's optimizer; the targets use it
 FIRST_SWEEP = "1"           # issue 16's runs: every record without "sweep"
-SECOND_SWEEP = "2"          # issue 32's runs
+SECOND_SWEEP = "2"          # issue 32's runs, on build eb0c9a4
+THIRD_SWEEP = "3"           # issue 32's protocol again, on today's defaults
+# Sweeps that run one protocol (models, seeds): a scenario file's plan holds
+# for each of them, whichever one the file names.
+SAME_PROTOCOL = (SECOND_SWEEP, THIRD_SWEEP)
 ADAPTIVE = "auto"           # the model that picks BSP, LSP or ALSP itself
 
 
@@ -75,8 +80,14 @@ def sweep_key(s):
 
 
 def sweep_title(s):
-    names = {FIRST_SWEEP: "First sweep", SECOND_SWEEP: "Second sweep"}
+    names = {FIRST_SWEEP: "First sweep", SECOND_SWEEP: "Second sweep", THIRD_SWEEP: "Third sweep"}
     return "%s (sweep %s)" % (names[s], s) if s in names else "Sweep %s" % s
+
+
+def planned_for(meta, sweep):
+    """True when a scenario file's plan (seeds, models) is that of sweep."""
+    planned = str(meta.get("sweep", FIRST_SWEEP))
+    return planned == sweep or (planned in SAME_PROTOCOL and sweep in SAME_PROTOCOL)
 
 
 def load_results(results_dir):
@@ -507,11 +518,12 @@ class Judge:
             "; wins on every seed" if wins_every_seed(pairs) else "")
 
     def status(self, ok_list, g, models):
-        # The scenario file's seeds count only for the sweep it describes.
+        # The scenario file's seeds count only for the sweeps it plans.
         meta = self.scenarios.get(g.name, {}) if g else {}
-        seeds = len(meta.get("seeds", [])) if str(meta.get("sweep", FIRST_SWEEP)) == self.sweep else 0
+        seeds = len(meta.get("seeds", [])) if planned_for(meta, self.sweep) else 0
         # Name the models that ran fewer seeds than the scenario has (ASP runs
-        # 3 where others run 5, by the issue's plan), not a bare count.
+        # 3 where others run 5, by the issue's plan; a sweep under way has
+        # fewer), not a bare count.
         short = ["%s %d" % (m.upper(), len(g.of(m))) for m in models if seeds and len(g.of(m)) < seeds]
         partial = " (of %d seeds: %s)" % (seeds, ", ".join(short)) if short else ""
         return ("met" if all(ok_list) else "missed") + partial
@@ -680,9 +692,10 @@ def ratio_row(j, scenario, model, against, limit):
     return (scenario, text, "-", j.not_run(g, against, model))
 
 
-def target_rows_32(groups, scenarios, names):
-    """One row per target of issue 32, judged on the second sweep alone."""
-    j = Judge(groups, scenarios, SECOND_SWEEP)
+def target_rows_32(groups, scenarios, names, sweep):
+    """One row per target of issue 32, judged on one sweep (the second or a
+    later one) alone."""
+    j = Judge(groups, scenarios, sweep)
     rows = [ratio_row(j, "equal", "lsp", "bsp", 1.02)]
 
     g = j.group("two-slow")
@@ -732,7 +745,7 @@ def target_rows_32(groups, scenarios, names):
     for name in names:
         g = j.group(name)
         meta = scenarios.get(name, {})
-        listed = lists_auto(meta) and str(meta.get("sweep", FIRST_SWEEP)) == SECOND_SWEEP
+        listed = lists_auto(meta) and planned_for(meta, sweep)
         if not (listed or (g is not None and g.of(ADAPTIVE))):
             continue
         best = g.best_fixed() if g is not None else None
@@ -743,6 +756,8 @@ def target_rows_32(groups, scenarios, names):
         ok, t = j.ratio_check(g, ADAPTIVE, best, 1.05)
         t = "best fixed model %s (median %s s); %s" % (best.upper(), fmt_time(g.median_time(best), g.cap), t)
         rows.append((name, text, t, j.status([ok], g, (ADAPTIVE, best))))
+    if not any(r[1].startswith("auto ") for r in rows):
+        rows.append(("every scenario with an auto run", text, "-", "not yet run"))
     return rows
 
 
@@ -933,6 +948,38 @@ def target_table(rows):
     return out
 
 
+def sweep_notes(sweep, groups):
+    """What a sweep's issue-32 table describes: the build(s) it ran."""
+    if sweep == SECOND_SWEEP:
+        return ["The second sweep ran one frozen build (`eb0c9a4`), older than two rules that are "
+                "now defaults: its ALSP took an optimizer step per group's commit (what `--group-step each` "
+                "selects today), and its barrier had no noise allowance (`--barrier-spread 0` today). "
+                "Both defaults changed after it (`fastest` and `auto`, from cluster probes: the sixth to "
+                "eighth parts), so the LSP, ALSP and auto rows above describe that build, not today's "
+                "defaults; BSP, ASP and backup workers are unaffected. Which rule auto ran in each run, "
+                "and how far two runs of one rule differ, are in the tenth part."]
+    if sweep == THIRD_SWEEP:
+        # The build is named from the records, so a second build slipping
+        # into the sweep shows here.
+        runs = [r for (_, s, _), g in groups.items() if s == sweep for r in g.runs]
+        builds = sorted({str(r["build"]) for r in runs if r.get("build") is not None})
+        unnamed = sum(1 for r in runs if r.get("build") is None)
+        if not runs:
+            name = "no runs recorded yet"
+        elif not builds:
+            name = "its records name none"
+        else:
+            name = ("`%s`" % builds[0] if len(builds) == 1 else
+                    "yet its records name %d: %s" % (len(builds), ", ".join("`%s`" % b for b in builds)))
+            if unnamed:
+                name += "; %d run%s name%s none" % (unnamed, "" if unnamed == 1 else "s",
+                                                   "s" if unnamed == 1 else "")
+        return ["The third sweep runs one frozen build (%s), with today's defaults: `--group-step fastest`, "
+                "`--barrier-spread auto`, and auto's split with hysteresis (see \"The third sweep\" above)."
+                % name]
+    return []
+
+
 def build(args):
     results = load_results(args.results)
     scenarios = load_scenarios(args.scenarios)
@@ -946,10 +993,13 @@ def build(args):
                 groups[(name, sweep, opt)] = Group(name, sweep, opt, sub, scenarios.get(name, {}))
     os.makedirs(args.plots, exist_ok=True)
     rel_plots = os.path.relpath(args.plots, os.path.dirname(os.path.abspath(args.out)))
-    rows32 = target_rows_32(groups, scenarios, names)
-    if not any(r[1].startswith("auto ") for r in rows32):
-        rows32.append(("every scenario with an auto run", "auto ≤ 1.05× the best fixed model", "-",
-                       "not yet run"))
+    # Issue 32's targets, per numbered sweep from the second on: those with
+    # runs and the one the scenario files plan (its table says what is not
+    # yet run).  A sweep with another name is no protocol's; it is not judged.
+    later = {s for (_, s, _) in groups} | {str(m.get("sweep", FIRST_SWEEP)) for m in scenarios.values()}
+    later = sorted({SECOND_SWEEP} | {s for s in later if sweep_key(s)[0] == 0
+                                     and sweep_key(s) >= sweep_key(SECOND_SWEEP)},
+                   key=sweep_key, reverse=True)
     out = [BEGIN, "",
            "<!-- Generated by bench/report.py from docs/results/*.jsonl; edits here are overwritten. -->",
            "", "## Targets", "",
@@ -960,27 +1010,27 @@ def build(args):
            "only when the median is surely within it. A model *wins* only when every paired ratio favours it. \"Equal samples\" is the smallest number of "
            "applied samples any run of the scenario reached; \"equal time\" the earliest end of a run. "
            "Each table is judged on the runs of one sweep alone (optimizer %s): a sweep is a set of "
-           "frozen rules and defaults, and runs of two sweeps are never paired." % PRIMARY_OPT,
-           "", "### %s: the targets of issue 32" % sweep_title(SECOND_SWEEP), ""]
-    out += target_table(rows32)
-    out += ["", "The *best fixed model* of a scenario is the model other than auto with the lowest median "
-            "time to 0.86 in this sweep's runs of it; auto's ratio to it is paired by seed. In six-slow, "
-            "the best of LSP, backup and ASP is taken per seed: the fastest of the three on that seed. "
-            "shifting, noisy and wide keep issue 16's wording.",
-            "", "The second sweep ran one frozen build (`eb0c9a4`), older than two rules that are "
-            "now defaults: its ALSP took an optimizer step per group's commit (what `--group-step each` "
-            "selects today), and its barrier had no noise allowance (`--barrier-spread 0` today). "
-            "Both defaults changed after it (`fastest` and `auto`, from cluster probes: the sixth to "
-            "eighth parts), so the LSP, ALSP and auto rows above describe that build, not today's "
-            "defaults; BSP, ASP and backup workers are unaffected. Which rule auto ran in each run, "
-            "and how far two runs of one rule differ, are in the tenth part."]
-    out += ["", "### %s: the targets of issue 16" % sweep_title(FIRST_SWEEP), ""]
+           "frozen rules and defaults, and runs of two sweeps are never paired." % PRIMARY_OPT, ""]
+    for sweep in later:
+        out += ["### %s: the targets of issue 32" % sweep_title(sweep), ""]
+        out += target_table(target_rows_32(groups, scenarios, names, sweep))
+        out += ["", "The *best fixed model* of a scenario is the model other than auto with the lowest median "
+                "time to 0.86 in this sweep's runs of it; auto's ratio to it is paired by seed. In six-slow, "
+                "the best of LSP, backup and ASP is taken per seed: the fastest of the three on that seed. "
+                "shifting, noisy and wide keep issue 16's wording."]
+        for note in sweep_notes(sweep, groups):
+            out += ["", note]
+        out += [""]
+    out += ["### %s: the targets of issue 16" % sweep_title(FIRST_SWEEP), ""]
     out += target_table(target_rows(groups, scenarios))
+    if {s for (_, s, _) in groups} <= {FIRST_SWEEP, SECOND_SWEEP}:
+        order = "when it has runs in both, the first sweep beside the second, then the first sweep's full tables"
+    else:
+        order = "when it has runs in more than one, its sweeps side by side, then the older sweeps' full tables"
     out += ["", "## Results", "",
-            "Each scenario shows its newest sweep first (the current protocol), then, when it has runs "
-            "in both, the first sweep beside the second, then the first sweep's full tables. A record "
+            "Each scenario shows its newest sweep first (the current protocol), then, %s. A record "
             "without a sweep is the first sweep's. Plots are drawn from the newest sweep with runs of "
-            "the scenario and optimizer.", ""]
+            "the scenario and optimizer." % order, ""]
     out += tuning_lines(args.results)
     tmp = tempfile.mkdtemp(prefix="kudus-report-")
     try:
@@ -1009,7 +1059,7 @@ def build(args):
                 if i == 0 and len(here) > 1 and any((name, s, PRIMARY_OPT) in groups for s in here):
                     both = sorted(here, key=sweep_key)
                     title = ("First sweep (sweep 1) beside the second" if both == [FIRST_SWEEP, SECOND_SWEEP]
-                             else "Sweeps %s beside each other" % ", ".join(both))
+                             else "Sweeps %s and %s side by side" % (", ".join(both[:-1]), both[-1]))
                     out += ["#### %s" % title, "",
                             "Optimizer %s. Ratios are paired within one sweep only (same seed, same sweep); "
                             "times are not paired across sweeps, and a model's name may stand for other "

@@ -2204,6 +2204,38 @@ Test (kd_controller, auto_splits_a_far_straggler_and_merges_it_back)
     kd_controller_destroy (&t.ctl);
 }
 
+//  A straggler whose measured ratio to the fastest swings across s + 1
+//  (4x here) as the machine's load comes and goes would flip auto between
+//  ALSP and LSP at every regroup if one threshold decided both ways: the
+//  vs-DDP rerun of 2026-12-07 saw 22 to 35 switches in 100 s.  Here its
+//  iteration swings between two lengths on either side of 160 ms every
+//  1.5 s, with every iteration spread +-10 %.  Auto must settle on one rule:
+//  at most the first split and one change of mind in 30 s.
+Test (kd_controller, auto_does_not_flap_near_the_split_threshold)
+{
+    const uint64_t swing [][2] = { { 140, 185 }, { 130, 200 }, { 150, 170 } };
+    for (size_t k = 0; k < 3; k++) {
+        kd_controller_opts_t opts = s_adaptive_opts (KD_CONS_AUTO);
+        uint64_t period [8] = { 40, 40, 40, 40, 40, 40, 40, 40 };
+        period [5] = swing [k][0];
+        timed_t *t = calloc (1, sizeof (timed_t));
+        cr_assert (t);
+        s_timed_start (t, &opts, 8, period);
+        t->noise = 0.1;
+        t->rng = 7 + k;
+        for (uint64_t at = 1500; at <= 30000; at += 1500) {
+            s_timed_until (t, at);
+            t->period [5] = swing [k][(at / 1500) % 2];
+        }
+        cr_expect_leq (t->switches, 2, "straggler at %lu/%lu ms: %lu switches, last to %s",
+                       (unsigned long) swing [k][0], (unsigned long) swing [k][1],
+                       (unsigned long) t->switches, kd_consistency_name (t->mode));
+        cr_expect_gt (t->arrivals [5], 100);
+        kd_controller_destroy (&t->ctl);
+        free (t);
+    }
+}
+
 //  While auto keeps everyone in one group it decides exactly as LSP with
 //  the adaptive barrier: the same commits with the same weights, the same
 //  early releases, the same arrivals.  (The sweep's auto runs that needed

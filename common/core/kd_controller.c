@@ -69,6 +69,9 @@
 //  the current model, none makes it BSP: the gap is the hysteresis.
 #define S_AUTO_WINDOW       16
 #define S_AUTO_LSP_EARLY    2
+//  Auto: a split stands until the slowest group is within (s + 1) / this
+//  of the fastest (see s_auto_split).
+#define S_AUTO_BAND         1.5
 //  Room for a switch's reason.
 #define S_REASON_MAX        160
 //  Iteration times the adaptive barrier keeps per worker; it expects the
@@ -1446,13 +1449,23 @@ s_segment_ms (kd_controller_t *self, uint32_t j)
 //  slower than that would have every gradient dropped: its compute counts
 //  only in a group of its own (ALSP).  Everyone else gains nothing from a
 //  group barrier of their own, only its cost.
+//
+//  Once split, the slowest group stays apart until it is within
+//  (s + 1) / S_AUTO_BAND of the fastest.  A straggler's measured ratio
+//  moves with the machine's load; with one threshold both ways, a ratio
+//  near it flipped the rule at every regroup.
 static void
 s_auto_split (kd_controller_t *self, uint32_t *n_segs, uint32_t n)
 {
     double fastest = s_segment_ms (self, 0);
+    double slowest = s_segment_ms (self, *n_segs - 1);
     double limit = (double) (self->opts.staleness + 1);
-    while (*n_segs > 1 && s_segment_ms (self, 1) <= limit * fastest)
+    double keep = self->mode == KD_CONS_ALSP ? limit / S_AUTO_BAND : limit;
+    while (*n_segs > 1 && s_segment_ms (self, 1) <= limit * fastest) {
+        if (*n_segs == 2 && s_segment_ms (self, 1) > keep * fastest)
+            break;
         s_segment_merge (self, n_segs, 0);
+    }
     if (*n_segs > 1) {
         double slow = s_segment_ms (self, *n_segs - 1);
         s_auto_switch (self, KD_CONS_ALSP,
@@ -1462,7 +1475,8 @@ s_auto_split (kd_controller_t *self, uint32_t *n_segs, uint32_t n)
     else
     if (self->mode == KD_CONS_ALSP)
         s_auto_switch (self, KD_CONS_LSP,
-                       "speeds within s + 1 = %.0f of the fastest: one group of %u", limit, n);
+                       "speeds within (s + 1) / %.1f = %.1f of the fastest (the slowest at %.1fx): one group of %u",
+                       S_AUTO_BAND, keep, slowest / fastest, n);
 }
 
 //  A group slot to reuse or open: empty, with nobody moving into it.
