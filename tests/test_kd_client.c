@@ -343,10 +343,134 @@ Test (kd_client, stop_ends_the_wait_and_reads_as_stopped)
     kd_release_t release;
     cr_expect_eq (kd_client_wait_start (client, &release, 3000), -1);
     cr_expect (kd_client_stopped (client));
-    //  After STOP the scheduler has let us go: no LEAVE, and sleep ends.
+    cr_expect_eq (kd_client_stop_version (client), 0, "this STOP named no version");
+    //  Not started (and a built-in model): no final pull.
+    float *params = (float *) calloc (7850, sizeof (float));
+    cr_expect_eq (kd_client_pull_final (client, params, 100), -1);
+    free (params);
+    //  After STOP one LEAVE still goes (an external model's scheduler waits
+    //  for it), then no more; sleep ends.
+    cr_expect_eq (kd_client_leave (client, "done"), 0);
+    kd_msg_t *leave = s_expect (&sched, KD_MSG_LEAVE);
+    cr_expect_str_eq (kd_msg_str (leave, KD_F_REASON), "done");
+    kd_msg_destroy (&leave);
     cr_expect_eq (kd_client_leave (client, "again"), -1);
     cr_expect_eq (kd_client_sleep (client, 50), -1);
     kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+//  Plays the shard of a final pull: answers each PULL with the version it
+//  asks for, values 0 .. 9.
+typedef struct {
+    zsock_t *shard;
+    int pulls;
+    uint64_t pull_version;
+} s_final_t;
+
+static void
+s_final_actor (zsock_t *pipe, void *args)
+{
+    s_final_t *f = (s_final_t *) args;
+    zsock_signal (pipe, 0);
+    zpoller_t *poller = zpoller_new (pipe, f->shard, NULL);
+    while (zpoller_wait (poller, 5000) == f->shard) {
+        kd_msg_t *msg = NULL;
+        if (kd_msg_recv (f->shard, &msg, NULL, NULL) != 0)
+            continue;
+        if (kd_msg_type (msg) == KD_MSG_PULL) {
+            kd_msg_t *reply = kd_msg_new (KD_MSG_PULL_OK);
+            kd_msg_set_uint (reply, KD_F_VERSION, kd_msg_uint (msg, KD_F_VERSION));
+            kd_msg_set_uint (reply, KD_F_LO, 0);
+            zframe_t *data = zframe_new (NULL, 10 * sizeof (float));
+            for (size_t i = 0; i < 10; i++)
+                ((float *) zframe_data (data)) [i] = (float) i;
+            kd_msg_set_data (reply, &data);
+            kd_msg_set_routing_id (reply, zframe_dup (kd_msg_routing_id (msg)));
+            kd_msg_send (&reply, f->shard);
+            f->pull_version = kd_msg_uint (msg, KD_F_VERSION);
+            __atomic_add_fetch (&f->pulls, 1, __ATOMIC_RELEASE);
+        }
+        kd_msg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+}
+
+//  An external model's worker, stopped by the scheduler, pulls the final
+//  version STOP named (the scheduler keeps the shards up for it), leaves
+//  once; with the shards gone the pull gives up at its deadline.
+Test (kd_client, a_stopped_external_worker_pulls_the_final_version)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_t *hello = s_expect (&sched, KD_MSG_HELLO);
+    kd_msg_destroy (&hello);
+    kd_msg_t *welcome = kd_msg_new (KD_MSG_WELCOME);
+    const char *names [1] = { "w" };
+    uint64_t shapes [2] = { 10, 1 };
+    kd_msg_set_uint (welcome, KD_F_RANK, 0);
+    kd_msg_set_str (welcome, KD_F_ROLE, "worker");
+    kd_msg_set_str (welcome, KD_F_MODEL, "external");
+    kd_msg_set_strs (welcome, KD_F_TENSORS, names, 1);
+    kd_msg_set_uints (welcome, KD_F_SHAPES, shapes, 2);
+    kd_msg_set_uint (welcome, KD_F_N_PARAMS, 10);
+    kd_msg_set_uint (welcome, KD_F_BATCH, 4);
+    kd_msg_set_str (welcome, KD_F_CONSISTENCY, "bsp");
+    s_reply (&sched, welcome);
+    cr_assert_eq (kd_client_register (client, 2000), 0);
+    cr_assert_str_eq (kd_client_model (client), "external");
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 10));
+    uint64_t rows [1] = { 5 };
+    s_reply (&sched, s_release (0, 0, rows, 1));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    float params [10] = { 0 };
+    cr_expect_eq (kd_client_pull_final (client, params, 100), -1, "not stopped yet");
+
+    //  STOP comes while the worker pushes (nobody answers the PUSH): the
+    //  push lets go of the shards' sockets, and the final pull still
+    //  reaches them.
+    kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
+    kd_msg_set_str (stop, KD_F_REASON, "epochs");
+    kd_msg_set_uint (stop, KD_F_VERSION, 5);
+    s_reply (&sched, stop);
+    float grad [10] = { 1 };
+    cr_expect_eq (kd_client_push (client, grad, 1), -1, "STOP ends the push");
+    cr_expect (kd_client_stopped (client));
+    cr_expect_eq (kd_client_sleep (client, 50), -1);
+    cr_expect_eq (kd_client_stop_version (client), 5);
+    //  The STOP that ends the scheduler's loop names none: 5 stays.
+    stop = kd_msg_new (KD_MSG_STOP);
+    kd_msg_set_str (stop, KD_F_REASON, "epochs");
+    s_reply (&sched, stop);
+    zclock_sleep (100);
+
+    s_final_t fin = { .shard = shard.sock };
+    zactor_t *actor = zactor_new (s_final_actor, &fin);
+    cr_expect_eq (kd_client_pull_final (client, params, 3000), 0);
+    zactor_destroy (&actor);
+    cr_expect_eq (fin.pulls, 1);
+    cr_expect_eq (fin.pull_version, 5, "the final pull asks for version %llu",
+                  (unsigned long long) fin.pull_version);
+    cr_expect_eq (kd_client_version (client), 5);
+    cr_expect_float_eq (params [9], 9.0f, 1e-6);
+    cr_expect_eq (kd_client_stop_version (client), 5);
+
+    //  Nobody answers now: the pull gives up at its deadline.
+    int64_t t0 = zclock_mono ();
+    cr_expect_eq (kd_client_pull_final (client, params, 300), -1);
+    int64_t took = zclock_mono () - t0;
+    cr_expect (took >= 250 && took < 2000, "gave up after %lld ms", (long long) took);
+
+    cr_expect_eq (kd_client_leave (client, "done"), 0);
+    kd_msg_t *leave = s_expect (&sched, KD_MSG_LEAVE);
+    kd_msg_destroy (&leave);
+    cr_expect_eq (kd_client_leave (client, "again"), -1);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
     s_fake_destroy (&sched);
 }
 

@@ -537,6 +537,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_KEY_ENC, "key_enc", KD_FT_UINT },
         { KD_F_STAGED, "staged", KD_FT_UINT },
         { KD_F_REG, "reg", KD_FT_UINT },
+        { KD_F_MODE, "mode", KD_FT_STR },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {

@@ -31,6 +31,7 @@
 #define S_LINK  KD_SVC_LINKD
 #define S_AGG   KD_SVC_AGGREGATOR
 #define S_CHS   KD_SVC_CHAOS
+#define S_XPT   KD_SVC_EXPORT
 
 //  The table.  Bounds are inclusive; for strings max is the longest value.
 static const kd_setting_t s_table [] = {
@@ -179,6 +180,9 @@ static const kd_setting_t s_table [] = {
       "ALSP: seconds between regroups at least" },
     { "speed-source", KD_CT_ENUM, "arrivals", 0, 0, "arrivals|telemetry", S_SCH | S_LOC,
       "ALSP/auto worker speeds: arrivals (the scheduler times release to arrival) or telemetry (the monitor's compute, push and pull times from monitor-pub; arrivals fill the gaps)" },
+    { "final-pull-ms", KD_CT_INT, "2000", 0, 60000, NULL, S_SCH | S_LOC,
+      "external model: after STOP, how long the shards keep serving the final version while workers "
+      "pull it into their modules (ends early once every worker left; 0 = stop at once)" },
     { "status-ms", KD_CT_INT, "500", 50, 10000, NULL, S_SCH,
       "how often the scheduler reports its state to the monitor" },
 
@@ -446,6 +450,22 @@ static const kd_setting_t s_table [] = {
       "one-way delay of this node's own link" },
     { "peer-delay", KD_CT_LIST, "", 0, 16384, NULL, S_LINK,
       "IP=MS, the link delay of the peer at IP, added to a connection from it (repeatable)" },
+
+    //  kudus export: checked here, written by the Python package
+    { "scheduler", KD_CT_STRING, "", 0, 256, NULL, S_XPT,
+      "export: a running cluster's scheduler to pull the current model from, tcp://HOST:PORT" },
+    { "checkpoint-dir", KD_CT_STRING, "", 0, 1024, NULL, S_XPT,
+      "export: a run's shard checkpoint directory (or its parent, one directory per shard) to read the final model from" },
+    { "out", KD_CT_STRING, "", 0, 1024, NULL, S_XPT,
+      "export: FILE.pt (a state_dict for torch.load + load_state_dict) or FILE.npz (numpy)" },
+    { "like", KD_CT_STRING, "", 0, 1024, NULL, S_XPT,
+      "export: FILE.py:NAME, a module (class, function or instance) whose parameter shapes the .pt takes" },
+    { "timeout", KD_CT_DOUBLE, "30", 0.1, 3600, NULL, S_XPT,
+      "export: with scheduler, seconds to wait for the cluster" },
+    { "curve-keys", KD_CT_STRING, "", 0, 1024, NULL, S_XPT,
+      "export: with scheduler, the CURVE keys folder of 'kudus keygen DIR' (as --curve --keys-dir DIR)" },
+    { "samples", KD_CT_INT, "0", 0, 9007199254740991.0, NULL, S_XPT,
+      "export: accepted and ignored (earlier versions pulled as a worker, which needed it)" },
 
     //  kudus dashboard
     { "monitor", KD_CT_STRING, "tcp://127.0.0.1:7002", 0, 256, NULL, S_DASH,

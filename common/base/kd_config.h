@@ -33,8 +33,9 @@ extern "C" {
 #define KD_SVC_GENCTR     0x400     //  kudus gen-ctr
 #define KD_SVC_AGGREGATOR 0x800     //  kudus aggregate (the barrier tree)
 #define KD_SVC_CHAOS      0x1000    //  kudus chaos (a seeded fault schedule)
+#define KD_SVC_EXPORT     0x2000    //  kudus export (a model to .pt or .npz)
 #define KD_SVC_SERVICES   0x0f
-#define KD_SVC_ALL        0x1fff
+#define KD_SVC_ALL        0x3fff
 
 typedef enum {
     KD_CT_INT,          //  int64 within [min, max]

@@ -74,6 +74,11 @@ struct _kd_client_t {
     bool welcomed, started;     //  registration stages
     uint64_t t0_ms;             //  wall clock start of training (START)
     bool stop;                  //  STOP came, or we left
+    bool stopped_run;           //  STOP came from the scheduler
+    uint64_t stop_version;      //  the final version STOP named (0: none)
+    uint64_t final_until;       //  ms: kd_client_pull_final's deadline
+    kd_msg_t *reopen;           //  the shards' book as a START, kept when a
+                                //  STOP mid-push closed their sockets
     bool failed;                //  WELCOME or START we cannot serve
     //  What WELCOME said
     uint64_t rank;              //  our worker rank
@@ -194,6 +199,28 @@ s_shm_drop (kd_client_t *self, size_t i, int state)
     self->shards [i].shm_state = state;
 }
 
+//  The address book as a START names it now (each range's primary of the
+//  moment), so that the shards can be reached again after s_close_shards.
+static kd_msg_t *
+s_book_as_start (kd_client_t *self)
+{
+    if (!self->book || self->n_shards == 0 || self->n_shards > S_MAX_SHARDS)
+        return NULL;
+    const char *endpoints [S_MAX_SHARDS];
+    uint64_t los [S_MAX_SHARDS], his [S_MAX_SHARDS];
+    for (size_t i = 0; i < self->n_shards; i++) {
+        endpoints [i] = kd_shardset_endpoint (self->book, i);
+        los [i] = kd_shardset_lo (self->book, i);
+        his [i] = kd_shardset_hi (self->book, i);
+    }
+    kd_msg_t *start = kd_msg_new (KD_MSG_START);
+    kd_msg_set_strs (start, KD_F_ENDPOINTS, endpoints, self->n_shards);
+    kd_msg_set_uints (start, KD_F_LOS, los, self->n_shards);
+    kd_msg_set_uints (start, KD_F_HIS, his, self->n_shards);
+    kd_msg_set_uint (start, KD_F_T0_MS, self->t0_ms);
+    return start;
+}
+
 static void
 s_close_shards (kd_client_t *self)
 {
@@ -218,10 +245,13 @@ kd_client_destroy (kd_client_t **self_p)
     if (!self)
         return;
     //  A client that is still a member leaves, so a BSP barrier stops
-    //  counting it now rather than after the liveness timeout.
-    if (self->welcomed && !self->stop)
+    //  counting it now rather than after the liveness timeout, and a
+    //  stopped run's scheduler need not wait out its final-pull window
+    //  (which only an external model's has).
+    if (self->welcomed && (!self->stop || !strcmp (self->model, "external")))
         kd_client_leave (self, "client closed");
     s_close_shards (self);
+    kd_msg_destroy (&self->reopen);
     zsock_destroy (&self->monitor);
     kd_msg_destroy (&self->early_release);
     free (self->push_copy);
@@ -625,8 +655,13 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
         s_route (self, (size_t) kd_msg_uint (msg, KD_F_RANK), kd_msg_str (msg, KD_F_ENDPOINT));
     else
     if (type == KD_MSG_STOP) {
-        kd_info ("stop reason=\"%s\"", kd_msg_str (msg, KD_F_REASON));
+        kd_info ("stop reason=\"%s\" version=%llu", kd_msg_str (msg, KD_F_REASON),
+                 (unsigned long long) kd_msg_uint (msg, KD_F_VERSION));
         self->stop = true;
+        self->stopped_run = true;
+        //  The STOP that ends the scheduler's loop names no version.
+        if (kd_msg_has (msg, KD_F_VERSION))
+            self->stop_version = kd_msg_uint (msg, KD_F_VERSION);
     }
     else
     if (type == KD_MSG_ERROR) {
@@ -670,7 +705,9 @@ s_cancelled (kd_client_t *self)
 static bool
 s_over (kd_client_t *self)
 {
-    return self->stop || self->failed || zsys_interrupted || s_cancelled (self);
+    //  kd_client_pull_final talks to the shards after STOP, until its deadline.
+    bool stop = self->stop && !(self->final_until && kd_now_ms () < self->final_until);
+    return stop || self->failed || zsys_interrupted || s_cancelled (self);
 }
 
 void
@@ -1015,6 +1052,9 @@ s_shard_round (kd_client_t *self, s_request_fn *request, kd_msg_type_t reply_typ
                 if ((int) (resend_at [i] - now) < wait)
                     wait = (int) (resend_at [i] - now);
             }
+        //  A final pull ends at its deadline, not a backoff later.
+        if (self->final_until && self->final_until > now && (int) (self->final_until - now) < wait)
+            wait = (int) (self->final_until - now) + 1;
         if (zmq_poll (items, (int) n + 1, wait) < 0)
             return -1;
         if (items [0].revents & ZMQ_POLLIN)
@@ -1329,6 +1369,57 @@ kd_client_pull_version (kd_client_t *self, float *params, uint64_t version)
 }
 
 int
+kd_client_pull_final (kd_client_t *self, float *params, int timeout_ms)
+{
+    assert (self);
+    assert (params);
+    //  Only an external model's scheduler keeps the shards up after STOP.
+    if (!self->stopped_run || !self->welcomed || timeout_ms <= 0 || strcmp (self->model, "external"))
+        return -1;
+    //  STOP came during a push, which let go of the shards' sockets (and
+    //  the frames queued on them): connect to the same primaries again.
+    if (!self->started && self->reopen) {
+        char err [256];
+        self->book = kd_shardset_new (self->reopen, self->n_params, self->max_msg, self->curve,
+                                      err, sizeof err);
+        if (!self->book) {
+            kd_error ("final pull: %s", err);
+            return -1;
+        }
+        self->n_shards = kd_shardset_size (self->book);
+        memset (self->shards, 0, sizeof self->shards);
+        self->prefetched = 0;
+        self->started = true;
+    }
+    if (!self->started)
+        return -1;
+    if (self->keyed) {
+        kd_error ("kd_client_pull_final: the model is keyed: pull the keys you need with "
+                  "kd_client_pull_keys before leaving");
+        return -1;
+    }
+    //  ASP and SSP shards keep versions of their own; our last push was
+    //  applied before its PUSH_OK, so whatever they hold has it.
+    uint64_t version = self->direct ? 0 : self->stop_version;
+    self->final_until = kd_now_ms () + (uint64_t) timeout_ms;
+    int rc = kd_client_pull_version (self, params, version);
+    self->final_until = 0;
+    if (rc == 0)
+        kd_info ("final pull version=%llu", (unsigned long long) self->version);
+    else
+    if (!zsys_interrupted && !s_cancelled (self))
+        kd_warn ("final pull: the shards did not answer within %d ms", timeout_ms);
+    return rc;
+}
+
+uint64_t
+kd_client_stop_version (kd_client_t *self)
+{
+    assert (self);
+    return self->stop_version;
+}
+
+int
 kd_client_pull (kd_client_t *self, float *params)
 {
     assert (self);
@@ -1514,7 +1605,9 @@ kd_client_push (kd_client_t *self, const float *gradient, uint64_t samples)
     &&  s_shard_round (self, s_push_request, KD_MSG_PUSH_OK, s_push_reply, (void *) gradient)) {
         //  Stopped mid-round: frames of the gradient may still be queued.
         //  This client is done; let go of them before the caller may free
-        //  the gradient.
+        //  the gradient.  Where the ranges are is kept for a final pull.
+        kd_msg_destroy (&self->reopen);
+        self->reopen = s_book_as_start (self);
         s_close_shards (self);
         return -1;
     }
@@ -1847,7 +1940,9 @@ int
 kd_client_leave (kd_client_t *self, const char *reason)
 {
     assert (self);
-    if (!self->peer || !self->welcomed || self->stop)
+    //  After the scheduler's STOP one LEAVE still goes: with an external
+    //  model it waits for its workers to leave before it stops the shards.
+    if (!self->peer || !self->welcomed || (self->stop && !self->stopped_run))
         return -1;
     kd_msg_t *leave = kd_msg_new (KD_MSG_LEAVE);
     kd_msg_set_str (leave, KD_F_REASON, reason && *reason ? reason : "leave");

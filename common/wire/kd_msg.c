@@ -152,6 +152,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (KEY_ENC,       "key_enc",      UINT),
     S_FIELD (STAGED,        "staged",       UINT),
     S_FIELD (REG,           "reg",          UINT),
+    S_FIELD (MODE,          "mode",         STR),
 };
 
 typedef enum {
@@ -220,7 +221,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (ROWS) | S_BIT (MIN_CLOCK), NONE,
             0, 0, 0),
     S_TYPE (LEAVE, "worker, evaluator -> scheduler", 0, S_BIT (REASON), NONE, S_W | S_E, 0, 0),
-    S_TYPE (STOP, "scheduler -> any", 0, S_BIT (REASON), NONE, 0, 0, 0),
+    S_TYPE (STOP, "scheduler -> any", 0, S_BIT (REASON) | S_BIT (VERSION), NONE, 0, 0, 0),
     S_TYPE (PUSH, "worker -> shard",
             S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE) | S_BIT (LO) | S_BIT (COUNT),
             S_BIT (SAMPLES) | S_BIT (DTYPE) | S_BIT (ROLE) | S_BIT (KEYS)
@@ -256,7 +257,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (VERSION),
             S_BIT (PHASES) | S_BIT (EPOCH) | S_BIT (WORKERS) | S_BIT (DROPPED)
           | S_BIT (REGROUPS) | S_BIT (CONSISTENCY) | S_BIT (RANKS)
-          | S_BIT (GROUPS) | S_BIT (RELAYS) | S_BIT (SAMPLES) | S_BIT (MODEL), NONE,
+          | S_BIT (GROUPS) | S_BIT (RELAYS) | S_BIT (SAMPLES) | S_BIT (MODEL)
+          | S_BIT (MODE), NONE,
             0, 0, 0),
     S_TYPE (EVAL, "scheduler -> monitor", S_BIT (VERSION), 0, NONE, 0, 0, 0),
     S_TYPE (EVAL_OK, "monitor -> scheduler",

@@ -188,6 +188,8 @@ typedef enum {
     KD_F_REG,           //  uint   the short phase path: WELCOME of a worker, its
                         //         registration number; PUSH, PUSH_OK, STAGED:
                         //         the registration that pushed
+    KD_F_MODE,          //  str    STATUS: the model in effect (auto: bsp, lsp
+                        //         or alsp; otherwise the configured one)
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

@@ -71,6 +71,7 @@ static const struct {
     [KD_S_PARKED]        = { "parked",        S_UINT,  S_T (KD_ST_SHARD) },
     [KD_S_METRIC]        = { "metric",        S_STR,   S_T (KD_ST_EVAL) },
     [KD_S_VALUE]         = { "value",         S_FLOAT, S_T (KD_ST_EVAL) },
+    [KD_S_MODE]          = { "mode",          S_STR,   S_T (KD_ST_STATS) },
 };
 
 static const char *s_topics [KD_ST_TOPIC_COUNT] = {

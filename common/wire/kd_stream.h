@@ -63,6 +63,7 @@ typedef enum {
     KD_S_CHECKPOINTS, KD_S_CHECKPOINT_AGE_S,
     KD_S_REFUSED, KD_S_CLIPPED, KD_S_LIMITED, KD_S_DISCONNECTS, KD_S_CONNECTIONS, KD_S_PARKED,
     KD_S_METRIC, KD_S_VALUE,
+    KD_S_MODE,
     KD_S_FIELD_COUNT                    //  one past the last field
 } kd_stream_field_t;
 

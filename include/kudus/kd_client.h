@@ -205,6 +205,22 @@ int
 int
     kd_client_pull_version (kd_client_t *self, float *params, uint64_t version);
 
+//  After the scheduler stopped the run: pull its final model, the version
+//  STOP named (kd_client_stop_version), into params.  With an external
+//  model the scheduler keeps the shards serving for --final-pull-ms (2 s)
+//  after STOP, or until every worker has left, so call kd_client_leave
+//  once this returns.  Gives up after timeout_ms.  Returns 0, or -1 when
+//  the run was not stopped by the scheduler, the model is built-in (its
+//  shards stop with the scheduler), the shards did not answer in time, or
+//  a signal came.
+int
+    kd_client_pull_final (kd_client_t *self, float *params, int timeout_ms);
+
+//  The final version the scheduler's STOP named, or 0 before STOP (or
+//  from a scheduler that does not name it).
+uint64_t
+    kd_client_stop_version (kd_client_t *self);
+
 //  Version of the model last pulled (the oldest shard's, if they differ).
 uint64_t
     kd_client_version (kd_client_t *self);

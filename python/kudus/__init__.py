@@ -178,6 +178,8 @@ _tensor = _fn("kd_client_tensor", ctypes.POINTER(_Tensor), _P, ctypes.c_size_t)
 _init_params = _fn("kd_client_init_params", ctypes.c_int, _P, _FLOATS)
 _pull = _fn("kd_client_pull", ctypes.c_int, _P, _FLOATS)
 _pull_version = _fn("kd_client_pull_version", ctypes.c_int, _P, _FLOATS, ctypes.c_uint64)
+_pull_final = _fn("kd_client_pull_final", ctypes.c_int, _P, _FLOATS, ctypes.c_int)
+_stop_version = _fn("kd_client_stop_version", ctypes.c_uint64, _P)
 _version = _fn("kd_client_version", ctypes.c_uint64, _P)
 _push = _fn("kd_client_push", ctypes.c_int, _P, _FLOATS, ctypes.c_uint64)
 _arrive = _fn("kd_client_arrive", ctypes.c_int, _P, ctypes.c_float, ctypes.POINTER(_Release))
@@ -348,6 +350,19 @@ class Client:
         buf = self._buffer(params, "params")
         rc = _pull(self._c, buf) if version is None else _pull_version(self._c, buf, int(version))
         return rc == 0
+
+    def pull_final(self, params, timeout_ms=2000):
+        """After the scheduler stopped the run: pull its final model (the
+        version STOP named, `stop_version`) into params while the shards
+        still serve it. Call leave() afterwards so the run ends at once.
+        False when the run was not stopped by the scheduler or the shards
+        did not answer within timeout_ms."""
+        return _pull_final(self._c, self._buffer(params, "params"), int(timeout_ms)) == 0
+
+    @property
+    def stop_version(self):
+        """The final version the scheduler's STOP named (0 before STOP)."""
+        return _stop_version(self._c)
 
     def push(self, gradient, samples):
         """Push the mean gradient over samples rows; it is read, not copied."""

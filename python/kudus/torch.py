@@ -387,18 +387,31 @@ class Worker:
             self.version = c.version
             self.final = True
 
+    def _stopped_pull(self):
+        """The scheduler stopped the run: pull the final version its STOP
+        named (the shards of an external model serve it until the workers
+        leave, --final-pull-ms at most), then leave so the run ends."""
+        c = self.client
+        if c.pull_final(self.flat):
+            self._load_params()
+            self._sync()
+            self.version = c.version
+            self.final = True
+        c.leave("done")
+
     def run(self, max_iterations=None):
         """Register, seed the model when it is external, and train until the
         scheduler stops the run (or for max_iterations). Returns the number
         of iterations.
 
-        The module then holds the newest model run() could get. After
-        max_iterations the cluster still answers: run() pulls once more, so
-        the module holds every commit up to its last gradient, and
-        `final` is True. When the scheduler stopped the run, the shards
-        stop with it and nothing answers a pull: the module holds the model
-        of this worker's last pull (`version`), without the commits after
-        it (under BSP, the last one), and `final` is False. The run's
+        The module then holds the run's final model, and `final` is True:
+        after max_iterations the cluster still answers and run() pulls once
+        more, so the module holds every commit up to its last gradient; when
+        the scheduler stopped the run, run() pulls the final version the
+        scheduler named (`version`). If that pull fails (the shards went
+        away first: a built-in model, whose shards stop with the scheduler,
+        or a run killed by a signal), the module holds this worker's last
+        pull, without the commits after it, and `final` is False; the run's
         final model is then in the shards' checkpoints, with
         --checkpoint-dir: load_checkpoint, or `python3 -m kudus export
         --checkpoint-dir`.
@@ -440,6 +453,8 @@ class Worker:
                 if last:
                     self._final_pull(release)
                     break
+            if not self.final and c.stopped and c.model == "external":
+                self._stopped_pull()
             if not self.final:
                 log.info("kudus.torch: the run stopped; the module holds version %d, this "
                          "worker's last pull", self.version)

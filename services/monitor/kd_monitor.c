@@ -101,6 +101,7 @@ typedef struct {
     size_t n_params;            //  its length
     char model_name [16];       //  "softmax" / "mlp"
     char consistency [16];      //  from STATUS
+    char mode [16];             //  from STATUS: the model in effect (auto's)
     kd_shardset_t *book;        //  the shards' address book (START)
     s_shard_t shards [S_MAX_SHARDS];  //  per-shard evaluation state
     size_t n_shards;            //  entries in use
@@ -343,6 +344,8 @@ s_publish_stats (self_t *self)
     kd_stream_set_float (m, KD_S_TRAIN_LOSS, self->have_loss ? self->train_loss : 0);
     kd_stream_set_uint (m, KD_S_WORKERS, self->active);
     kd_stream_set_str (m, KD_S_CONSISTENCY, self->consistency);
+    //  From a scheduler that does not say, the configured model.
+    kd_stream_set_str (m, KD_S_MODE, *self->mode ? self->mode : self->consistency);
     kd_stream_set_str (m, KD_S_MODEL, self->model_name);
     kd_stream_set_uint (m, KD_S_PHASES, self->phases);
     kd_stream_set_uint (m, KD_S_DROPPED, self->dropped);
@@ -913,6 +916,7 @@ s_on_status (self_t *self, kd_msg_t *msg)
     for (size_t i = 0; i < n_relays && i < 5; i++)
         self->relays [i] = relays [i];
     snprintf (self->consistency, sizeof self->consistency, "%s", kd_msg_str (msg, KD_F_CONSISTENCY));
+    snprintf (self->mode, sizeof self->mode, "%s", kd_msg_str (msg, KD_F_MODE));
     size_t nr = 0, ng = 0;
     const uint64_t *ranks = kd_msg_uints (msg, KD_F_RANKS, &nr);
     const uint64_t *groups = kd_msg_uints (msg, KD_F_GROUPS, &ng);

@@ -139,6 +139,10 @@ typedef struct {
     double stop_accuracy;       //  rolling mean that met the target, or -1
     uint64_t final_version;     //  version the final eval must cover
     uint64_t finish_deadline;   //  ms: give up on the final eval
+    bool eval_pending;          //  finishing: the final eval is awaited
+    bool pulls_pending;         //  finishing: external workers may still
+                                //  pull the final model (until they leave)
+    uint64_t pulls_deadline;    //  ms: stop waiting for them
     char reason [64];           //  why training ended
     uint64_t next_heartbeat;    //  ms
     uint64_t last_beat;         //  ms: the last heartbeat tick
@@ -1043,29 +1047,66 @@ s_finish (self_t *self, const char *reason)
         return;
     snprintf (self->reason, sizeof self->reason, "%s", reason);
     self->t_end = kd_now_msf ();
-    kd_info ("finish reason=%s version=%llu samples=%llu", reason,
-             (unsigned long long) kd_controller_version (self->ctl),
-             (unsigned long long) self->samples);
-    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++)
-        if (kd_members_worker (self->members, r))
-            s_send_stop (self, kd_members_worker (self->members, r));
-    s_each_evaluator (self, s_send_stop);
     self->final_version = kd_controller_version (self->ctl);
+    kd_info ("finish reason=%s version=%llu samples=%llu", reason,
+             (unsigned long long) self->final_version, (unsigned long long) self->samples);
+    //  STOP names the final version, which a worker may still pull: an
+    //  external model lives in the user's module, and the user expects the
+    //  trained one there when training returns.
+    size_t workers = 0;
+    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++) {
+        kd_member_t *m = kd_members_worker (self->members, r);
+        if (!m)
+            continue;
+        kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
+        kd_msg_set_str (stop, KD_F_REASON, self->reason);
+        kd_msg_set_uint (stop, KD_F_VERSION, self->final_version);
+        s_send_to (self, m, &stop);
+        workers += m->alive;
+    }
+    s_each_evaluator (self, s_send_stop);
+    //  The shards stop when we do, so we wait until the external workers
+    //  have left (after their final pull) or the window has passed.
+    self->pulls_pending = self->external && workers > 0 && self->state == S_TRAINING
+                       && kd_config_int (self->config, "final-pull-ms") > 0;
+    self->pulls_deadline = kd_now_ms () + (uint64_t) kd_config_int (self->config, "final-pull-ms");
     //  The monitor cannot evaluate an external model (it is the workers'
     //  own), nor sparse-lr without a held-out file: waiting for it would
     //  only time out.
     kd_member_t *monitor = kd_members_monitor (self->members);
-    if (monitor && monitor->alive && self->state == S_TRAINING
-    &&  (!self->external || (self->sparse_lr && self->monitor_keyed))
-    &&  !(self->accuracy_version >= self->final_version && self->accuracy_version > 0)) {
+    self->eval_pending = monitor && monitor->alive && self->state == S_TRAINING
+        && (!self->external || (self->sparse_lr && self->monitor_keyed))
+        && !(self->accuracy_version >= self->final_version && self->accuracy_version > 0);
+    if (self->eval_pending) {
         kd_msg_t *eval = kd_msg_new (KD_MSG_EVAL);
         kd_msg_set_uint (eval, KD_F_VERSION, self->final_version);
         s_send_to (self, monitor, &eval);
-        self->state = S_FINISHING;
         self->finish_deadline = kd_now_ms () + S_FINAL_EVAL_MS;
     }
-    else
+    self->state = self->eval_pending || self->pulls_pending ? S_FINISHING : S_DONE;
+}
+
+//  Finishing: done once nothing is awaited any more.
+static void
+s_check_finished (self_t *self)
+{
+    if (self->state == S_FINISHING && !self->eval_pending && !self->pulls_pending)
         self->state = S_DONE;
+}
+
+//  Finishing: a worker left or died; the last one ends the final pulls.
+static void
+s_check_pulls (self_t *self)
+{
+    if (self->state != S_FINISHING || !self->pulls_pending)
+        return;
+    for (size_t r = 0; r < KD_MEMBERS_MAX_WORKERS; r++) {
+        kd_member_t *m = kd_members_worker (self->members, r);
+        if (m && m->alive)
+            return;
+    }
+    self->pulls_pending = false;
+    s_check_finished (self);
 }
 
 //  Staleness percentile from the histogram.
@@ -1521,8 +1562,12 @@ s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *r
     bool restarted = m->routing_id && strcmp (m->id_hex, new_hex) != 0;
     if (restarted && role == KD_MEMBER_WORKER && m->alive
     &&  kd_controller_is_active (self->ctl, (uint32_t) m->rank)) {
-        kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
-        s_drain (self);
+        //  After the finish nothing is decided: no commit past the final
+        //  version.
+        if (self->state != S_FINISHING && self->state != S_DONE) {
+            kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
+            s_drain (self);
+        }
         m->alive = false;
     }
     kd_members_bind (self->members, m, self->via, id);
@@ -1653,6 +1698,11 @@ s_worker_gone (self_t *self, kd_member_t *m, const char *why)
     snprintf (detail, sizeof detail, "worker %s (%s) after %llu ms of silence", m->name, why,
               (unsigned long long) silent_ms);
     s_event (self, !strcmp (why, "dead") ? "worker-dead" : "worker-left", m, detail);
+    //  After the finish nothing is decided any more: a leave then must not
+    //  complete a phase and commit past the final version.
+    if (self->state == S_FINISHING || self->state == S_DONE)
+        s_check_pulls (self);
+    else
     if (kd_controller_is_active (self->ctl, (uint32_t) m->rank)
     ||  self->state == S_TRAINING) {
         kd_controller_leave (self->ctl, (uint32_t) m->rank, kd_now_ms ());
@@ -1907,8 +1957,10 @@ s_on_eval_ok (self_t *self, kd_msg_t *msg)
         kd_info ("target met rolling_accuracy=%.4f evaluations=%zu target=%.4f", rolling, n, target);
         s_finish (self, "target-accuracy");
     }
-    if (self->state == S_FINISHING && version >= self->final_version)
-        self->state = S_DONE;
+    if (self->state == S_FINISHING && self->eval_pending && version >= self->final_version) {
+        self->eval_pending = false;
+        s_check_finished (self);
+    }
 }
 
 static void s_on_peer_message (self_t *self, kd_msg_t *msg);
@@ -2108,6 +2160,8 @@ s_on_status (self_t *self)
     kd_msg_set_uint (msg, KD_F_REGROUPS, self->regroups);
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->samples);
     kd_msg_set_str (msg, KD_F_CONSISTENCY, kd_config_str (self->config, "consistency"));
+    //  Under auto, what it runs now: the stream and the dashboard show it.
+    kd_msg_set_str (msg, KD_F_MODE, kd_consistency_name (kd_controller_mode (self->ctl)));
     kd_msg_set_str (msg, KD_F_MODEL, s_model_name (self));
     //  The barrier tree's traffic, for the monitor's metrics.
     kd_aggregators_stats_t *r = kd_aggregators_stats (self->aggs);
@@ -2140,9 +2194,16 @@ s_on_tick (self_t *self)
         if (limit > 0 && (kd_now_msf () - self->t0_mono) / 1000.0 >= limit)
             s_finish (self, "max-seconds");
     }
-    if (self->state == S_FINISHING && now >= self->finish_deadline) {
+    if (self->state == S_FINISHING && self->eval_pending && now >= self->finish_deadline) {
         kd_warn ("final evaluation timed out version=%llu", (unsigned long long) self->final_version);
-        self->state = S_DONE;
+        self->eval_pending = false;
+        s_check_finished (self);
+    }
+    if (self->state == S_FINISHING && self->pulls_pending && now >= self->pulls_deadline) {
+        kd_info ("final pulls: window of %lld ms closed with workers still registered",
+                 (long long) kd_config_int (self->config, "final-pull-ms"));
+        self->pulls_pending = false;
+        s_check_finished (self);
     }
 }
 
@@ -2440,7 +2501,8 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
     kd_service_ready (pipe);
     kd_server_run (self->server, pipe);
     kd_server_destroy (&self->server);
-    if (self->state != S_DONE)
+    //  A signal during the finish leaves the run's own reason.
+    if (self->state != S_DONE && self->state != S_FINISHING)
         snprintf (self->reason, sizeof self->reason, "signal");
     s_write_summary (self);
     //  Everyone stops with us: parameter servers must not linger.

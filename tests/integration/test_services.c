@@ -173,6 +173,9 @@ Test (services, auto_switches_for_a_far_straggler)
     char *text = kd_test_slurp (tail_json);
     cr_expect (text && strstr (text, "consistency-switch") && strstr (text, "-> alsp: speeds split"),
                "no switch event on the stream: %s", text ? text : "(none)");
+    //  The stats say what auto runs now, for kudus tail and the dashboard.
+    cr_expect (text && strstr (text, "\"consistency\":\"auto\"") && strstr (text, "\"mode\":\"alsp\""),
+               "no stats with mode alsp on the stream: %.2000s", text ? text : "(none)");
     free (text);
     free (json);
 }

@@ -140,6 +140,105 @@ def test_keyed_model_pushes_and_pulls_numpy_index_arrays(cluster, tmp_path):
         assert last < first - 0.1, f"{name}: loss {first:.3f} -> {last:.3f}"
 
 
+def _auc(scores, labels):
+    """Area under the ROC curve by ranks (ties are rare with float scores)."""
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(1, len(scores) + 1)
+    pos = labels > 0.5
+    n_pos, n_neg = pos.sum(), (~pos).sum()
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def test_keyed_model_scored_live_by_an_auc_evaluator(cluster):
+    """The sparse model's own metric from any process: an evaluator
+    (kudus.Client(evaluator=True)) pulls only the keys of held-out rows,
+    scores the planted model's AUC and reports it; the monitor takes it as
+    the run's test metric, and --target-accuracy stops the run on it."""
+    rng = np.random.default_rng(5)
+    features, rows, held, per_row = 2000, 4000, 1000, 8
+    true_w = rng.normal(0, 1.5, features + 1)
+    idx = np.sort(np.stack([rng.choice(np.arange(1, features + 1), per_row, replace=False)
+                            for _ in range(rows + held)]), axis=1).astype(np.uint64)
+    logits = true_w[0] + true_w[idx.astype(np.int64)].sum(axis=1)
+    labels = (rng.random(rows + held) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+    planted = _auc(logits[rows:], labels[rows:])
+    target = round(0.8 * planted, 3)
+
+    c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--shards", "2",
+                "--batch", "40", "--epochs", "50", "--optimizer", "adagrad", "--lr", "0.3",
+                "--target-accuracy", str(target), "--max-seconds", "150")
+    import threading
+    reports, errors = [], []
+
+    def caught(fn):
+        def run(*args):
+            try:
+                fn(*args)
+            except Exception as e:        # re-raised in the test's thread below
+                errors.append(e)
+        return run
+
+    @caught
+    def work(name):
+        with kudus.Client(c.scheduler, name, samples=rows, monitor=c.monitor) as client:
+            client.set_keyed_layout("w", features + 1, 1)
+            assert client.register(timeout_ms=30000)
+            release = client.wait_start(timeout_ms=30000)
+            while release is not None and not client.stopped:
+                batch = idx[release.rows]
+                keys = np.unique(np.concatenate([[0], batch.ravel()]).astype(np.uint64))
+                w = np.zeros(keys.size, np.float32)
+                if not client.pull_keys(keys, w):
+                    break
+                pos = np.searchsorted(keys, batch)
+                p = 1 / (1 + np.exp(-(w[0] + w[pos].sum(axis=1))))
+                y = labels[release.rows]
+                d = ((p - y) / len(y)).astype(np.float32)
+                g = np.zeros(keys.size, np.float32)
+                g[0] = d.sum()
+                np.add.at(g, pos.ravel(), np.repeat(d, per_row))
+                if not client.push_keys(keys, g, len(y)):
+                    break
+                release = client.arrive(0.0)
+
+    @caught
+    def evaluate():
+        test = idx[rows:]
+        keys = np.unique(np.concatenate([[0], test.ravel()]).astype(np.uint64))
+        pos = np.searchsorted(keys, test)
+        w = np.zeros(keys.size, np.float32)
+        with kudus.Client(c.scheduler, "auc-evaluator", monitor=c.monitor, evaluator=True) as ev:
+            assert ev.register(timeout_ms=30000)
+            ev.wait_start(timeout_ms=30000)
+            seen = -1
+            while not ev.stopped and ev.pull_keys(keys, w):
+                if ev.version != seen:
+                    seen = ev.version
+                    value = _auc(w[0] + w[pos].sum(axis=1), labels[rows:])
+                    ev.report_eval("auc", value, seen)
+                    reports.append((seen, value))
+                ev.sleep(300)
+
+    threads = [threading.Thread(target=work, args=(f"auc-w{i}",)) for i in range(2)]
+    threads.append(threading.Thread(target=evaluate))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not any(t.is_alive() for t in threads)
+    if errors:
+        raise errors[0]
+    assert c.wait(60) == 0
+    s = c.summary()
+    print("planted AUC", planted, "target", target, "reports", len(reports), reports[-3:])
+    versions = [v for v, _ in reports]
+    assert reports and versions == sorted(set(versions)), versions
+    assert max(value for _, value in reports) >= target
+    assert s["stop_reason"] == "target-accuracy", s["stop_reason"]
+    assert s["stop_accuracy"] >= target
+
+
 def test_keyed_calls_check_their_arrays():
     with kudus.Client("tcp://127.0.0.1:9", "x") as c:
         with pytest.raises(ValueError):

@@ -166,6 +166,7 @@ tx, ty = data(1000, seed=1)
 print(json.dumps(dict(iterations=iterations, version=worker.version, final=worker.final,
                       accuracy=accuracy(model, tx, ty), file=kudus.__file__,
                       source=kudus.LIBRARY_SOURCE)))
+torch.save(model.state_dict(), name + ".pt")
 worker.close()
 '''
 
@@ -175,8 +176,9 @@ def test_fresh_venv_installs_the_package_and_trains(cluster, tmp_path, tiny):
     """python3 -m venv --system-site-packages, pip install --no-index
     --no-build-isolation ./python, then that venv's python: finds the
     library through KUDUS_LIB and pkg-config, says so only at INFO, trains
-    with two workers until the run stops, and its CLI exports the final
-    model from the shards' checkpoints."""
+    with two workers until the run stops, each worker's module then holds
+    the run's final model, and the CLI exports the same model from the
+    shards' checkpoints."""
     venv = tmp_path / "venv"
     python = make_venv(venv)
     src = copy_package(tmp_path)
@@ -225,18 +227,25 @@ def test_fresh_venv_installs_the_package_and_trains(cluster, tmp_path, tiny):
         print(r)
         assert r["file"].startswith(str(venv)) and r["source"] == "KUDUS_LIB"
         assert r["iterations"] > 20
-        # Stopped by the scheduler: the module holds its last pull, and the
-        # commits after it are only in the checkpoints.
-        assert not r["final"] and 0 < r["version"] <= s["updates"]
+        # Stopped by the scheduler: run() pulled the final version STOP
+        # named, so the module holds every commit of the run.
+        assert r["final"] and r["version"] == s["updates"], (r, s["updates"])
         assert r["accuracy"] > 0.6, r
 
     out = run([python, "-m", "kudus", "export", "--checkpoint-dir", str(ckpt), "--like",
                f"{tiny.PATH}:Net", "--out", str(tmp_path / "final.pt")], 120, cwd=tmp_path, env=env)
     assert f"model version {s['updates']} " in out.stdout, out.stdout
     model = tiny.Net()
-    model.load_state_dict(torch.load(tmp_path / "final.pt"))
+    exported = torch.load(tmp_path / "final.pt")
+    model.load_state_dict(exported)
     tx, ty = tiny.data(1000, seed=1)
     assert tiny.accuracy(model, tx, ty) > 0.6
+    # What each worker's module held when run() returned is the exported model.
+    for i in range(2):
+        held = torch.load(tmp_path / f"venv-{i}.pt")
+        assert held.keys() == exported.keys()
+        for name in held:
+            assert torch.equal(held[name], exported[name]), name
 
 
 @budget(360)
@@ -279,6 +288,40 @@ def own_pull(scheduler, samples):
         tensors, version = c.tensors, c.version
         c.leave("read")
     return tensors, params, version
+
+
+@budget(60)
+def test_kudus_export_settings_are_the_config_tables():
+    """`kudus export` checks its settings against the config table before
+    anything runs: --help lists them with their KUDUS_* variables, and a
+    bad flag, a bad value or a missing source is exit 2 with its name."""
+    kudus_bin = os.path.join(BIN, "kudus")
+
+    def env(**extra):
+        e = {k: v for k, v in clean_env().items() if not k.startswith("KUDUS_")}
+        e.update(KUDUS_PYTHON=sys.executable, **extra)
+        return e
+    helped = subprocess.run([kudus_bin, "export", "--help"], capture_output=True, text=True, timeout=30,
+                            env=env())
+    assert helped.returncode == 0
+    for name in ("--scheduler", "--checkpoint-dir", "--out", "--like", "--timeout", "KUDUS_OUT"):
+        assert name in helped.stdout, name
+    cases = [(["--out", "x.pt"], {}, "one of --scheduler ENDPOINT and --checkpoint-dir DIR"),
+             (["--scheduler", "tcp://127.0.0.1:1", "--checkpoint-dir", "d", "--out", "x.pt"], {},
+              "one of --scheduler"),
+             (["--bogus", "1"], {}, "unknown flag '--bogus'"),
+             (["--scheduler", "tcp://127.0.0.1:1", "--out", "x.pt"], {"KUDUS_TIMEOUT": "soon"},
+              "setting 'timeout'")]
+    for args, extra, said in cases:
+        r = subprocess.run([kudus_bin, "export"] + args, capture_output=True, text=True, timeout=30,
+                           env=env(**extra))
+        assert r.returncode == 2 and said in r.stderr, (args, r.returncode, r.stderr)
+    # A compose shard or a `kudus run` copy has KUDUS_SCHEDULER: the flag
+    # wins, and the writer runs (and says the folder is missing).
+    r = subprocess.run([kudus_bin, "export", "--checkpoint-dir", "/nonexistent-kudus-ckpt", "--out", "x.pt"],
+                       capture_output=True, text=True, timeout=60,
+                       env=env(KUDUS_SCHEDULER="tcp://127.0.0.1:1"))
+    assert r.returncode == 1 and "one of" not in r.stderr and "nonexistent-kudus-ckpt" in r.stderr, r.stderr
 
 
 @budget(300)
@@ -338,8 +381,10 @@ def test_trained_model_back_scores_the_same(cluster, tmp_path, tiny):
     assert f"model version {version} " in out.stdout, out.stdout
     # The C command runs the same writer and finds the package and the
     # library beside its build by itself: no PYTHONPATH, no KUDUS_LIB.
-    run([os.path.join(BIN, "kudus"), "export", "--scheduler", c.scheduler, "--samples", str(len(x)),
-         "--out", str(tmp_path / "model.npz")], 120, env=clean_env(KUDUS_PYTHON=sys.executable))
+    # Its settings are the config table's: --out comes from KUDUS_OUT here,
+    # and --samples, which earlier versions needed, is still taken.
+    run([os.path.join(BIN, "kudus"), "export", "--scheduler", c.scheduler, "--samples", str(len(x))], 120,
+        env=clean_env(KUDUS_PYTHON=sys.executable, KUDUS_OUT=str(tmp_path / "model.npz")))
 
     fresh = tiny.Net()
     fresh.load_state_dict(torch.load(tmp_path / "model.pt"))

@@ -5,7 +5,8 @@
     python/kudus/__main__.py): a .pt file is torch's own format, and only
     torch writes it faithfully.  This command finds that package and this
     build's libkudus beside the binary, so `kudus export` works from a
-    build tree with nothing set, and runs it with the same arguments.
+    build tree with nothing set, checks the settings against the config
+    table (flags, KUDUS_* variables, --help), and runs it with them.
 */
 #include "kd_cli.h"
 #include <errno.h>
@@ -40,6 +41,17 @@ s_prepend (const char *name, const char *dir)
     free (both);
 }
 
+//  True when argv names the flag (--name VALUE or --name=VALUE).
+static bool
+s_flag_given (int argc, char **argv, const char *flag)
+{
+    size_t len = strlen (flag);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp (argv [i], flag, len) && (argv [i][len] == 0 || argv [i][len] == '='))
+            return true;
+    return false;
+}
+
 int
 kd_export_main (int argc, char **argv)
 {
@@ -66,22 +78,67 @@ kd_export_main (int argc, char **argv)
     &&  !getenv ("KUDUS_LIB") && access (lib, R_OK) == 0)
         setenv ("KUDUS_LIB", lib, 1);
 
+    //  The settings are the config table's (flags, KUDUS_* variables,
+    //  --help); the writer gets them as its own flags.
+    int rc = 0;
+    kd_config_t *c = kd_config_from_args (KD_SVC_EXPORT, "kudus export", "kudus export", argc, argv, &rc);
+    if (!c)
+        return rc;
+    const char *scheduler = kd_config_str (c, "scheduler");
+    const char *ckpt = kd_config_str (c, "checkpoint-dir");
+    const char *out = kd_config_str (c, "out");
+    //  Compose's containers and `kudus run`'s copies have KUDUS_SCHEDULER
+    //  (a shard's also KUDUS_CHECKPOINT_DIR): a source named by a flag
+    //  wins over one from the environment.
+    bool flag_sched = s_flag_given (argc, argv, "--scheduler");
+    bool flag_ckpt = s_flag_given (argc, argv, "--checkpoint-dir");
+    if (*scheduler && *ckpt && flag_sched != flag_ckpt) {
+        if (flag_sched)
+            ckpt = "";
+        else
+            scheduler = "";
+    }
+    if (!*scheduler == !*ckpt || !*out || kd_config_positional_count (c) > 0) {
+        fprintf (stderr, "kudus export: give --out FILE and one of --scheduler ENDPOINT and "
+                 "--checkpoint-dir DIR (see --help; KUDUS_SCHEDULER and KUDUS_CHECKPOINT_DIR "
+                 "count as given)\n");
+        kd_config_destroy (&c);
+        return 2;
+    }
     const char *python = getenv ("KUDUS_PYTHON");
     if (!python || !*python)
         python = "python3";
-    char **args = (char **) calloc ((size_t) argc + 4, sizeof (char *));
-    assert (args);
+    char timeout [32];
+    snprintf (timeout, sizeof timeout, "%g", kd_config_double (c, "timeout"));
+    const char *args [16];
     int k = 0;
-    args [k++] = (char *) python;
-    args [k++] = (char *) "-m";
-    args [k++] = (char *) "kudus";
-    args [k++] = (char *) "export";
-    for (int i = 1; i < argc; i++)
-        args [k++] = argv [i];
+    args [k++] = python;
+    args [k++] = "-m";
+    args [k++] = "kudus";
+    args [k++] = "export";
+    args [k++] = *scheduler ? "--scheduler" : "--checkpoint-dir";
+    args [k++] = *scheduler ? scheduler : ckpt;
+    args [k++] = "--out";
+    args [k++] = out;
+    if (*kd_config_str (c, "like")) {
+        args [k++] = "--like";
+        args [k++] = kd_config_str (c, "like");
+    }
+    args [k++] = "--timeout";
+    args [k++] = timeout;
+    if (*kd_config_str (c, "curve-keys")) {
+        args [k++] = "--curve-keys";
+        args [k++] = kd_config_str (c, "curve-keys");
+    }
+    else
+    if (kd_config_bool (c, "curve")) {
+        args [k++] = "--curve-keys";
+        args [k++] = kd_config_str (c, "keys-dir");
+    }
     args [k] = NULL;
-    execvp (python, args);
+    execvp (python, (char *const *) args);
     fprintf (stderr, "kudus export: cannot run %s: %s (the exporter is the Python package's: "
              "install python3 and python3-torch, or set KUDUS_PYTHON)\n", python, strerror (errno));
-    free (args);
+    kd_config_destroy (&c);
     return 127;
 }

@@ -31,9 +31,17 @@ s_draw (kd_stream_t *stats, s_row_t *rows, s_row_t *shard_rows, const char *grou
     else
     if (acc >= 0)
         snprintf (accs, sizeof accs, "%.4f (v%.0f)", acc, kd_stream_number (stats, KD_S_TEST_VERSION, 0));
-    printf ("kudus  %.15s/%.15s  t=%.1fs  version %.0f  epoch %.2f  samples/s %.0f  "
+    //  auto shows what it runs now: "auto (alsp)".
+    const char *consistency = kd_stream_str (stats, KD_S_CONSISTENCY);
+    const char *mode = kd_stream_str (stats, KD_S_MODE);
+    char model [48];
+    if (*mode && strcmp (mode, consistency))
+        snprintf (model, sizeof model, "%.15s (%.15s)", consistency, mode);
+    else
+        snprintf (model, sizeof model, "%.15s", consistency);
+    printf ("kudus  %.15s/%s  t=%.1fs  version %.0f  epoch %.2f  samples/s %.0f  "
             "loss %.4f  test acc %s  workers %.0f\n",
-            kd_stream_str (stats, KD_S_MODEL), kd_stream_str (stats, KD_S_CONSISTENCY),
+            kd_stream_str (stats, KD_S_MODEL), model,
             kd_stream_number (stats, KD_S_ELAPSED_S, 0), kd_stream_number (stats, KD_S_VERSION, 0),
             kd_stream_number (stats, KD_S_EPOCH, 0), kd_stream_number (stats, KD_S_SAMPLES_PER_S, 0),
             kd_stream_number (stats, KD_S_TRAIN_LOSS, 0), accs, kd_stream_number (stats, KD_S_WORKERS, 0));

@@ -53,8 +53,10 @@ function onStats(m) {
   run.dropped.push(m.dropped || 0);
   state.regroups = m.regroups || 0;
   const acc = m.test_accuracy !== undefined ? m.test_accuracy.toFixed(4) : "-";
+  // auto shows what it runs now: "auto (alsp)".
+  const model = m.mode && m.mode !== m.consistency ? `${m.consistency} (${m.mode})` : m.consistency;
   document.getElementById("headline").textContent =
-    `${m.model}/${m.consistency}  t=${m.elapsed_s.toFixed(1)} s  version ${m.version}` +
+    `${m.model}/${model}  t=${m.elapsed_s.toFixed(1)} s  version ${m.version}` +
     `  epoch ${(m.epoch || 0).toFixed(2)}  samples/s ${Math.round(m.samples_per_s || 0)}` +
     `  loss ${(m.train_loss || 0).toFixed(4)}  test acc ${acc}  workers ${m.workers}` +
     `  wait ${(100 * (m.wait_fraction || 0)).toFixed(1)}%`;
