@@ -183,6 +183,20 @@ Test (kd_client, start_with_ranges_that_do_not_tile_is_refused)
     s_fake_destroy (&sched);
 }
 
+//  START with one shard holding [0, hi) on the fake shard, then the first
+//  RELEASE (version 0, clock 0, one row: 5), and the client takes both.
+static void
+s_start_one (s_fake_t *sched, s_fake_t *shard, kd_client_t *client, uint64_t hi,
+             kd_release_t *release)
+{
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard->port);
+    s_reply (sched, s_start (ep, 0, hi));
+    uint64_t rows [1] = { 5 };
+    s_reply (sched, s_release (0, 0, rows, 1));
+    cr_assert_eq (kd_client_wait_start (client, release, 2000), 0);
+}
+
 //  What the fake cluster saw during one iteration.
 typedef struct {
     zsock_t *sched, *shard;     //  handed over to the actor
@@ -420,13 +434,8 @@ Test (kd_client, a_stopped_external_worker_pulls_the_final_version)
     s_reply (&sched, welcome);
     cr_assert_eq (kd_client_register (client, 2000), 0);
     cr_assert_str_eq (kd_client_model (client), "external");
-    char ep [64];
-    snprintf (ep, sizeof ep, S_EP, shard.port);
-    s_reply (&sched, s_start (ep, 0, 10));
-    uint64_t rows [1] = { 5 };
-    s_reply (&sched, s_release (0, 0, rows, 1));
     kd_release_t release;
-    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    s_start_one (&sched, &shard, client, 10, &release);
     float params [10] = { 0 };
     cr_expect_eq (kd_client_pull_final (client, params, 100), -1, "not stopped yet");
 
@@ -512,13 +521,8 @@ Test (kd_client, ssp_pulls_only_when_the_cache_is_too_old)
     s_fake_t sched = s_fake_new (), shard = s_fake_new ();
     kd_client_t *client = s_client (&sched);
     s_register (&sched, client, "ssp");
-    char ep [64];
-    snprintf (ep, sizeof ep, S_EP, shard.port);
-    s_reply (&sched, s_start (ep, 0, 7850));
-    uint64_t rows [1] = { 5 };
-    s_reply (&sched, s_release (0, 0, rows, 1));
     kd_release_t release;
-    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    s_start_one (&sched, &shard, client, 7850, &release);
     s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock, .clocks = { 1, 3 } };
     zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
     float *params = (float *) calloc (7850, sizeof (float));

@@ -180,6 +180,9 @@ static const kd_setting_t s_table [] = {
       "ALSP: seconds between regroups at least" },
     { "speed-source", KD_CT_ENUM, "arrivals", 0, 0, "arrivals|telemetry", S_SCH | S_LOC,
       "ALSP/auto worker speeds: arrivals (the scheduler times release to arrival) or telemetry (the monitor's compute, push and pull times from monitor-pub; arrivals fill the gaps)" },
+    { "rejoin-wait-ms", KD_CT_INT, "2000", 0, 600000, NULL, S_SCH | S_LOC,
+      "a key range that lost every replica: how long the first replica back waits for the others, "
+      "so that the newest checkpoint leads (0 = the first back leads)" },
     { "final-pull-ms", KD_CT_INT, "2000", 0, 60000, NULL, S_SCH | S_LOC,
       "external model: after STOP, how long the shards keep serving the final version while workers "
       "pull it into their modules (ends early once every worker left; 0 = stop at once)" },

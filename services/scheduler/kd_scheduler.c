@@ -57,6 +57,9 @@ typedef struct {
     uint64_t ranks [S_MAX_REPLICAS];    //  shard ranks, head first
     size_t n;                   //  live members
     zlistx_t *unacked;          //  kd_msg_t COMMITs sent to the primary
+    bool lost;                  //  every replica died while training
+    uint64_t gather_until;      //  ms: replicas of a lost range coming back
+                                //  gather until then (0: not gathering)
 } s_chain_t;
 
 //  One change of auto's effective model.
@@ -313,7 +316,8 @@ s_primary (self_t *self, size_t g)
     if (self->replicas == 1)
         return kd_members_shard (self->members, g);
     s_chain_t *c = &self->chains [g];
-    return c->n > 0 ? kd_members_shard (self->members, c->ranks [0]) : NULL;
+    //  A lost range gathering its replicas has no primary until it chose one.
+    return c->n > 0 && !c->gather_until ? kd_members_shard (self->members, c->ranks [0]) : NULL;
 }
 
 //  START for a worker or the monitor.
@@ -410,6 +414,7 @@ s_each_evaluator (self_t *self, void (*fn) (self_t *, kd_member_t *))
 //  Replicas: each key range's chain (--replicas R > 1)
 
 static void s_resync_shard (self_t *self, kd_member_t *m);
+static void s_chain_regather (self_t *self, size_t g);
 
 //  CHAIN to one member: its role and its successor, if any.
 static void
@@ -535,8 +540,13 @@ s_chain_remove (self_t *self, kd_member_t *m)
         kd_error ("%s", detail);
         s_event (self, "range-lost", m, detail);
         s_chain_forget (self, g);
+        c->lost = true;
+        c->gather_until = 0;
         return;
     }
+    //  Still gathering a lost range: nobody leads yet, nothing to mend.
+    if (c->gather_until)
+        return;
     if (pos == 0) {
         kd_member_t *head = kd_members_shard (self->members, c->ranks [0]);
         snprintf (detail, sizeof detail, "range %zu: %s promoted to primary after %s, %zu commits resent",
@@ -587,6 +597,21 @@ s_chain_join (self_t *self, kd_member_t *m)
     m->synced = c->n == 1;
     if ((self->state != S_TRAINING && self->state != S_FINISHING) || self->n_params == 0)
         return;
+    //  A range that lost every replica waits a moment for the others to
+    //  come back, so that the newest checkpoint leads and not the first
+    //  one back.
+    int64_t gather_ms = kd_config_int (self->config, "rejoin-wait-ms");
+    if (c->lost && c->n == 1 && gather_ms > 0) {
+        c->gather_until = kd_now_ms () + (uint64_t) gather_ms;
+        kd_info ("range %zu: %s back at version %llu; waiting up to %lld ms for the other replicas",
+                 g, m->name, (unsigned long long) m->version, (long long) gather_ms);
+    }
+    if (c->gather_until) {
+        if (c->n >= self->replicas)
+            s_chain_regather (self, g);
+        return;
+    }
+    c->lost = false;
     if (c->n == 1) {
         kd_info ("range %zu: %s is its only replica, the primary", g, m->name);
         s_chain_forget (self, g);
@@ -596,6 +621,53 @@ s_chain_join (self_t *self, kd_member_t *m)
     }
     s_send_chain (self, g, c->n - 1, false);
     s_send_chain (self, g, c->n - 2, true);
+}
+
+//  Put the replica with the newest version at the head of the chain: it
+//  holds what the others may lack (a newer checkpoint, or commits they
+//  missed before a scheduler restart).
+static void
+s_chain_newest_first (self_t *self, s_chain_t *c)
+{
+    for (size_t i = 1; i < c->n; i++)
+        if (kd_members_shard (self->members, c->ranks [i])->version
+          > kd_members_shard (self->members, c->ranks [0])->version) {
+            uint64_t r = c->ranks [0];
+            c->ranks [0] = c->ranks [i];
+            c->ranks [i] = r;
+        }
+}
+
+//  A lost range's replicas are back, or the wait is over: the one with the
+//  newest version (its checkpoint) leads, the others get its state, and
+//  the leader is brought to the cluster's version.
+static void
+s_chain_regather (self_t *self, size_t g)
+{
+    s_chain_t *c = &self->chains [g];
+    c->gather_until = 0;
+    c->lost = false;
+    if (c->n == 0)
+        return;
+    s_chain_newest_first (self, c);
+    kd_member_t *head = kd_members_shard (self->members, c->ranks [0]);
+    char detail [192];
+    snprintf (detail, sizeof detail, "range %zu: %s leads at version %llu, the newest of %zu replicas back",
+              g, head->name, (unsigned long long) head->version, c->n);
+    kd_warn ("%s", detail);
+    s_event (self, "range-regathered", head, detail);
+    s_chain_forget (self, g);
+    for (size_t i = 0; i < c->n; i++)
+        kd_members_shard (self->members, c->ranks [i])->synced = i == 0;
+    //  The head is brought to the cluster's version before it is told its
+    //  successors, so that the state it sends them is already there: a
+    //  resync after the transfer would count the lost updates once more at
+    //  each backup.
+    if (self->state == S_TRAINING)
+        s_resync_shard (self, head);
+    for (size_t i = 0; i < c->n; i++)
+        s_send_chain (self, g, i, c->n > 1);
+    s_send_route (self, g);
 }
 
 //  At the start: in each chain the replica with the newest version leads
@@ -609,13 +681,7 @@ s_chain_configure (self_t *self)
         return;
     for (size_t g = 0; g < self->n_ranges; g++) {
         s_chain_t *c = &self->chains [g];
-        for (size_t i = 1; i < c->n; i++)
-            if (kd_members_shard (self->members, c->ranks [i])->version
-              > kd_members_shard (self->members, c->ranks [0])->version) {
-                uint64_t r = c->ranks [0];
-                c->ranks [0] = c->ranks [i];
-                c->ranks [i] = r;
-            }
+        s_chain_newest_first (self, c);
         for (size_t i = 0; i < c->n; i++) {
             kd_members_shard (self->members, c->ranks [i])->synced = i == 0;
             s_send_chain (self, g, i, true);
@@ -1639,7 +1705,10 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
     //  predecessor's state, gradients that only it had staged.
     int pos = role == KD_MEMBER_SHARD ? s_chain_pos (self, m) : -1;
     if (same_process && pos >= 0 && (self->state == S_TRAINING || self->state == S_FINISHING)) {
-        s_send_chain (self, s_range_of (self, m->rank), (size_t) pos, false);
+        //  A lost range still gathering has no roles yet: the regather
+        //  tells every member its own.
+        if (!self->chains [s_range_of (self, m->rank)].gather_until)
+            s_send_chain (self, s_range_of (self, m->rank), (size_t) pos, false);
         s_maybe_start (self);
         return;
     }
@@ -2187,6 +2256,9 @@ static void
 s_on_tick (self_t *self)
 {
     uint64_t now = kd_now_ms ();
+    for (size_t g = 0; g < self->n_ranges && self->replicas > 1; g++)
+        if (self->chains [g].gather_until && now >= self->chains [g].gather_until)
+            s_chain_regather (self, g);
     if (self->state == S_TRAINING) {
         kd_controller_tick (self->ctl, now);
         s_drain (self);

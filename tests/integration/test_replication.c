@@ -50,6 +50,7 @@ typedef struct {
     pid_t sched_pid, mon_pid, shard_pid [S_SHARDS], worker_pid [S_WORKERS];
     const char *epochs;
     bool checkpoints;
+    const char *rejoin_wait_ms;     //  --rejoin-wait-ms, or NULL for the default
 } s_cluster_t;
 
 static void
@@ -97,7 +98,8 @@ s_cluster_start (s_cluster_t *c)
                                "--replicas", replicas, "--min-workers", workers, "--model", "softmax",
                                "--epochs", c->epochs, "--seed", "11", "--consistency", "bsp",
                                "--heartbeat-ms", S_HB, "--liveness", S_LIVENESS, "--max-seconds", "150",
-                               "--summary", c->summary, "--log-level", "debug", NULL };
+                               "--summary", c->summary, "--log-level", "debug",
+                               c->rejoin_wait_ms ? "--rejoin-wait-ms" : NULL, c->rejoin_wait_ms, NULL };
     c->sched_pid = kd_test_spawn (a_sched, c->sched_log);
     for (int i = 0; i < S_SHARDS; i++)
         s_start_shard (c, i);
@@ -601,6 +603,81 @@ Test (replication, both_replicas_killed_restores_the_checkpoint)
     cr_expect (lost >= 10, "losing every replica lost %lld updates, fewer than since the checkpoint", lost);
     printf ("FIGURE replica_range_lost lost=%lld (restored from the checkpoint, every 50 versions; killed at "
             "version %lld)\n", lost, (long long) v);
+    fflush (stdout);
+    free (summary);
+    s_cluster_stop (&c);
+}
+
+//  Wait until the shard's version is at least `at` and sits mid-interval
+//  between checkpoints (every 50): 10 to 35 past one.  Returns it, or -1.
+static int64_t
+s_wait_mid_interval (const char *endpoint, int64_t at, int timeout_ms)
+{
+    uint64_t t0 = kd_now_ms ();
+    while (kd_now_ms () - t0 < (uint64_t) timeout_ms) {
+        int64_t v = kd_test_shard_version (endpoint, 1000);
+        if (v >= at && v % 50 >= 10 && v % 50 <= 35)
+            return v;
+        usleep (5000);
+    }
+    return -1;
+}
+
+//  Both replicas of a range die at different times, so their checkpoints
+//  differ by at least one interval; the one with the older checkpoint comes
+//  back first.  The range waits for the other (--rejoin-wait-ms), and the
+//  newer checkpoint leads: fewer updates are lost than if the first back
+//  had led, as it did before.
+Test (replication, a_lost_range_is_led_by_its_newest_checkpoint)
+{
+    s_cluster_t c;
+    s_cluster_init (&c, "newest", 70, "1");
+    c.checkpoints = true;
+    //  Long, so that a slow start of the second cannot end the wait; the
+    //  regather comes as soon as both are back.
+    c.rejoin_wait_ms = "30000";
+    s_cluster_placed (&c);
+    int p = s_primary_of (&c, "0");
+    int b = p >= 0 ? s_partner_of (&c, p) : -1;
+    cr_assert (p >= 0 && b >= 0);
+    int64_t v1 = s_wait_mid_interval (c.shard [p], 60, 60000);
+    cr_assert (v1 > 0, "training did not pass a checkpoint");
+    kill (c.shard_pid [b], SIGKILL);
+    waitpid (c.shard_pid [b], NULL, 0);
+    //  The primary goes on alone and checkpoints at least once more.
+    int64_t v2 = s_wait_mid_interval (c.shard [p], v1 + 60, 90000);
+    cr_assert (v2 > 0, "training did not go on without the backup (version %lld)", (long long) v1);
+    kill (c.shard_pid [p], SIGKILL);
+    waitpid (c.shard_pid [p], NULL, 0);
+    uint64_t t0 = kd_now_ms ();
+    while (kd_test_count (c.sched_log, "kind=range-lost") < 1 && kd_now_ms () - t0 < 10000)
+        usleep (20000);
+    cr_assert_eq (kd_test_count (c.sched_log, "kind=range-lost"), 1, "no range-lost event");
+    //  The older checkpoint first; the newer once the range waits for it.
+    s_start_shard (&c, b);
+    char back [64];
+    snprintf (back, sizeof back, "shard-%d back at version", b);
+    t0 = kd_now_ms ();
+    while (kd_test_count (c.sched_log, back) < 1 && kd_now_ms () - t0 < 20000)
+        usleep (20000);
+    cr_assert_eq (kd_test_count (c.sched_log, back), 1, "the older replica did not come back first");
+    s_start_shard (&c, p);
+    char *summary = s_wait_end (&c, 120000);
+    cr_assert (summary, "the run did not finish after the range came back");
+    long long lost = 0;
+    cr_expect_eq (s_replicas_equal (&c, &lost), S_RANGES);
+    char leads [64], at [32];
+    snprintf (leads, sizeof leads, "kind=range-regathered name=shard-%d ", p);
+    kd_test_log_word (c.sched_log, "leads at version", "leads at version ", at, sizeof at);
+    cr_expect_eq (kd_test_count (c.sched_log, leads), 1, "the newer checkpoint (shard-%d) does not lead", p);
+    cr_expect_geq (atoll (at), v1 / 50 * 50 + 50, "led at version %s, not past the backup's checkpoint", at);
+    //  Lost: what the primary did after its last checkpoint, not what it
+    //  did after the backup's.
+    cr_expect (lost > 0 && lost < 50, "lost %lld updates (killed at %lld; the backup's checkpoint %lld, "
+               "the primary's %lld)", lost, (long long) v2, (long long) (v1 / 50 * 50),
+               (long long) (v2 / 50 * 50));
+    printf ("FIGURE replica_range_regathered lost=%lld (killed the backup at %lld, the primary at %lld; "
+            "checkpoints every 50)\n", lost, (long long) v1, (long long) v2);
     fflush (stdout);
     free (summary);
     s_cluster_stop (&c);

@@ -83,57 +83,85 @@ def test_python_and_c_workers_train_one_model(cluster):
     assert s["test_accuracy"] >= 0.75, s["test_accuracy"]
 
 
-def test_keyed_model_pushes_and_pulls_numpy_index_arrays(cluster, tmp_path):
-    """Sparse logistic regression in numpy over kudus.Client's keyed pull
-    and push: 2 Python workers, 2 shards, only the keys each batch
-    touches cross the wire, and the training loss falls."""
-    rng = np.random.default_rng(3)
-    features, rows, per_row = 3000, 4000, 8
+def _planted_sparse(seed, features, rows, per_row=8):
+    """A click log of a planted logistic model: per row `per_row` sorted
+    feature keys in 1..features (key 0 is the bias), and 0/1 labels."""
+    rng = np.random.default_rng(seed)
     true_w = rng.normal(0, 1.5, features + 1)
     idx = np.sort(np.stack([rng.choice(np.arange(1, features + 1), per_row, replace=False)
                             for _ in range(rows)]), axis=1).astype(np.uint64)
     logits = true_w[0] + true_w[idx.astype(np.int64)].sum(axis=1)
     labels = (rng.random(rows) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+    return idx, labels, logits
 
-    c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--shards", "2",
-                "--batch", "40", "--epochs", "3", "--optimizer", "adagrad", "--lr", "0.3",
-                "--max-seconds", "120")
+
+def _sparse_lr_worker(c, name, idx, labels, rows, features):
+    """Sparse logistic regression in numpy over kudus.Client's keyed pull
+    and push, on the first `rows` rows, until the run stops. Returns each
+    batch's training loss."""
+    per_row = idx.shape[1]
+    seen = []
+    with kudus.Client(c.scheduler, name, samples=rows, monitor=c.monitor) as client:
+        client.set_keyed_layout("w", features + 1, 1)
+        assert client.register(timeout_ms=30000)
+        assert client.keyed and client.param_count == features + 1
+        release = client.wait_start(timeout_ms=30000)
+        while release is not None and not client.stopped:
+            batch = idx[release.rows]
+            keys = np.unique(np.concatenate([[0], batch.ravel()]).astype(np.uint64))
+            w = np.zeros(keys.size, np.float32)
+            if not client.pull_keys(keys, w):
+                break
+            pos = np.searchsorted(keys, batch)
+            p = 1 / (1 + np.exp(-(w[0] + w[pos].sum(axis=1))))
+            y = labels[release.rows]
+            seen.append(float(-(y * np.log(p + 1e-9) + (1 - y) * np.log(1 - p + 1e-9)).mean()))
+            d = ((p - y) / len(y)).astype(np.float32)
+            g = np.zeros(keys.size, np.float32)
+            g[0] = d.sum()
+            np.add.at(g, pos.ravel(), np.repeat(d, per_row))
+            if not client.push_keys(keys, g, len(y)):
+                break
+            release = client.arrive(seen[-1])
+    return seen
+
+
+def _run_threads(targets, timeout=180):
+    """Run each (function, args) in a thread; re-raise the first exception."""
     import threading
-    losses = {}
+    errors = []
 
-    def work(name):
-        with kudus.Client(c.scheduler, name, samples=rows, monitor=c.monitor) as client:
-            client.set_keyed_layout("w", features + 1, 1)
-            assert client.register(timeout_ms=30000)
-            assert client.keyed and client.param_count == features + 1
-            release = client.wait_start(timeout_ms=30000)
-            seen = []
-            while release is not None and not client.stopped:
-                batch = idx[release.rows]
-                keys = np.unique(np.concatenate([[0], batch.ravel()]).astype(np.uint64))
-                w = np.zeros(keys.size, np.float32)
-                if not client.pull_keys(keys, w):
-                    break
-                pos = np.searchsorted(keys, batch)
-                z = w[0] + w[pos].sum(axis=1)
-                p = 1 / (1 + np.exp(-z))
-                y = labels[release.rows]
-                seen.append(float(-(y * np.log(p + 1e-9) + (1 - y) * np.log(1 - p + 1e-9)).mean()))
-                d = ((p - y) / len(y)).astype(np.float32)
-                g = np.zeros(keys.size, np.float32)
-                g[0] = d.sum()
-                np.add.at(g, pos.ravel(), np.repeat(d, per_row))
-                if not client.push_keys(keys, g, len(y)):
-                    break
-                release = client.arrive(seen[-1])
-            losses[name] = seen
-
-    threads = [threading.Thread(target=work, args=(f"sparse-py-{i}",)) for i in range(2)]
+    def guarded(fn, args):
+        try:
+            fn(*args)
+        except Exception as e:        # re-raised in the test's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=guarded, args=t) for t in targets]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=150)
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads)
+    if errors:
+        raise errors[0]
+
+
+def test_keyed_model_pushes_and_pulls_numpy_index_arrays(cluster, tmp_path):
+    """Sparse logistic regression in numpy over kudus.Client's keyed pull
+    and push: 2 Python workers, 2 shards, only the keys each batch
+    touches cross the wire, and the training loss falls."""
+    features, rows = 3000, 4000
+    idx, labels, _ = _planted_sparse(3, features, rows)
+    c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--shards", "2",
+                "--batch", "40", "--epochs", "3", "--optimizer", "adagrad", "--lr", "0.3",
+                "--max-seconds", "120")
+    losses = {}
+
+    def work(name):
+        losses[name] = _sparse_lr_worker(c, name, idx, labels, rows, features)
+    _run_threads([(work, (f"sparse-py-{i}",)) for i in range(2)], timeout=150)
     assert c.wait(60) == 0
+    assert len(losses) == 2
     for name, seen in losses.items():
         assert len(seen) > 50, name
         first, last = np.mean(seen[:10]), np.mean(seen[-20:])
@@ -155,54 +183,15 @@ def test_keyed_model_scored_live_by_an_auc_evaluator(cluster):
     (kudus.Client(evaluator=True)) pulls only the keys of held-out rows,
     scores the planted model's AUC and reports it; the monitor takes it as
     the run's test metric, and --target-accuracy stops the run on it."""
-    rng = np.random.default_rng(5)
-    features, rows, held, per_row = 2000, 4000, 1000, 8
-    true_w = rng.normal(0, 1.5, features + 1)
-    idx = np.sort(np.stack([rng.choice(np.arange(1, features + 1), per_row, replace=False)
-                            for _ in range(rows + held)]), axis=1).astype(np.uint64)
-    logits = true_w[0] + true_w[idx.astype(np.int64)].sum(axis=1)
-    labels = (rng.random(rows + held) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+    features, rows, held = 2000, 4000, 1000
+    idx, labels, logits = _planted_sparse(5, features, rows + held)
     planted = _auc(logits[rows:], labels[rows:])
     target = round(0.8 * planted, 3)
-
     c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--shards", "2",
                 "--batch", "40", "--epochs", "50", "--optimizer", "adagrad", "--lr", "0.3",
                 "--target-accuracy", str(target), "--max-seconds", "150")
-    import threading
-    reports, errors = [], []
+    reports = []
 
-    def caught(fn):
-        def run(*args):
-            try:
-                fn(*args)
-            except Exception as e:        # re-raised in the test's thread below
-                errors.append(e)
-        return run
-
-    @caught
-    def work(name):
-        with kudus.Client(c.scheduler, name, samples=rows, monitor=c.monitor) as client:
-            client.set_keyed_layout("w", features + 1, 1)
-            assert client.register(timeout_ms=30000)
-            release = client.wait_start(timeout_ms=30000)
-            while release is not None and not client.stopped:
-                batch = idx[release.rows]
-                keys = np.unique(np.concatenate([[0], batch.ravel()]).astype(np.uint64))
-                w = np.zeros(keys.size, np.float32)
-                if not client.pull_keys(keys, w):
-                    break
-                pos = np.searchsorted(keys, batch)
-                p = 1 / (1 + np.exp(-(w[0] + w[pos].sum(axis=1))))
-                y = labels[release.rows]
-                d = ((p - y) / len(y)).astype(np.float32)
-                g = np.zeros(keys.size, np.float32)
-                g[0] = d.sum()
-                np.add.at(g, pos.ravel(), np.repeat(d, per_row))
-                if not client.push_keys(keys, g, len(y)):
-                    break
-                release = client.arrive(0.0)
-
-    @caught
     def evaluate():
         test = idx[rows:]
         keys = np.unique(np.concatenate([[0], test.ravel()]).astype(np.uint64))
@@ -220,15 +209,8 @@ def test_keyed_model_scored_live_by_an_auc_evaluator(cluster):
                     reports.append((seen, value))
                 ev.sleep(300)
 
-    threads = [threading.Thread(target=work, args=(f"auc-w{i}",)) for i in range(2)]
-    threads.append(threading.Thread(target=evaluate))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=180)
-    assert not any(t.is_alive() for t in threads)
-    if errors:
-        raise errors[0]
+    _run_threads([(_sparse_lr_worker, (c, f"auc-w{i}", idx, labels, rows, features)) for i in range(2)]
+                 + [(evaluate, ())])
     assert c.wait(60) == 0
     s = c.summary()
     print("planted AUC", planted, "target", target, "reports", len(reports), reports[-3:])

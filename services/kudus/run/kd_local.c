@@ -862,7 +862,7 @@ s_start_scheduler (s_local_t *self)
         "target-accuracy", "max-seconds", "consistency", "staleness", "quota", "quota-ratio",
         "window-ms", "barrier", "barrier-slack", "barrier-spread", "key-encoding", "phase-path", "group-ratio",
         "min-group", "max-groups", "group-staleness", "group-step", "staleness-weight",
-        "regroup-dwell", "speed-source", "heartbeat-ms", "liveness", "final-pull-ms"
+        "regroup-dwell", "speed-source", "heartbeat-ms", "liveness", "final-pull-ms", "rejoin-wait-ms"
     };
     s_args_t a = { .argc = 0 };
     s_arg (&a, "%s/kudus-scheduler", self->bindir);
