@@ -397,6 +397,8 @@ s_send_stop (self_t *self, kd_member_t *m)
 {
     kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
     kd_msg_set_str (stop, KD_F_REASON, self->reason);
+    //  The final version, which a worker may still pull (s_finish).
+    kd_msg_set_uint (stop, KD_F_VERSION, self->final_version);
     s_send_to (self, m, &stop);
 }
 
@@ -1124,10 +1126,7 @@ s_finish (self_t *self, const char *reason)
         kd_member_t *m = kd_members_worker (self->members, r);
         if (!m)
             continue;
-        kd_msg_t *stop = kd_msg_new (KD_MSG_STOP);
-        kd_msg_set_str (stop, KD_F_REASON, self->reason);
-        kd_msg_set_uint (stop, KD_F_VERSION, self->final_version);
-        s_send_to (self, m, &stop);
+        s_send_stop (self, m);
         workers += m->alive;
     }
     s_each_evaluator (self, s_send_stop);
