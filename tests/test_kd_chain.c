@@ -176,15 +176,22 @@ Test (kd_chain, a_refused_write_waits_for_a_transfer)
     cr_assert_eq (s_client_answer (&f), -1, "a refused write was answered");
     cr_assert_eq (kd_chain_waiting (f.chain), 1);
     //  A transfer that fails answers nothing; one that succeeds, all.
-    kd_chain_end_sync (f.chain, 5);
+    kd_chain_end_sync (f.chain, 5, 7);
     cr_assert_eq (s_next_reads (&f, &id, NULL), KD_MSG_SYNC);
     kd_msg_t *refused = kd_msg_new_error (NULL, 503, "not registered");
     kd_msg_set_str (refused, KD_F_KIND, "sync");
     cr_assert_eq (s_next_answers (&f, id, refused), -1);
     cr_assert_eq (s_client_answer (&f), -1);
-    kd_chain_end_sync (f.chain, 5);
+    kd_chain_end_sync (f.chain, 5, 8);
     s_submit (&f, 3);
-    cr_assert_eq (s_next_reads (&f, &id, NULL), KD_MSG_SYNC);
+    //  The end names the generation of the CHAIN that ordered the transfer.
+    kd_msg_t *end = NULL;
+    cr_assert_eq (s_next_reads (&f, &id, &end), KD_MSG_SYNC);
+    cr_expect_str_eq (kd_msg_str (end, KD_F_KIND), "end");
+    cr_expect_eq (kd_msg_uint (end, KD_F_VERSION), 5);
+    cr_expect (kd_msg_has (end, KD_F_GEN));
+    cr_expect_eq (kd_msg_uint (end, KD_F_GEN), 8);
+    kd_msg_destroy (&end);
     cr_assert_eq (s_next_reads (&f, &id, NULL), KD_MSG_PUSH);
     cr_assert_eq (s_next_answers (&f, id, s_ok (KD_MSG_SYNC_OK)), 0);
     cr_assert_eq (s_client_answer (&f), 1, "the transfer did not release the held write");

@@ -83,11 +83,11 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_INIT_OK, { KD_F_VERSION, END }, { END }, false },
     { KD_MSG_STATS, { END }, { END }, false },
     { KD_MSG_STATS_OK, { KD_F_RANK, KD_F_VERSION, KD_F_COUNTERS, END }, { KD_F_TS_MS, END }, false },
-    { KD_MSG_CHAIN, { KD_F_ROLE, END }, { KD_F_ENDPOINT, KD_F_SYNC, END }, false },
+    { KD_MSG_CHAIN, { KD_F_ROLE, END }, { KD_F_ENDPOINT, KD_F_SYNC, KD_F_GEN, END }, false },
     { KD_MSG_SYNC, { KD_F_KIND, END },
       { KD_F_VERSION, KD_F_SAMPLES, KD_F_TS_MS, KD_F_LO, KD_F_RANK, KD_F_CLOCK, KD_F_BASE,
-        KD_F_SESSION, END }, false },
-    { KD_MSG_SYNC_OK, { KD_F_VERSION, END }, { KD_F_RANK, END }, false },
+        KD_F_SESSION, KD_F_GEN, END }, false },
+    { KD_MSG_SYNC_OK, { KD_F_VERSION, END }, { KD_F_RANK, KD_F_GEN, END }, false },
     { KD_MSG_ROUTE, { KD_F_RANK, KD_F_ENDPOINT, END }, { END }, false },
     { KD_MSG_SHM, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
     { KD_MSG_SHM_OK, { KD_F_PID, KD_F_HOST, KD_F_FD, KD_F_TOKEN, KD_F_BYTES, END }, { END }, false },
@@ -538,6 +538,7 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_STAGED, "staged", KD_FT_UINT },
         { KD_F_REG, "reg", KD_FT_UINT },
         { KD_F_MODE, "mode", KD_FT_STR },
+        { KD_F_GEN, "gen", KD_FT_UINT },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -592,6 +593,61 @@ Test (kd_msg, replica_messages_and_a_copy)
     cr_expect_eq (kd_msg_send (&route, a), 0);
     cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
     cr_expect_eq (kd_msg_type (got), KD_MSG_ROUTE);
+    kd_msg_destroy (&got);
+    zsock_destroy (&a);
+    zsock_destroy (&b);
+}
+
+Test (kd_msg, chain_generation_round_trips)
+{
+    //  CHAIN names the range's chain generation; SYNC end and both SYNC_OKs
+    //  carry the one of the CHAIN that ordered the transfer, full 64 bits.
+    zsock_t *a = zsock_new_pair ("@inproc://kd-msg-gen");
+    zsock_t *b = zsock_new_pair (">inproc://kd-msg-gen");
+    const uint64_t gen = ((uint64_t) 1 << 40) + 3;
+    kd_msg_t *chain = kd_msg_new (KD_MSG_CHAIN);
+    kd_msg_set_str (chain, KD_F_ROLE, "primary");
+    kd_msg_set_str (chain, KD_F_ENDPOINT, "tcp://127.0.0.1:7101");
+    kd_msg_set_uint (chain, KD_F_SYNC, 1);
+    kd_msg_set_uint (chain, KD_F_GEN, gen);
+    cr_expect_eq (kd_msg_send (&chain, a), 0);
+    kd_msg_t *end = kd_msg_new (KD_MSG_SYNC);
+    kd_msg_set_str (end, KD_F_KIND, "end");
+    kd_msg_set_uint (end, KD_F_VERSION, 12);
+    kd_msg_set_uint (end, KD_F_GEN, gen);
+    cr_expect_eq (kd_msg_send (&end, a), 0);
+    kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, 12);
+    kd_msg_set_uint (ok, KD_F_RANK, 3);
+    kd_msg_set_uint (ok, KD_F_GEN, gen);
+    cr_expect_eq (kd_msg_send (&ok, a), 0);
+    //  An older shard's SYNC_OK has no generation, and still decodes.
+    ok = kd_msg_new (KD_MSG_SYNC_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, 12);
+    cr_expect_eq (kd_msg_send (&ok, a), 0);
+
+    kd_msg_t *got = NULL;
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_CHAIN);
+    cr_expect_str_eq (kd_msg_str (got, KD_F_ROLE), "primary");
+    cr_expect_eq (kd_msg_uint (got, KD_F_SYNC), 1);
+    cr_expect_eq (kd_msg_uint (got, KD_F_GEN), gen);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_SYNC);
+    cr_expect_str_eq (kd_msg_str (got, KD_F_KIND), "end");
+    cr_expect_eq (kd_msg_uint (got, KD_F_VERSION), 12);
+    cr_expect_eq (kd_msg_uint (got, KD_F_GEN), gen);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_SYNC_OK);
+    cr_expect_eq (kd_msg_uint (got, KD_F_RANK), 3);
+    cr_expect (kd_msg_has (got, KD_F_GEN));
+    cr_expect_eq (kd_msg_uint (got, KD_F_GEN), gen);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_SYNC_OK);
+    cr_expect_not (kd_msg_has (got, KD_F_GEN));
     kd_msg_destroy (&got);
     zsock_destroy (&a);
     zsock_destroy (&b);

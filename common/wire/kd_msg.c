@@ -153,6 +153,7 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (STAGED,        "staged",       UINT),
     S_FIELD (REG,           "reg",          UINT),
     S_FIELD (MODE,          "mode",         STR),
+    S_FIELD (GEN,           "gen",          UINT),
 };
 
 typedef enum {
@@ -277,14 +278,14 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (STATS_OK, "shard -> monitor",
             S_BIT (RANK) | S_BIT (VERSION) | S_BIT (COUNTERS), S_BIT (TS_MS), NONE,
             0, 0, 0),
-    S_TYPE (CHAIN, "scheduler -> shard", S_BIT (ROLE), S_BIT (ENDPOINT) | S_BIT (SYNC), NONE,
+    S_TYPE (CHAIN, "scheduler -> shard", S_BIT (ROLE), S_BIT (ENDPOINT) | S_BIT (SYNC) | S_BIT (GEN), NONE,
             0, 0, 0),
     S_TYPE (SYNC, "shard -> shard", S_BIT (KIND),
             S_BIT (VERSION) | S_BIT (SAMPLES) | S_BIT (TS_MS) | S_BIT (LO)
           | S_BIT (COUNT) | S_BIT (RANK) | S_BIT (CLOCK) | S_BIT (BASE)
-          | S_BIT (SESSION) | S_BIT (DTYPE), OPTIONAL,
+          | S_BIT (SESSION) | S_BIT (DTYPE) | S_BIT (GEN), OPTIONAL,
             0, S_S, 0),
-    S_TYPE (SYNC_OK, "shard -> shard, scheduler", S_BIT (VERSION), S_BIT (RANK), NONE,
+    S_TYPE (SYNC_OK, "shard -> shard, scheduler", S_BIT (VERSION), S_BIT (RANK) | S_BIT (GEN), NONE,
             S_S, 0, 0),
     S_TYPE (ROUTE, "scheduler -> worker, monitor, evaluator", S_BIT (RANK) | S_BIT (ENDPOINT), 0, NONE,
             0, 0, 0),

@@ -190,6 +190,10 @@ typedef enum {
                         //         the registration that pushed
     KD_F_MODE,          //  str    STATUS: the model in effect (auto: bsp, lsp
                         //         or alsp; otherwise the configured one)
+    KD_F_GEN,           //  uint   CHAIN: the range's chain generation, new whenever
+                        //         the scheduler marks a replica unsynced; SYNC
+                        //         end and SYNC_OK: the generation of the CHAIN
+                        //         that ordered the transfer
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

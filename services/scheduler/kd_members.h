@@ -84,6 +84,9 @@ typedef struct {
     uint64_t reported_tau;      //  workers: staleness its last PUSH_OKs saw
                                 //  (ASP/SSP, measured by the shards)
     bool synced;                //  shards, replicated: holds its range's state
+    uint64_t sync_gen;          //  shards, replicated: its range's chain
+                                //  generation when it was last marked
+                                //  unsynced; an older SYNC_OK is stale
     kd_msg_t *held_arrive;      //  workers, short phase path: an ARRIVE that
                                 //  waits for every range's STAGED (owned)
     kd_staged_t staged [KD_MEMBERS_STAGED_SLOTS];  //  workers, short path:

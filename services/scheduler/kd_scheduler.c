@@ -49,6 +49,8 @@ static const double s_milestones [] = { 0.70, 0.75, 0.80, 0.82, 0.85 };
 
 #define S_MAX_REPLICAS  8               //  replicas of a range (config bound)
 #define S_MAX_QUEUED    100000          //  commits kept for a silent primary
+#define S_NAME_SHOWN    96              //  bytes of a member's name that a
+                                        //  detail with fields after it shows
 
 //  One key range's replicas, in chain order: the primary first, the tail
 //  last.  Commits the primary has not acknowledged are kept, so that a
@@ -60,6 +62,8 @@ typedef struct {
     bool lost;                  //  every replica died while training
     uint64_t gather_until;      //  ms: replicas of a lost range coming back
                                 //  gather until then (0: not gathering)
+    uint64_t gen;               //  generation: new whenever a replica is
+                                //  marked unsynced; every CHAIN names it
 } s_chain_t;
 
 //  One change of auto's effective model.
@@ -429,6 +433,7 @@ s_send_chain (self_t *self, size_t g, size_t pos, bool sync)
     kd_msg_set_str (msg, KD_F_ROLE, pos == 0 ? "primary" : "backup");
     kd_msg_set_str (msg, KD_F_ENDPOINT, next ? next->endpoint : "");
     kd_msg_set_uint (msg, KD_F_SYNC, sync && next ? 1 : 0);
+    kd_msg_set_uint (msg, KD_F_GEN, c->gen);
     s_send_to (self, m, &msg);
 }
 
@@ -597,6 +602,8 @@ s_chain_join (self_t *self, kd_member_t *m)
         return;
     c->ranks [c->n++] = m->rank;
     m->synced = c->n == 1;
+    if (!m->synced)
+        m->sync_gen = ++c->gen;
     if ((self->state != S_TRAINING && self->state != S_FINISHING) || self->n_params == 0)
         return;
     //  A range that lost every replica waits a moment for the others to
@@ -640,6 +647,25 @@ s_chain_newest_first (self_t *self, s_chain_t *c)
         }
 }
 
+//  Mark every replica of range g but its head unsynced, in a new
+//  generation of the chain: each holds its range's state only once the
+//  transfer that the CHAINs sent next order has landed, and a SYNC_OK for
+//  one ordered before (its predecessor may have held older state) must
+//  not count.
+static void
+s_chain_unsync (self_t *self, size_t g)
+{
+    s_chain_t *c = &self->chains [g];
+    if (c->n > 1)
+        c->gen++;
+    for (size_t i = 0; i < c->n; i++) {
+        kd_member_t *m = kd_members_shard (self->members, c->ranks [i]);
+        m->synced = i == 0;
+        if (i > 0)
+            m->sync_gen = c->gen;
+    }
+}
+
 //  A lost range's replicas are back, or the wait is over: the one with the
 //  newest version (its checkpoint) leads, the others get its state, and
 //  the leader is brought to the cluster's version.
@@ -659,8 +685,7 @@ s_chain_regather (self_t *self, size_t g)
     kd_warn ("%s", detail);
     s_event (self, "range-regathered", head, detail);
     s_chain_forget (self, g);
-    for (size_t i = 0; i < c->n; i++)
-        kd_members_shard (self->members, c->ranks [i])->synced = i == 0;
+    s_chain_unsync (self, g);
     //  The head is brought to the cluster's version before it is told its
     //  successors, so that the state it sends them is already there: a
     //  resync after the transfer would count the lost updates once more at
@@ -684,10 +709,9 @@ s_chain_configure (self_t *self)
     for (size_t g = 0; g < self->n_ranges; g++) {
         s_chain_t *c = &self->chains [g];
         s_chain_newest_first (self, c);
-        for (size_t i = 0; i < c->n; i++) {
-            kd_members_shard (self->members, c->ranks [i])->synced = i == 0;
+        s_chain_unsync (self, g);
+        for (size_t i = 0; i < c->n; i++)
             s_send_chain (self, g, i, true);
-        }
     }
 }
 
@@ -697,11 +721,29 @@ s_on_sync_ok (self_t *self, kd_member_t *m, kd_msg_t *msg)
 {
     if (m->role != KD_MEMBER_SHARD)
         return;
+    //  A SYNC_OK that answers a transfer ordered before the backup was
+    //  last marked unsynced may stand for older state than the chain's
+    //  head holds now: the transfer that counts is still on its way.
+    //  Without a generation (an older shard) it is taken, as it always was.
+    uint64_t gen = kd_msg_uint (msg, KD_F_GEN);
+    if (kd_msg_has (msg, KD_F_GEN) && gen < m->sync_gen) {
+        kd_info ("backup %s of range %zu: SYNC_OK ignored, it answers a transfer ordered before "
+                 "the chain changed gen=%llu chain_gen=%llu", m->name, s_range_of (self, m->rank),
+                 (unsigned long long) gen, (unsigned long long) m->sync_gen);
+        return;
+    }
     m->synced = true;
     m->version = kd_msg_uint (msg, KD_F_VERSION);
-    char detail [128];
-    snprintf (detail, sizeof detail, "backup %s of range %zu received its state at version %llu",
-              m->name, s_range_of (self, m->rank), (unsigned long long) m->version);
+    //  The generation is named, so that a test can see a real backup echo
+    //  it (if none did, the check above would be off without a word).
+    //  At most 7 + 96 + 10 + 20 + 31 + 20 + 5 + 20 bytes and a NUL: a long
+    //  name is cut, never the generation.
+    char gen_text [24] = "none";
+    if (kd_msg_has (msg, KD_F_GEN))
+        snprintf (gen_text, sizeof gen_text, "%llu", (unsigned long long) gen);
+    char detail [256];
+    snprintf (detail, sizeof detail, "backup %.*s of range %zu received its state at version %llu gen=%s",
+              S_NAME_SHOWN, m->name, s_range_of (self, m->rank), (unsigned long long) m->version, gen_text);
     kd_info ("%s", detail);
     s_event (self, "shard-synced", m, detail);
 }
@@ -2484,8 +2526,14 @@ kd_scheduler_run (kd_config_t *config, zsock_t *pipe)
         kd_error ("shards x replicas is %zu shard processes, at most %d", self->n_shards, KD_MEMBERS_MAX_SHARDS);
         return 2;
     }
-    for (size_t g = 0; g < self->n_ranges; g++)
+    for (size_t g = 0; g < self->n_ranges; g++) {
         self->chains [g].unacked = zlistx_new ();
+        //  Generations start at the wall clock's ms, so that a restarted
+        //  scheduler's are above any its predecessor named (it made one
+        //  per reconfiguration, far fewer than one a ms), unless the wall
+        //  clock stepped back (docs/protocol.md 9.8).
+        self->chains [g].gen = (uint64_t) zclock_time ();
+    }
     self->min_workers = (size_t) kd_config_int (config, "min-workers");
     self->heartbeat_ms = (int) kd_config_int (config, "heartbeat-ms");
     self->liveness = (int) kd_config_int (config, "liveness");

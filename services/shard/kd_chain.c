@@ -208,7 +208,7 @@ kd_chain_send_part (kd_chain_t *self, kd_msg_t **part_p)
 }
 
 void
-kd_chain_end_sync (kd_chain_t *self, uint64_t version)
+kd_chain_end_sync (kd_chain_t *self, uint64_t version, uint64_t gen)
 {
     assert (self);
     if (!self->next)
@@ -216,6 +216,7 @@ kd_chain_end_sync (kd_chain_t *self, uint64_t version)
     kd_msg_t *end = kd_msg_new (KD_MSG_SYNC);
     kd_msg_set_str (end, KD_F_KIND, "end");
     kd_msg_set_uint (end, KD_F_VERSION, version);
+    kd_msg_set_uint (end, KD_F_GEN, gen);
     kd_msg_send (&end, self->next);
     s_wait (self, NULL, KD_CHAIN_ROUTER);
 }

@@ -64,10 +64,12 @@ void
 void
     kd_chain_send_part (kd_chain_t *self, kd_msg_t **part_p);
 
-//  End a state transfer: send SYNC end; its SYNC_OK answers everything that
-//  waited before it.
+//  End a state transfer: send SYNC end with gen, the generation of the
+//  CHAIN that ordered it, which the successor's SYNC_OKs echo (so the
+//  scheduler can tell one ordered before the chain changed).  Its SYNC_OK
+//  answers everything that waited before it.
 void
-    kd_chain_end_sync (kd_chain_t *self, uint64_t version);
+    kd_chain_end_sync (kd_chain_t *self, uint64_t version, uint64_t gen);
 
 //  Read one answer from the successor and release what it answers.
 //  Returns 0, or -1 when the successor refused a write (it is not synced,

@@ -147,6 +147,8 @@ typedef struct {
     bool primary;               //  we take workers' writes (always, unreplicated)
     bool placed;                //  a CHAIN has told us our place
     bool synced;                //  backup: our state is the chain's
+    uint64_t chain_gen;         //  generation of the last CHAIN that named
+                                //  one: our transfers carry it
     bool sync_failed;           //  a part of the transfer under way was refused
     uint64_t resync_at;         //  ms: send our state to the successor again (0: no)
     kd_attach_t *attach;        //  workers we share memory with
@@ -1728,7 +1730,7 @@ s_sync_successor (self_t *self)
             kd_msg_set_uint (part, KD_F_BASE, self->last_push [2 * r + 1]);
             kd_chain_send_part (self->chain, &part);
         }
-    kd_chain_end_sync (self->chain, self->version);
+    kd_chain_end_sync (self->chain, self->version, self->chain_gen);
     kd_info ("state sent to successor version=%llu keys=%zu staged=%zu ms=%.1f",
              (unsigned long long) self->version, self->n, staged, kd_now_msf () - t0);
 }
@@ -1756,6 +1758,10 @@ s_on_chain (self_t *self, kd_msg_t *msg)
 {
     bool was_primary = self->primary && self->placed;
     self->primary = !strcmp (kd_msg_str (msg, KD_F_ROLE), "primary");
+    //  The transfers we send from now on were ordered by this chain's
+    //  configuration; an older scheduler names no generation.
+    if (kd_msg_has (msg, KD_F_GEN))
+        self->chain_gen = kd_msg_uint (msg, KD_F_GEN);
     const char *successor = kd_msg_str (msg, KD_F_ENDPOINT);
     if (self->primary && self->placed && !was_primary)
         kd_info ("promoted to primary version=%llu", (unsigned long long) self->version);
@@ -1881,18 +1887,26 @@ s_on_sync (void *state, kd_msg_t *msg)
                  kd_stage_count (self->staged));
         kd_history_line (self->history, "sync", "\"lo\":%llu,\"version\":%llu",
                          (unsigned long long) self->lo, (unsigned long long) self->version);
+        //  Both answers name the generation of the CHAIN that ordered
+        //  this transfer, so that the scheduler can tell one ordered before
+        //  the chain last changed.
         kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
         kd_msg_set_routing_id (ok, id);
         kd_msg_set_uint (ok, KD_F_VERSION, self->version);
+        if (kd_msg_has (msg, KD_F_GEN))
+            kd_msg_set_uint (ok, KD_F_GEN, kd_msg_uint (msg, KD_F_GEN));
         kd_msg_send (&ok, self->router);
         ok = kd_msg_new (KD_MSG_SYNC_OK);
         kd_msg_set_uint (ok, KD_F_VERSION, self->version);
         kd_msg_set_uint (ok, KD_F_RANK, self->rank);
+        if (kd_msg_has (msg, KD_F_GEN))
+            kd_msg_set_uint (ok, KD_F_GEN, kd_msg_uint (msg, KD_F_GEN));
         kd_peer_send (self->peer, &ok);
         kd_peer_set_version (self->peer, self->version);
         kd_peer_set_samples (self->peer, self->samples);
         s_release_parked (self);
-        //  A middle replica passes the new state on.
+        //  A middle replica passes the new state on, under its own
+        //  CHAIN's generation.
         s_sync_successor (self);
     }
     else

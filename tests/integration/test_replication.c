@@ -5,7 +5,10 @@
       accuracy is that of an unfaulted run with the same seed;
     - kill -9 a backup: training goes on, the restarted backup catches up;
     - kill both replicas of a range: the range restores its checkpoint and
-      the cluster says what it lost.
+      the cluster says what it lost;
+    - a backup's SYNC_OK of an older chain generation (it answers a
+      transfer ordered before the chain changed) does not mark it synced:
+      a real scheduler, with fake shards and a fake worker.
     Each test prints FIGURE lines that the README's reliability table
     quotes: RTO, throughput against the unfaulted run, and chain bytes.
 */
@@ -48,6 +51,8 @@ typedef struct {
     char sched_log [256], mon_log [256], shard_log [S_SHARDS][256], worker_log [S_WORKERS][256];
     char summary [256];
     pid_t sched_pid, mon_pid, shard_pid [S_SHARDS], worker_pid [S_WORKERS];
+    uint64_t sched_t0;          //  wall-clock ms just before the scheduler
+                                //  was spawned: its generations are above
     const char *epochs;
     bool checkpoints;
     const char *rejoin_wait_ms;     //  --rejoin-wait-ms, or NULL for the default
@@ -100,6 +105,7 @@ s_cluster_start (s_cluster_t *c)
                                "--heartbeat-ms", S_HB, "--liveness", S_LIVENESS, "--max-seconds", "150",
                                "--summary", c->summary, "--log-level", "debug",
                                c->rejoin_wait_ms ? "--rejoin-wait-ms" : NULL, c->rejoin_wait_ms, NULL };
+    c->sched_t0 = (uint64_t) zclock_time ();
     c->sched_pid = kd_test_spawn (a_sched, c->sched_log);
     for (int i = 0; i < S_SHARDS; i++)
         s_start_shard (c, i);
@@ -251,6 +257,55 @@ s_cluster_placed (s_cluster_t *c)
     cr_assert (placed, "the backups never received their state");
 }
 
+//  Every line of the scheduler's log that says a backup "received its
+//  state at version" (its SYNC_OK was taken) must name the generation that the backup
+//  echoed, and one at least floor, the wall clock before the scheduler was
+//  spawned (generations start at its start time).  A real shard that
+//  stopped echoing it (gen=none) would switch the check of stale SYNC_OKs
+//  off without a word.  Of the lines about backup name (NULL: none), the
+//  first and last generations go to *first and *last.  Returns the lines.
+static int
+s_expect_gens (const char *log, uint64_t floor, const char *name, uint64_t *first, uint64_t *last)
+{
+    char *text = kd_test_slurp (log);
+    cr_assert (text, "no scheduler log at %s", log);
+    char who [64] = "";
+    if (name)
+        snprintf (who, sizeof who, "backup %s of range ", name);
+    int lines = 0;
+    for (char *line = text; *line; ) {
+        char *end = strchr (line, '\n');
+        if (end)
+            *end = 0;
+        //  (Not "had not received its state", a promotion's error.)
+        if (strstr (line, "received its state at version")) {
+            lines++;
+            const char *at = strstr (line, " gen=");
+            cr_expect (at, "a SYNC_OK taken, its generation not logged: %s", line);
+            char *stop = NULL;
+            unsigned long long gen = at ? strtoull (at + strlen (" gen="), &stop, 10) : 0;
+            bool echoed = at && stop != at + strlen (" gen=");
+            if (at)
+                cr_expect (echoed, "a backup did not echo its generation: %s", line);
+            if (echoed) {
+                cr_expect (gen >= floor, "generation %llu is below the wall clock %llu ms before the "
+                           "scheduler started: %s", gen, (unsigned long long) floor, line);
+                if (name && strstr (line, who)) {
+                    if (first && !*first)
+                        *first = gen;
+                    if (last)
+                        *last = gen;
+                }
+            }
+        }
+        if (!end)
+            break;
+        line = end + 1;
+    }
+    free (text);
+    return lines;
+}
+
 //  Wait for the scheduler to end the run; its summary (caller frees).
 static char *
 s_wait_end (s_cluster_t *c, int timeout_ms)
@@ -388,6 +443,10 @@ Test (replication, primary_killed_ten_times_loses_nothing)
     cr_expect_eq (lost, 0, "%lld updates lost", lost);
     cr_expect_eq (kd_test_count (c.sched_log, "updates lost") + kd_test_count (c.sched_log, "kind=range-lost"), 0,
                   "the scheduler reports lost updates");
+    //  Every SYNC_OK the scheduler took, through ten promotions and
+    //  rejoins, named the generation that real backups echo.
+    int gen_lines = s_expect_gens (c.sched_log, c.sched_t0, NULL, NULL, NULL);
+    cr_expect_geq (gen_lines, 2 * S_RANGES, "%d lines say a backup received its state", gen_lines);
     //  Each kill promotes a backup.  On a loaded machine a starved shard
     //  can also miss its heartbeats and be declared dead, and its partner
     //  promoted: more promotions than kills is failover working, fewer is
@@ -450,6 +509,16 @@ Test (replication, backup_killed_catches_up)
     long long lost = 0;
     cr_expect_eq (s_replicas_equal (&c, &lost), S_RANGES);
     cr_expect_eq (lost, 0);
+    //  Real backups echo the generation of the CHAIN that ordered their
+    //  transfer: the placement's, and at the restarted one's rejoin a newer.
+    char name [32];
+    snprintf (name, sizeof name, "shard-%d", b);
+    uint64_t first = 0, last = 0;
+    int lines = s_expect_gens (c.sched_log, c.sched_t0, name, &first, &last);
+    cr_expect_geq (lines, 2 * (S_RANGES + 1), "%d lines say a backup received its state: a SYNC_OK "
+                   "per range at the placement and one after the restart, each logged and an event", lines);
+    cr_expect_gt (last, first, "the restarted backup shard-%d synced in generation %llu, as at the "
+                  "placement (%llu)", b, (unsigned long long) last, (unsigned long long) first);
     printf ("FIGURE replica_backup_kill rto_ms=%lld lost=%lld\n", (long long) ms, lost);
     fflush (stdout);
     free (summary);
@@ -681,4 +750,180 @@ Test (replication, a_lost_range_is_led_by_its_newest_checkpoint)
     fflush (stdout);
     free (summary);
     s_cluster_stop (&c);
+}
+
+//  --------------------------------------------------------------------------
+//  A stale SYNC_OK: a real scheduler, fake shards and a fake worker
+
+#define S_FAKE_ROWS     60000       //  the fake worker's training set
+#define S_FAKE_WAIT_MS  20000       //  a fake peer's receive timeout
+
+//  A fake peer's DEALER to the scheduler.
+static zsock_t *
+s_fake_dealer (const char *sched)
+{
+    zsock_t *sock = kd_test_dealer (sched);
+    cr_assert (sock);
+    //  Generous, as the scheduler may start slowly on a busy machine; a
+    //  broken one still fails the test instead of hanging it.
+    zsock_set_rcvtimeo (sock, S_FAKE_WAIT_MS);
+    return sock;
+}
+
+//  HELLO from a fake peer, as a real one says it (common/net/kd_peer.c): a
+//  shard advertises an endpoint (nothing listens there: the scheduler only
+//  names it in CHAINs) and can send STAGED; a worker reports its rows.
+static void
+s_fake_hello (zsock_t *sock, const char *name, const char *endpoint)
+{
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, endpoint ? "shard" : "worker");
+    kd_msg_set_str (hello, KD_F_NAME, name);
+    kd_msg_set_uint (hello, KD_F_VERSION, 0);
+    if (endpoint) {
+        kd_msg_set_str (hello, KD_F_ENDPOINT, endpoint);
+        kd_msg_set_uint (hello, KD_F_STAGED, 1);
+    }
+    else
+        kd_msg_set_uint (hello, KD_F_SAMPLES, S_FAKE_ROWS);
+    cr_assert_eq (kd_msg_send (&hello, sock), 0);
+}
+
+//  The rank a fake peer's WELCOME gives it.
+static uint64_t
+s_fake_welcome (zsock_t *sock)
+{
+    kd_msg_t *welcome = NULL;
+    cr_assert (kd_test_expect (sock, KD_MSG_WELCOME, &welcome), "no WELCOME came");
+    uint64_t rank = kd_msg_uint (welcome, KD_F_RANK);
+    kd_msg_destroy (&welcome);
+    return rank;
+}
+
+//  The next CHAIN a fake shard gets (other messages skipped): its role
+//  must be role, and sync, when not negative, its sync.  Its generation.
+static uint64_t
+s_fake_chain (zsock_t *sock, const char *role, int sync)
+{
+    kd_msg_t *chain = NULL;
+    cr_assert (kd_test_expect (sock, KD_MSG_CHAIN, &chain), "no CHAIN came");
+    cr_expect_str_eq (kd_msg_str (chain, KD_F_ROLE), role);
+    if (sync >= 0)
+        cr_expect_eq (kd_msg_uint (chain, KD_F_SYNC), (uint64_t) sync);
+    cr_assert (kd_msg_has (chain, KD_F_GEN), "a CHAIN names no generation");
+    uint64_t gen = kd_msg_uint (chain, KD_F_GEN);
+    kd_msg_destroy (&chain);
+    return gen;
+}
+
+//  The fake backup shard-b's SYNC_OK to the scheduler, with generation
+//  gen, or without one (gen < 0) as an older shard sends it.  Then, so
+//  that the scheduler has handled it when this returns, the backup says
+//  HELLO again on the same connection: a live replica is told its place
+//  again, by a CHAIN of the same generation, which comes after the
+//  SYNC_OK was read.
+static void
+s_fake_sync_ok (zsock_t *sock, uint64_t rank, int64_t gen, uint64_t chain_gen)
+{
+    kd_msg_t *ok = kd_msg_new (KD_MSG_SYNC_OK);
+    kd_msg_set_uint (ok, KD_F_VERSION, 0);
+    kd_msg_set_uint (ok, KD_F_RANK, rank);
+    if (gen >= 0)
+        kd_msg_set_uint (ok, KD_F_GEN, (uint64_t) gen);
+    cr_assert_eq (kd_msg_send (&ok, sock), 0);
+    s_fake_hello (sock, "shard-b", "tcp://127.0.0.1:1");
+    cr_expect_eq (s_fake_chain (sock, "backup", -1), chain_gen, "telling a live replica its "
+                  "place again made a new generation");
+}
+
+//  Every fake peer heartbeats, so that none is declared dead.
+static void
+s_fake_beat (zsock_t **socks, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kd_msg_t *beat = kd_msg_new (KD_MSG_HEARTBEAT);
+        kd_msg_send (&beat, socks [i]);
+    }
+}
+
+//  A backup's SYNC_OK that answers a transfer ordered before the scheduler
+//  last marked it unsynced must not mark it synced (its predecessor then
+//  may have held older state than the head does now, and a promotion would
+//  lose committed updates silently); one of the generation its CHAIN named
+//  must, and so must one without a generation (an older shard).
+Test (replication, a_stale_sync_ok_does_not_mark_a_backup_synced)
+{
+    char sched [64], log [256];
+    snprintf (sched, sizeof sched, "tcp://127.0.0.1:%d", s_port + 90);
+    snprintf (log, sizeof log, "%s/stale-scheduler.log", s_dir);
+    const char *argv [] = { "kudus-scheduler", "--bind", sched, "--shards", "1", "--replicas", "2",
+                            "--min-workers", "1", "--model", "softmax", "--consistency", "bsp",
+                            "--heartbeat-ms", "500", "--liveness", "40", "--max-seconds", "120",
+                            "--log-level", "info", NULL };
+    uint64_t t0 = (uint64_t) zclock_time ();
+    pid_t pid = kd_test_spawn (argv, log);
+    cr_assert (pid > 0);
+    zsock_t *a = s_fake_dealer (sched), *b = s_fake_dealer (sched), *w = s_fake_dealer (sched);
+    //  One range, two replicas: a (rank 0) leads, b (rank 1) is its backup.
+    s_fake_hello (a, "shard-a", "tcp://127.0.0.1:2");
+    cr_assert_eq (s_fake_welcome (a), 0);
+    s_fake_hello (b, "shard-b", "tcp://127.0.0.1:1");
+    cr_assert_eq (s_fake_welcome (b), 1);
+    //  The worker completes the cluster: training starts, and the chain is
+    //  placed in a new generation, which both CHAINs name.
+    s_fake_hello (w, "worker-0", NULL);
+    uint64_t gen = s_fake_chain (a, "primary", 1);
+    cr_assert_eq (s_fake_chain (b, "backup", 0), gen);
+    //  Generations start at the scheduler's start time (ms since the
+    //  epoch), so that a restarted one's are above its predecessor's.
+    cr_assert_geq (gen, t0, "the first generation %llu is below the wall clock %llu ms before the "
+                   "scheduler started", (unsigned long long) gen, (unsigned long long) t0);
+    zsock_t *all [] = { a, b, w };
+    s_fake_beat (all, 3);
+
+    //  1. A generation below the one b's CHAIN named: not taken.
+    s_fake_sync_ok (b, 1, (int64_t) gen - 1, gen);
+    cr_expect_eq (kd_test_count (log, "SYNC_OK ignored"), 1);
+    cr_expect_eq (kd_test_count (log, "kind=shard-synced"), 0,
+                  "a SYNC_OK of generation %llu marked the backup synced, its CHAIN named %llu",
+                  (unsigned long long) gen - 1, (unsigned long long) gen);
+    //  2. The CHAIN's own generation: taken.
+    s_fake_sync_ok (b, 1, (int64_t) gen, gen);
+    cr_expect_eq (kd_test_count (log, "kind=shard-synced"), 1, "the SYNC_OK of the current generation was not taken");
+
+    //  3. The race itself: b restarts (a new connection) and joins again
+    //  as the tail, unsynced, in a new generation; the SYNC_OK of the
+    //  transfer ordered before comes late, and must not count.
+    zsock_destroy (&b);
+    b = s_fake_dealer (sched);
+    all [1] = b;
+    s_fake_hello (b, "shard-b", "tcp://127.0.0.1:1");
+    cr_assert_eq (s_fake_welcome (b), 1);
+    uint64_t gen2 = s_fake_chain (b, "backup", 0);
+    cr_assert_gt (gen2, gen);
+    //  a first becomes the tail (b left the chain), then is told to send
+    //  its state to b, in the new generation.
+    cr_expect_eq (s_fake_chain (a, "primary", 0), gen);
+    cr_expect_eq (s_fake_chain (a, "primary", 1), gen2);
+    s_fake_beat (all, 3);
+    s_fake_sync_ok (b, 1, (int64_t) gen, gen2);
+    cr_expect_eq (kd_test_count (log, "SYNC_OK ignored"), 2);
+    cr_expect_eq (kd_test_count (log, "kind=shard-synced"), 1,
+                  "a SYNC_OK ordered before the backup rejoined (generation %llu, now %llu) marked it synced",
+                  (unsigned long long) gen, (unsigned long long) gen2);
+    s_fake_sync_ok (b, 1, (int64_t) gen2, gen2);
+    cr_expect_eq (kd_test_count (log, "kind=shard-synced"), 2, "the SYNC_OK of the new generation was not taken");
+
+    //  4. An older shard names no generation: taken, as always, and the
+    //  log says so (the line and the event).
+    s_fake_sync_ok (b, 1, -1, gen2);
+    cr_expect_eq (kd_test_count (log, "kind=shard-synced"), 3, "a SYNC_OK without a generation was not taken");
+    cr_expect_eq (kd_test_count (log, "gen=none"), 2, "a SYNC_OK without a generation was not logged as such");
+
+    if (kd_test_count (log, "kind=shard-synced") != 3 || kd_test_count (log, "SYNC_OK ignored") != 2)
+        kd_test_dump (log);
+    zsock_destroy (&a);
+    zsock_destroy (&b);
+    zsock_destroy (&w);
+    kd_test_kill (pid);
 }
