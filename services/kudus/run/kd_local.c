@@ -48,9 +48,11 @@
 #define S_RESTART_MAX_MS    5000    //  longest wait: the backoff doubles to it
 #define S_RESTART_BURST     5       //  restarts of one child within the window
 #define S_RESTART_WINDOW_MS 60000   //  that mean a crash loop: give up
-#define S_FIRST_BREATH_MS   2000    //  a child dead this soon after its first
-                                    //  start failed to start (a bad setting,
-                                    //  a port in use): no restart
+#define S_FIRST_BREATH_MS   2000    //  a child that exits or crashes this
+                                    //  soon after its first start failed to
+                                    //  start (a bad setting, a port in use):
+                                    //  no restart; one killed from outside
+                                    //  is restarted (an OOM kill, a chaos kill)
 
 typedef enum {
     S_KIND_MONITOR, S_KIND_SCHEDULER, S_KIND_SHARD, S_KIND_WORKER,
@@ -69,6 +71,7 @@ typedef struct {
 typedef struct {
     char name [32];             //  "worker-3"
     s_kind_t kind;              //  role
+    bool awaited;               //  a worker the scheduler waits for to start
     s_args_t args;              //  its command line, kept for restarts (owned)
     int node;                   //  --netns host, or -1
     pid_t pid;                  //  0 when reaped
@@ -287,16 +290,29 @@ s_recent_restarts (const s_child_t *ch, uint64_t now)
     return n;
 }
 
+//  Whether a wait status is a kill from outside (an OOM kill, an operator,
+//  a chaos test), which says nothing about the child's settings; a crash
+//  (SIGSEGV, an assert's SIGABRT) or an exit of its own does.
+static bool
+s_killed (int status)
+{
+    if (!WIFSIGNALED (status))
+        return false;
+    int sig = WTERMSIG (status);
+    return sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+}
+
 //  A child died without being asked to: plan its restart after a doubling
-//  backoff.  Returns false when it must not come back: it never got going
-//  (a bad setting or a port in use fails again at once), or it is in a
-//  crash loop.
+//  backoff.  Returns false when it must not come back: it exited or
+//  crashed before it got going (a bad setting or a port in use fails again
+//  at once), or it is in a crash loop.  A kill from outside says nothing
+//  about the settings, so a child killed early is restarted like any other.
 static bool
 s_plan_restart (s_child_t *ch, uint64_t now)
 {
     char why [64];
     s_status_text (ch->status, why, sizeof why);
-    if (ch->restarts == 0 && now - ch->first_start < S_FIRST_BREATH_MS) {
+    if (ch->restarts == 0 && now - ch->first_start < S_FIRST_BREATH_MS && !s_killed (ch->status)) {
         fprintf (stderr, "kudus local: %s failed to start (%s)\n", ch->name, why);
         return false;
     }
@@ -412,8 +428,11 @@ s_teardown (s_child_t *children, size_t n, bool quiet)
 
 //  Print a progress line from a "stats" message.
 static void
-s_progress (kd_stream_t *o, uint64_t *version, uint64_t *changed_at)
+s_progress (kd_stream_t *o, uint64_t *version, uint64_t *changed_at, bool *started)
 {
+    //  The monitor counts elapsed time from the scheduler's START.
+    if (kd_stream_number (o, KD_S_ELAPSED_S, 0) > 0)
+        *started = true;
     uint64_t v = (uint64_t) kd_stream_number (o, KD_S_VERSION, 0);
     if (v != *version) {
         *version = v;
@@ -969,6 +988,8 @@ s_start_workers (s_local_t *self)
         for (size_t j = 0; j < 2; j++) s_pass (&a, c, s_common [j]);
         if (s_add (self, name, S_KIND_WORKER, &a, s_net ? 2 + self->shards + r : -1))
             return -1;
+        //  The scheduler's --min-workers counts it (not the evaluator).
+        self->children [self->n_children - 1].awaited = true;
     }
     if (self->evaluator) {
         s_arg (&a, "%s/kudus-worker", self->bindir);
@@ -1002,6 +1023,7 @@ s_supervise (s_local_t *self, int *sched_status_p)
     zsock_connect (sub, "%s", self->pub_ep);
     uint64_t last_progress = 0, sched_exit_at = 0, workers_gone_at = 0;
     uint64_t version = 0, changed_at = kd_now_ms ();
+    bool started = false;           //  the scheduler sent START
     int sched_status = -1;
     const char *failure = NULL;
     while (rc == 0) {
@@ -1025,7 +1047,7 @@ s_supervise (s_local_t *self, int *sched_status_p)
             kd_stream_t *stats = NULL;
             char why [128];
             if (kd_stream_recv (sub, &stats, why, sizeof why) == 0 && kd_now_ms () - last_progress >= 1000) {
-                s_progress (stats, &version, &changed_at);
+                s_progress (stats, &version, &changed_at, &started);
                 last_progress = kd_now_ms ();
             }
             kd_stream_destroy (&stats);
@@ -1070,8 +1092,18 @@ s_supervise (s_local_t *self, int *sched_status_p)
             //  Workers exit 0 on STOP; a worker that dies only leaves the
             //  run smaller unless it comes back.
             if (clean || sched_status >= 0 || ch->kind == S_KIND_WORKER) {
-                if (restart)
-                    s_plan_restart (ch, now);
+                bool back = restart && s_plan_restart (ch, now);
+                //  Before START the scheduler waits for every worker to
+                //  register: one that never comes back would hang the run.
+                //  (Once started, a dead worker only leaves it smaller.)
+                if (!back && !clean && sched_status < 0 && ch->awaited && !started && version == 0) {
+                    char why [64];
+                    s_status_text (ch->status, why, sizeof why);
+                    failure = ch->name;
+                    fprintf (stderr, "kudus local: %s exited (%s) before the run started, "
+                             "and does not come back; stopping\n", ch->name, why);
+                    rc = 1;
+                }
                 continue;
             }
             //  A shard or the monitor that stays dead while the scheduler
