@@ -9,6 +9,9 @@
 #define S_MIN_SLOTS  1024               //  table slots at first
 #define S_MAX_ROWS   0xfffffffeu        //  rows are numbered in 32 bits
 #define S_AHEAD      8                  //  keys a pull prefetches ahead
+_Static_assert ((S_AHEAD & (S_AHEAD - 1)) == 0, "S_AHEAD indexes a ring by a mask");
+#define S_MUL1       0x9E3779B97F4A7C15ULL  //  the home hash's multipliers, odd
+#define S_MUL2       0xD6E8FEB86659FD93ULL
 
 typedef struct {
     uint64_t key;
@@ -26,6 +29,7 @@ struct _kd_sparse_t {
     uint64_t samples;                   //  samples applied before the next step
     s_slot_t *slots;                    //  the table
     size_t n_slots;                     //  a power of two
+    unsigned shift;                     //  64 - log2 (n_slots): the home's bits
     float *arena;                       //  rows, stride floats each
     uint64_t *keys;                     //  key of each row, for iteration
     size_t n_rows, cap_rows;
@@ -47,6 +51,7 @@ kd_sparse_new (size_t dim, const kd_optimizer_opts_t *opts, double init_scale, u
     self->init_scale = init_scale;
     self->seed = seed;
     self->n_slots = S_MIN_SLOTS;
+    self->shift = 64 - (unsigned) __builtin_ctzll (S_MIN_SLOTS);
     self->slots = (s_slot_t *) calloc (self->n_slots, sizeof (s_slot_t));
     if (!self->slots) {
         free (self);
@@ -68,10 +73,18 @@ kd_sparse_destroy (kd_sparse_t **self_p)
     *self_p = NULL;
 }
 
-static size_t
-s_home (kd_sparse_t *self, uint64_t key)
+//  A key's home slot: the top bits of a multiply, fold, multiply hash.
+//  Half the steps of a full mixer (kd_mix64), which the pull path paid
+//  for every key; a lone multiply (Fibonacci hashing) would be cheaper
+//  still but piles keys strided by 2^14 to 2^20 into long probe runs,
+//  which the fold breaks up (the average probe stays at 1.5 at load 1/2
+//  for strides 2 to 2^32 and for random keys).
+static inline size_t
+s_home (const kd_sparse_t *self, uint64_t key)
 {
-    return (size_t) (kd_mix64 (key) & (self->n_slots - 1));
+    uint64_t h = key * S_MUL1;
+    h ^= h >> 32;
+    return (size_t) ((h * S_MUL2) >> self->shift);
 }
 
 //  The slot of key, or the free slot that ends its probe, starting at
@@ -118,6 +131,7 @@ s_grow_table (kd_sparse_t *self)
     size_t n_old = self->n_slots;
     self->slots = slots;
     self->n_slots = n;
+    self->shift--;
     for (size_t i = 0; i < n_old; i++)
         if (old [i].row)
             *s_probe (self, old [i].key) = old [i];
@@ -151,35 +165,61 @@ s_reserve (kd_sparse_t *self, size_t more)
     return 0;
 }
 
-void
-kd_sparse_pull (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out)
+//  One key of a pull: probe from its home slot and copy its row (or its
+//  initial values) to `to`.
+static inline __attribute__ ((always_inline)) void
+s_pull_one (kd_sparse_t *self, const s_slot_t *slots, size_t mask, uint64_t key, size_t at,
+            float *to, size_t dim)
 {
-    assert (self && (n == 0 || (keys && out)));
+    while (slots [at].row && slots [at].key != key)
+        at = (at + 1) & mask;
+    uint32_t row = slots [at].row;
+    if (!row)
+        s_init_row (self, key, to);
+    else
+    if (dim == 1)
+        *to = self->arena [(size_t) (row - 1) * self->stride];
+    else
+        memcpy (to, self->arena + (size_t) (row - 1) * self->stride, dim * sizeof (float));
+}
+
+//  The pull's loop, inlined twice: with dim 1 (a keyed linear model) the
+//  compiler drops the row copy's loop and the multiplies by dim.
+static inline __attribute__ ((always_inline)) void
+s_pull_rows (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out, size_t dim)
+{
+    const s_slot_t *slots = self->slots;
+    const size_t mask = self->n_slots - 1;
     //  The slot a few keys ahead is fetched while this one is probed: a
     //  pull of scattered keys is otherwise one cache miss after another.
     //  Each key's home is hashed once, for its prefetch, and kept for its
     //  probe S_AHEAD keys later.
     size_t home [S_AHEAD];
-    for (size_t i = 0; i < n && i < S_AHEAD; i++) {
+    size_t ahead = n < S_AHEAD ? n : S_AHEAD;
+    for (size_t i = 0; i < ahead; i++) {
         home [i] = s_home (self, keys [i]);
-        __builtin_prefetch (&self->slots [home [i]]);
+        __builtin_prefetch (&slots [home [i]]);
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t at = home [i % S_AHEAD];
-        if (i + S_AHEAD < n) {
-            home [i % S_AHEAD] = s_home (self, keys [i + S_AHEAD]);
-            __builtin_prefetch (&self->slots [home [i % S_AHEAD]]);
-        }
-        s_slot_t *slot = s_probe_from (self, keys [i], at);
-        float *to = out + i * self->dim;
-        if (!slot->row)
-            s_init_row (self, keys [i], to);
-        else
-        if (self->dim == 1)
-            *to = self->arena [(size_t) (slot->row - 1) * self->stride];
-        else
-            memcpy (to, self->arena + (size_t) (slot->row - 1) * self->stride, self->dim * sizeof (float));
+    size_t i = 0;
+    for (; i + S_AHEAD < n; i++) {
+        size_t at = home [i & (S_AHEAD - 1)];
+        size_t next = s_home (self, keys [i + S_AHEAD]);
+        home [i & (S_AHEAD - 1)] = next;
+        __builtin_prefetch (&slots [next]);
+        s_pull_one (self, slots, mask, keys [i], at, out + i * dim, dim);
     }
+    for (; i < n; i++)
+        s_pull_one (self, slots, mask, keys [i], home [i & (S_AHEAD - 1)], out + i * dim, dim);
+}
+
+void
+kd_sparse_pull (kd_sparse_t *self, const uint64_t *keys, size_t n, float *out)
+{
+    assert (self && (n == 0 || (keys && out)));
+    if (self->dim == 1)
+        s_pull_rows (self, keys, n, out, 1);
+    else
+        s_pull_rows (self, keys, n, out, self->dim);
 }
 
 int
