@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,18 +76,53 @@ kd_test_tmpdir (void)
     return strdup (dir);
 }
 
-//  Before main: TMPDIR becomes a scratch folder of this suite, so that what
-//  a run the suite kills leaves behind (kudus local's summary, throwaway
-//  keys) goes when the suite ends.  Criterion's test processes inherit it.
+//  A suite killed by a signal runs no atexit handler (and Criterion's
+//  runner takes SIGTERM and SIGINT for itself), so its folder would stay.
+//  Each suite's folder names its owner in a file "owner"; a suite that
+//  starts removes the folders of owners no longer alive.
+static void
+s_rm_orphans (void)
+{
+    DIR *d = opendir (kd_temp_base ());
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir (d))) {
+        if (strncmp (e->d_name, "kudus-test-", 11))
+            continue;
+        char path [1024], owner [1100];
+        snprintf (path, sizeof path, "%s/%s", kd_temp_base (), e->d_name);
+        snprintf (owner, sizeof owner, "%s/owner", path);
+        FILE *f = fopen (owner, "r");
+        long pid = 0;
+        if (!f)
+            continue;
+        if (fscanf (f, "%ld", &pid) != 1)
+            pid = 0;
+        fclose (f);
+        if (pid > 0 && kill ((pid_t) pid, 0) < 0 && errno == ESRCH)
+            nftw (path, s_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    closedir (d);
+}
+
 __attribute__ ((constructor)) static void
 s_scratch_tmpdir (void)
 {
     if (getenv ("KD_TEST_SCRATCH"))
         return;
+    s_rm_orphans ();
     char *dir = kd_test_tmpdir ();
     if (dir) {
         setenv ("KD_TEST_SCRATCH", dir, 1);
         setenv ("TMPDIR", dir, 1);
+        char owner [1100];
+        snprintf (owner, sizeof owner, "%s/owner", dir);
+        FILE *f = fopen (owner, "w");
+        if (f) {
+            fprintf (f, "%ld\n", (long) getpid ());
+            fclose (f);
+        }
     }
     free (dir);
 }
