@@ -73,6 +73,9 @@ def main(argv):
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader processes (0: none)")
     parser.add_argument("--device", default="cpu", help="where the module lives (cpu, cuda, ...)")
     parser.add_argument("--save", help="torch.save the module's state_dict here at the end")
+    parser.add_argument("--overlap", action="store_true",
+                        help="compute the next step while this one's push and pull travel (asp and ssp "
+                             "clusters only; each gradient is one step staler: prefer momentum 0.5)")
     parser.add_argument("--evaluate", type=float, metavar="SECONDS",
                         help="also score the cluster's model on the test set every SECONDS and report it "
                              "to the monitor (an evaluator; under kudus run, only in copy 0)")
@@ -83,7 +86,8 @@ def main(argv):
     train = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     model = CNN().to(args.device)
     worker = kudus.torch.Worker(model, train, args.scheduler, args.name, monitor=args.monitor,
-                                num_workers=args.num_workers, pin_memory=args.device.startswith("cuda"))
+                                num_workers=args.num_workers, pin_memory=args.device.startswith("cuda"),
+                                overlap=args.overlap)
     evaluator = None
     if args.evaluate and os.environ.get("KUDUS_RANK", "0") == "0":
         tx, ty = fashion_mnist("t10k")

@@ -212,6 +212,14 @@ typedef struct {
     bool refuse;                //  the shard refuses every push (ERROR 406)
     int pushes;                 //  PUSHes the shard received
     uint64_t arrive_refused;    //  ARRIVE's refused
+    bool ahead;                 //  lease ahead: every PULL_OK and RELEASE
+                                //  names a new version, every RELEASE an
+                                //  ahead lease
+    uint64_t push_bases [4];    //  lease ahead: each PUSH's base
+    uint64_t arrive_bases [4];  //  lease ahead: each ARRIVE's base
+    int rejoin_at;              //  lease ahead: arrival (1-based) answered by
+                                //  a readmission: WELCOME, START, RELEASE
+    const char *shard_ep;       //  the shard's endpoint, for that START
 } s_cluster_t;
 
 //  Plays the scheduler and the shard until told to stop.
@@ -232,7 +240,7 @@ s_cluster_actor (zsock_t *pipe, void *args)
         kd_msg_t *reply = NULL;
         if (kd_msg_type (msg) == KD_MSG_PULL) {
             reply = kd_msg_new (KD_MSG_PULL_OK);
-            kd_msg_set_uint (reply, KD_F_VERSION, 7);
+            kd_msg_set_uint (reply, KD_F_VERSION, c->ahead ? 7 + (uint64_t) c->pulls : 7);
             kd_msg_set_uint (reply, KD_F_LO, 0);
             zframe_t *data = zframe_new (NULL, 7850 * sizeof (float));
             float *v = (float *) zframe_data (data);
@@ -249,6 +257,8 @@ s_cluster_actor (zsock_t *pipe, void *args)
             c->push_samples = kd_msg_uint (msg, KD_F_SAMPLES);
             c->push_base = kd_msg_uint (msg, KD_F_BASE);
             c->push_first = n == 7850 ? g [0] : -1;
+            if (c->pushes < 4)
+                c->push_bases [c->pushes] = c->push_base;
             c->pushes++;
             if (c->refuse) {
                 reply = kd_msg_new_error (NULL, KD_ERR_REFUSED, "gradient refused: norm over bound");
@@ -266,9 +276,34 @@ s_cluster_actor (zsock_t *pipe, void *args)
             c->arrive_refused = kd_msg_uint (msg, KD_F_REFUSED);
             uint64_t rows [2] = { 8, 9 };
             uint64_t clock = c->arrivals < 4 && c->clocks [c->arrivals] ? c->clocks [c->arrivals] : 1;
+            if (c->arrivals < 4)
+                c->arrive_bases [c->arrivals] = kd_msg_uint (msg, KD_F_BASE);
+            if (c->ahead && c->arrivals + 1 == c->rejoin_at) {
+                //  Declared dead meanwhile: registered again, and the
+                //  rejoin's RELEASE comes while the client waits for its own.
+                kd_msg_t *welcome = s_welcome ("softmax", 7850, "asp");
+                kd_msg_set_uint (welcome, KD_F_LEASE_AHEAD, 1);
+                kd_msg_t *start = s_start (c->shard_ep, 0, 7850);
+                kd_msg_t *both [2] = { welcome, start };
+                for (int k = 0; k < 2; k++) {
+                    kd_msg_set_routing_id (both [k], zframe_dup (kd_msg_routing_id (msg)));
+                    kd_msg_send (&both [k], which);
+                }
+                uint64_t now [1] = { 70 }, next [1] = { 71 };
+                reply = s_release (30, 20, now, 1);
+                kd_msg_set_uints (reply, KD_F_AHEAD, next, 1);
+            }
+            else
+            if (c->ahead) {
+                uint64_t a = (uint64_t) c->arrivals, now [1] = { 50 + a }, next [1] = { 51 + a };
+                reply = s_release (10 + a, a + 1, now, 1);
+                kd_msg_set_uints (reply, KD_F_AHEAD, next, 1);
+            }
+            else {
+                reply = s_release (1, clock, rows, 2);
+                kd_msg_set_uint (reply, KD_F_DROPPED, 1);
+            }
             c->arrivals++;
-            reply = s_release (1, clock, rows, 2);
-            kd_msg_set_uint (reply, KD_F_DROPPED, 1);
         }
         if (reply) {
             kd_msg_set_routing_id (reply, zframe_dup (kd_msg_routing_id (msg)));
@@ -818,6 +853,174 @@ Test (kd_client, a_start_again_with_other_ranges_is_an_error)
     s_reply (&sched, start);
     s_reply (&sched, s_release (3, 1, rows, 2));
     cr_expect_eq (kd_client_wait_start (client, &release, 2000), -1, "a START of other ranges was followed");
+    kd_client_destroy (&client);
+    s_fake_destroy (&sched);
+}
+
+//  Register a lease-ahead client with the fake scheduler, which grants it
+//  under ASP.
+static void
+s_register_ahead (s_fake_t *sched, kd_client_t *client)
+{
+    kd_client_set_lease_ahead (client, true);
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_t *hello = s_expect (sched, KD_MSG_HELLO);
+    cr_expect_eq (kd_msg_uint (hello, KD_F_LEASE_AHEAD), 1, "HELLO does not ask for a lease ahead");
+    kd_msg_destroy (&hello);
+    kd_msg_t *welcome = s_welcome ("softmax", 7850, "asp");
+    kd_msg_set_uint (welcome, KD_F_LEASE_AHEAD, 1);
+    s_reply (sched, welcome);
+    cr_assert_eq (kd_client_register (client, 2000), 0, "%s", kd_client_failure (client));
+}
+
+//  A lease-ahead worker computes clock c on the model it pulled after the
+//  RELEASE of clock c - 1 (protocol 9.3.2): its PUSH names that pull's
+//  version, and its ARRIVE that RELEASE's version.  Its first clock is
+//  computed on the pull after its own RELEASE.  Each RELEASE's ahead rows
+//  are at hand until the next arrival.
+Test (kd_client, lease_ahead_names_the_pull_before_as_base)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register_ahead (&sched, client);
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 7850));
+    uint64_t rows [1] = { 5 }, next [2] = { 6, 99 };
+    kd_msg_t *first = s_release (3, 0, rows, 1);
+    kd_msg_set_uints (first, KD_F_AHEAD, next, 2);
+    s_reply (&sched, first);
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    size_t n = 0;
+    const uint64_t *ahead = kd_client_ahead_rows (client, &n);
+    cr_assert_eq (n, 2);
+    cr_expect_eq (ahead [0], 6);
+    cr_expect_eq (ahead [1], 99);
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock, .ahead = true };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params [2] = { calloc (7850, sizeof (float)), calloc (7850, sizeof (float)) };
+    float *grad = (float *) calloc (7850, sizeof (float));
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq (kd_client_pull (client, params [step % 2]), 0);     //  versions 7, 8, 9
+        cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+        cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);     //  versions 10, 11, 12
+        cr_expect_eq (release.clock, (uint64_t) step + 1);
+        cr_expect_eq (release.rows [0], 50 + (uint64_t) step);
+        ahead = kd_client_ahead_rows (client, &n);
+        cr_assert_eq (n, 1);
+        cr_expect_eq (ahead [0], 51 + (uint64_t) step);
+    }
+    zactor_destroy (&actor);
+    cr_expect_eq (cluster.push_bases [0], 7, "clock 0: the pull after its release");
+    cr_expect_eq (cluster.push_bases [1], 7, "clock 1: the pull of clock 0, not %llu",
+                  (unsigned long long) cluster.push_bases [1]);
+    cr_expect_eq (cluster.push_bases [2], 8);
+    cr_expect_eq (cluster.arrive_bases [0], 3);
+    cr_expect_eq (cluster.arrive_bases [1], 3, "clock 1: the release of clock 0, not %llu",
+                  (unsigned long long) cluster.arrive_bases [1]);
+    cr_expect_eq (cluster.arrive_bases [2], 10);
+    free (params [0]);
+    free (params [1]);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+//  A lease-ahead worker declared dead and readmitted while it waits for its
+//  RELEASE takes the rejoin's RELEASE in that wait: its next clock is
+//  computed on the pull after that RELEASE, whose versions it must name
+//  (the scheduler's floor for a readmitted worker is that RELEASE's), not
+//  those of the pull before, or every ARRIVE is refused.
+Test (kd_client, lease_ahead_readmission_during_arrive_is_an_admission)
+{
+    s_fake_t sched = s_fake_new (), shard = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    s_register_ahead (&sched, client);
+    char ep [64];
+    snprintf (ep, sizeof ep, S_EP, shard.port);
+    s_reply (&sched, s_start (ep, 0, 7850));
+    uint64_t rows [1] = { 5 }, next [1] = { 6 };
+    kd_msg_t *first = s_release (3, 0, rows, 1);
+    kd_msg_set_uints (first, KD_F_AHEAD, next, 1);
+    s_reply (&sched, first);
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 2000), 0);
+    cr_expect (kd_client_admitted (client), "the first release admits us");
+    s_cluster_t cluster = { .sched = sched.sock, .shard = shard.sock, .ahead = true,
+                            .rejoin_at = 2, .shard_ep = ep };
+    zactor_t *actor = zactor_new (s_cluster_actor, &cluster);
+    float *params [2] = { calloc (7850, sizeof (float)), calloc (7850, sizeof (float)) };
+    float *grad = (float *) calloc (7850, sizeof (float));
+    bool admitted [3] = { false };
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq (kd_client_pull (client, params [step % 2]), 0);     //  versions 7, 8, 9
+        cr_assert_eq (kd_client_push (client, grad, release.n_rows), 0);
+        cr_assert_eq (kd_client_arrive (client, 1.0f, &release), 0);
+        admitted [step] = kd_client_admitted (client);
+    }
+    zactor_destroy (&actor);
+    //  Only the rejoin's release (the answer to clock 1's arrival) admits
+    //  us: its lease is not the one named ahead.
+    cr_expect (!admitted [0] && admitted [1] && !admitted [2], "admitted: %d %d %d",
+               admitted [0], admitted [1], admitted [2]);
+    cr_expect_eq (cluster.push_bases [1], 7, "clock 1: the pull of clock 0");
+    cr_expect_eq (cluster.arrive_bases [1], 3);
+    cr_expect_eq (cluster.push_bases [2], 9, "readmitted: the pull after the rejoin, not %llu",
+                  (unsigned long long) cluster.push_bases [2]);
+    cr_expect_eq (cluster.arrive_bases [2], 30, "readmitted: the rejoin's release, not %llu",
+                  (unsigned long long) cluster.arrive_bases [2]);
+    free (params [0]);
+    free (params [1]);
+    free (grad);
+    kd_client_destroy (&client);
+    s_fake_destroy (&shard);
+    s_fake_destroy (&sched);
+}
+
+//  A scheduler that refuses the lease ahead (a phase model) ends the
+//  registration at once with its reason; one that does not know the field
+//  (its WELCOME does not grant it) is refused by the client.  A plain
+//  worker never asks, and another ERROR does not end its registration.
+Test (kd_client, lease_ahead_refused_or_not_granted_ends_the_registration)
+{
+    s_fake_t sched = s_fake_new ();
+    kd_client_t *client = s_client (&sched);
+    kd_client_set_lease_ahead (client, true);
+    cr_expect_str_eq (kd_client_failure (client), "");
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_destroy (&(kd_msg_t *) { s_expect (&sched, KD_MSG_HELLO) });
+    kd_msg_t *refusal = kd_msg_new_error (NULL, KD_ERR_STATE,
+                                          "lease_ahead needs consistency asp or ssp; this cluster runs bsp");
+    kd_msg_set_uint (refusal, KD_F_LEASE_AHEAD, 1);
+    s_reply (&sched, refusal);
+    uint64_t t0 = kd_now_ms ();
+    cr_expect_eq (kd_client_register (client, 5000), -1);
+    cr_expect_lt (kd_now_ms () - t0, 2000, "waited for the timeout");
+    cr_expect (strstr (kd_client_failure (client), "this cluster runs bsp"), "failure: '%s'",
+               kd_client_failure (client));
+    kd_client_destroy (&client);
+
+    client = s_client (&sched);
+    kd_client_set_lease_ahead (client, true);
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_destroy (&(kd_msg_t *) { s_expect (&sched, KD_MSG_HELLO) });
+    s_reply (&sched, s_welcome ("softmax", 7850, "asp"));
+    cr_expect_eq (kd_client_register (client, 2000), -1);
+    cr_expect (strstr (kd_client_failure (client), "lease ahead"), "failure: '%s'",
+               kd_client_failure (client));
+    cr_expect_eq (kd_client_param_count (client), 0);
+    kd_client_destroy (&client);
+
+    client = s_client (&sched);
+    cr_expect_eq (kd_client_register (client, 100), -1);
+    kd_msg_t *hello = s_expect (&sched, KD_MSG_HELLO);
+    cr_expect_not (kd_msg_has (hello, KD_F_LEASE_AHEAD));
+    kd_msg_destroy (&hello);
+    s_reply (&sched, kd_msg_new_error (NULL, KD_ERR_UNAVAILABLE, "not now"));
+    cr_expect_eq (kd_client_register (client, 300), -1);
+    cr_expect_str_eq (kd_client_failure (client), "");
     kd_client_destroy (&client);
     s_fake_destroy (&sched);
 }

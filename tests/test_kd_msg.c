@@ -40,12 +40,12 @@ typedef struct {
 static const s_schema_t s_schema [] = {
     { KD_MSG_HELLO, { KD_F_ROLE, KD_F_NAME, END },
       { KD_F_ENDPOINT, KD_F_VERSION, KD_F_CLOCK, KD_F_RANK, KD_F_LO, KD_F_HI,
-        KD_F_SAMPLES, KD_F_SESSION, KD_F_TENSORS, KD_F_SHAPES, END }, false },
+        KD_F_SAMPLES, KD_F_SESSION, KD_F_TENSORS, KD_F_SHAPES, KD_F_LEASE_AHEAD, END }, false },
     { KD_MSG_WELCOME, { KD_F_RANK, KD_F_ROLE, END },
       { KD_F_MODEL, KD_F_HIDDEN, KD_F_N_PARAMS, KD_F_LO, KD_F_HI, KD_F_LR,
         KD_F_MOMENTUM, KD_F_BATCH, KD_F_SEED, KD_F_EPOCHS, KD_F_HEARTBEAT_MS,
         KD_F_CONSISTENCY, KD_F_SESSION, KD_F_STALENESS, KD_F_OPTIMIZER, KD_F_TENSORS,
-        KD_F_SHAPES, END }, false },
+        KD_F_SHAPES, KD_F_LEASE_AHEAD, END }, false },
     { KD_MSG_START, { KD_F_ENDPOINTS, KD_F_LOS, KD_F_HIS, END },
       { KD_F_PART_LO, KD_F_PART_HI, KD_F_T0_MS, KD_F_VERSION, KD_F_TENSORS, KD_F_SHAPES, END },
       false },
@@ -54,7 +54,7 @@ static const s_schema_t s_schema [] = {
       { KD_F_LOSS, END }, false },
     { KD_MSG_RELEASE, { KD_F_VERSION, KD_F_CLOCK, END },
       { KD_F_STALENESS, KD_F_DROPPED, KD_F_GROUP, KD_F_PART_LO, KD_F_PART_HI,
-        END }, false },
+        KD_F_ROWS, KD_F_MIN_CLOCK, KD_F_AHEAD, END }, false },
     { KD_MSG_LEAVE, { END }, { KD_F_REASON, END }, false },
     { KD_MSG_STOP, { END }, { KD_F_REASON, END }, false },
     { KD_MSG_PUSH, { KD_F_RANK, KD_F_CLOCK, KD_F_BASE, KD_F_LO, KD_F_COUNT, END },
@@ -76,7 +76,7 @@ static const s_schema_t s_schema [] = {
     { KD_MSG_EVAL, { KD_F_VERSION, END }, { END }, false },
     { KD_MSG_EVAL_OK, { KD_F_VERSION, KD_F_ACCURACY, END },
       { KD_F_LOSS, KD_F_TS_MS, END }, false },
-    { KD_MSG_ERROR, { KD_F_CODE, KD_F_REASON, END }, { END }, false },
+    { KD_MSG_ERROR, { KD_F_CODE, KD_F_REASON, END }, { KD_F_LEASE_AHEAD, END }, false },
     { KD_MSG_EVENT, { KD_F_KIND, END },
       { KD_F_DETAIL, KD_F_RANK, KD_F_NAME, KD_F_ROLE, KD_F_VERSION, KD_F_LOST, END }, false },
     { KD_MSG_INIT, { KD_F_LO, KD_F_COUNT, END }, { END }, true },
@@ -539,6 +539,8 @@ Test (kd_msg, tables_name_every_type_and_field)
         { KD_F_REG, "reg", KD_FT_UINT },
         { KD_F_MODE, "mode", KD_FT_STR },
         { KD_F_GEN, "gen", KD_FT_UINT },
+        { KD_F_LEASE_AHEAD, "lease_ahead", KD_FT_UINT },
+        { KD_F_AHEAD, "ahead", KD_FT_UINTS },
     };
     cr_assert_eq (sizeof fields / sizeof fields [0], KD_F_FIELD_COUNT);
     for (size_t i = 0; i < KD_F_FIELD_COUNT; i++) {
@@ -1454,6 +1456,113 @@ Test (kd_msg, array_over_the_limit)
     kd_msg_err_t err;
     const char *reason = s_expect_fail (&zmsg, false, KD_ERR_TOO_LARGE, &err);
     cr_expect_str_eq (reason, "field 'ranks' has 65537 elements, limit 65536");
+}
+
+//  A lease-ahead worker's fields: the flag in HELLO, WELCOME and ERROR, and
+//  the ahead lease's rows in RELEASE beside the current ones, checked like
+//  them (non-negative integers, at most KD_MSG_MAX_ARRAY, a truncated header
+//  refused), and ignored by a peer that reads only `rows`.
+Test (kd_msg, lease_ahead_fields_round_trip_and_are_checked)
+{
+    zsock_t *a = zsock_new_pair ("@inproc://kd-msg-ahead");
+    zsock_t *b = zsock_new_pair (">inproc://kd-msg-ahead");
+    zsock_set_rcvtimeo (b, RCVTIMEO_MS);
+    kd_msg_t *hello = kd_msg_new (KD_MSG_HELLO);
+    kd_msg_set_str (hello, KD_F_ROLE, "worker");
+    kd_msg_set_str (hello, KD_F_NAME, "w0");
+    kd_msg_set_uint (hello, KD_F_LEASE_AHEAD, 1);
+    cr_assert_eq (kd_msg_send (&hello, a), 0);
+    kd_msg_t *refusal = kd_msg_new_error (NULL, KD_ERR_STATE, "lease_ahead needs asp or ssp");
+    kd_msg_set_uint (refusal, KD_F_LEASE_AHEAD, 1);
+    cr_assert_eq (kd_msg_send (&refusal, a), 0);
+    uint64_t rows [64], ahead [64];
+    for (int i = 0; i < 64; i++) {
+        rows [i] = (uint64_t) i * 3;
+        ahead [i] = UINT64_MAX - (uint64_t) i;
+    }
+    kd_msg_t *release = kd_msg_new (KD_MSG_RELEASE);
+    kd_msg_set_uint (release, KD_F_VERSION, 7);
+    kd_msg_set_uint (release, KD_F_CLOCK, 3);
+    kd_msg_set_uints (release, KD_F_ROWS, rows, 64);
+    kd_msg_set_uints (release, KD_F_AHEAD, ahead, 64);
+    cr_assert_eq (kd_msg_send (&release, a), 0);
+
+    kd_msg_t *got = NULL;
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_uint (got, KD_F_LEASE_AHEAD), 1);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    cr_expect_eq (kd_msg_type (got), KD_MSG_ERROR);
+    cr_expect_eq (kd_msg_uint (got, KD_F_LEASE_AHEAD), 1);
+    kd_msg_destroy (&got);
+    cr_assert_eq (kd_msg_recv (b, &got, NULL, NULL), 0);
+    size_t n = 0, m = 0;
+    const uint64_t *r = kd_msg_uints (got, KD_F_ROWS, &n);
+    const uint64_t *x = kd_msg_uints (got, KD_F_AHEAD, &m);
+    cr_assert_eq (n, 64);
+    cr_assert_eq (m, 64);
+    cr_expect_eq (r [63], 189);
+    cr_expect_eq (x [0], UINT64_MAX);
+    cr_expect_eq (x [63], UINT64_MAX - 63);
+    kd_msg_destroy (&got);
+    zsock_destroy (&a);
+    zsock_destroy (&b);
+
+    //  Malformed: a negative row, a float row, a string, over the limit,
+    //  and a flag that is not an unsigned integer.
+    kd_msg_err_t err;
+    for (int bad = 0; bad < 5; bad++) {
+        s_raw_t raw;
+        s_raw_head (&raw, 5, 1, bad == 4 ? "HELLO" : "RELEASE");
+        if (bad == 4) {
+            s_raw_str (&raw, "role");
+            s_raw_str (&raw, "worker");
+            s_raw_str (&raw, "name");
+            s_raw_str (&raw, "w0");
+            s_raw_str (&raw, "lease_ahead");
+            msgpack_pack_int64 (&raw.pk, -1);
+        }
+        else {
+            s_raw_str (&raw, "version");
+            msgpack_pack_uint64 (&raw.pk, 1);
+            s_raw_str (&raw, "clock");
+            msgpack_pack_uint64 (&raw.pk, 1);
+            s_raw_str (&raw, "ahead");
+            uint32_t count = bad == 3 ? KD_MSG_MAX_ARRAY + 1 : 2;
+            if (bad == 2)
+                s_raw_str (&raw, "0,1");
+            else {
+                msgpack_pack_array (&raw.pk, count);
+                for (uint32_t i = 0; i + 1 < count; i++)
+                    msgpack_pack_uint64 (&raw.pk, i);
+                if (bad == 0)
+                    msgpack_pack_int64 (&raw.pk, -5);
+                else
+                if (bad == 1)
+                    msgpack_pack_double (&raw.pk, 1.5);
+                else
+                    msgpack_pack_uint64 (&raw.pk, 9);
+            }
+        }
+        zmsg_t *zmsg = s_raw_msg (&raw, NULL, NULL);
+        const char *reason = s_expect_fail (&zmsg, false,
+                                            bad == 3 ? KD_ERR_TOO_LARGE : KD_ERR_MALFORMED, &err);
+        cr_expect (strstr (reason, bad == 4 ? "lease_ahead" : "ahead"), "case %d: '%s'", bad, reason);
+    }
+    //  A RELEASE cut anywhere inside its ahead rows is refused.
+    release = kd_msg_new (KD_MSG_RELEASE);
+    kd_msg_set_uint (release, KD_F_VERSION, 7);
+    kd_msg_set_uint (release, KD_F_CLOCK, 3);
+    kd_msg_set_uints (release, KD_F_AHEAD, ahead, 64);
+    zmsg_t *whole = NULL;
+    cr_assert_eq (kd_msg_encode (release, &whole), 0);
+    kd_msg_destroy (&release);
+    zframe_t *header = zmsg_first (whole);
+    for (size_t cut = 1; cut < zframe_size (header); cut += 37) {
+        zmsg_t *zmsg = s_bytes_msg (zframe_data (header), cut);
+        s_expect_fail (&zmsg, false, KD_ERR_MALFORMED, &err);
+    }
+    zmsg_destroy (&whole);
 }
 
 Test (kd_msg, trailing_bytes_after_the_map)

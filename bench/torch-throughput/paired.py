@@ -15,7 +15,10 @@ plain block's time to land). Each Kudus step is split into input (the
 lease's batch), compute (forward, backward, gradients into the flat
 buffer), push, arrive (the release; under BSP with one worker it waits for
 the commit), pull and telemetry; each plain step into input, compute and
-the optimizer step."""
+the optimizer step. With --overlap (ASP, SSP) the worker holds a lease
+ahead, and push, arrive, telemetry and pull run on its background thread
+while the next step computes: the parts then overlap in time, and a step's
+"other" (its wall time less its parts) goes negative."""
 import argparse
 import json
 import statistics
@@ -41,6 +44,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=10, help="block pairs measured")
     ap.add_argument("--warmup", type=int, default=30, help="steps of each side before the first block")
     ap.add_argument("--num-workers", type=int, default=0, help="the worker's DataLoader processes")
+    ap.add_argument("--overlap", action="store_true",
+                    help="Worker(overlap=True): compute step k+1 while step k communicates")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -118,7 +123,8 @@ def main():
             raise Enough()
 
     worker = kudus.torch.Worker(timing.CNN(), data, a.scheduler, "bench-0", monitor=a.monitor,
-                                num_workers=a.num_workers, on_iteration=on_iteration)
+                                num_workers=a.num_workers, on_iteration=on_iteration,
+                                overlap=a.overlap)
     # The input is timed inside the gradient: compute is the difference.
     worker._batch = kudus_parts.timed("input", worker._batch)
     worker._gradient = kudus_parts.timed("gradient", worker._gradient)

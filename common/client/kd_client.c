@@ -15,6 +15,7 @@
 #include <math.h>
 #include "kd_half.h"
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 
 #define S_MAX_SHARDS     KD_SHARDSET_MAX    //  shards in the address book at most
@@ -39,6 +40,8 @@ typedef struct {
     int shm_state;              //  S_SHM_*
     uint64_t shm_retry_ms;      //  untried: offer again from then (unanswered)
     unsigned torn;              //  snapshot reads in a row found rewritten
+    uint64_t pulled [2];        //  lease ahead: version of the last pull
+                                //  and of the one before
 } s_shard_t;
 
 //  Where a shard stands with shared memory.
@@ -80,6 +83,7 @@ struct _kd_client_t {
     kd_msg_t *reopen;           //  the shards' book as a START, kept when a
                                 //  STOP mid-push closed their sockets
     bool failed;                //  WELCOME or START we cannot serve
+    char failure [160];         //  why, or why the scheduler refused us
     //  What WELCOME said
     uint64_t rank;              //  our worker rank
     char model [32];            //  model name
@@ -108,6 +112,18 @@ struct _kd_client_t {
     uint64_t dropped;           //  our gradients dropped so far
     uint64_t *lease;            //  rows of the current lease
     size_t lease_n;             //  rows in it
+    bool lease_ahead;           //  hold a lease ahead (asked in HELLO)
+    uint64_t *ahead;            //  rows of the lease ahead (clock + 1)
+    size_t ahead_n;             //  rows in it
+    uint64_t pull_clock [2];    //  lease ahead: clock + 1 at the last pull
+                                //  and at the one before (0: none)
+    uint64_t pull_released [2]; //  lease ahead: the released version then
+    uint64_t ahead_from;        //  lease ahead: clock of our last admission
+                                //  (first) RELEASE, computed on the pull
+                                //  after it, not on one before
+    bool rewelcomed;            //  lease ahead: WELCOME came again (we were
+                                //  declared dead): the next RELEASE is an
+                                //  admission, whichever wait takes it
     uint64_t pushed_samples;    //  rows of the gradient pushed this clock
     bool pushed;                //  a gradient was pushed this clock
     bool refused;               //  ... and a shard refused it (or we did)
@@ -145,6 +161,19 @@ const char *
 kudus_version (void)
 {
     return KUDUS_VERSION_STRING;
+}
+
+//  Give up on what the cluster sent: log why, keep it for kd_client_failure,
+//  and end every wait (s_over).
+static void
+s_refuse (kd_client_t *self, const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    vsnprintf (self->failure, sizeof self->failure, format, args);
+    va_end (args);
+    kd_error ("%s", self->failure);
+    self->failed = true;
 }
 
 //  --------------------------------------------------------------------------
@@ -258,6 +287,7 @@ kd_client_destroy (kd_client_t **self_p)
     kd_peer_destroy (&self->peer);
     kd_curve_destroy (&self->curve);
     free (self->lease);
+    free (self->ahead);
     free (self->scheduler);
     free (self->name);
     free (self);
@@ -444,6 +474,7 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
     self->short_path = kd_msg_uint (msg, KD_F_STAGED) && !self->direct;
     self->staleness = kd_msg_uint (msg, KD_F_STALENESS);
     self->lease = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
+    self->ahead = (uint64_t *) zmalloc (batch * sizeof (uint64_t));
     self->welcomed = true;
     kd_info ("registered rank=%llu model=%s params=%zu batch=%zu consistency=%s",
              (unsigned long long) self->rank, self->model, self->n_params, batch, self->consistency);
@@ -463,8 +494,10 @@ s_adopt_rank (kd_client_t *self, kd_msg_t *msg)
     kd_peer_set_rank (self->peer, self->rank);
     if (kd_msg_has (msg, KD_F_HEARTBEAT_MS))
         kd_peer_set_heartbeat (self->peer, (int) kd_msg_uint (msg, KD_F_HEARTBEAT_MS));
-    if (self->welcomed)
+    if (self->welcomed) {
         kd_info ("registered again rank=%llu", (unsigned long long) self->rank);
+        self->rewelcomed = true;
+    }
     return self->welcomed;
 }
 
@@ -486,14 +519,12 @@ s_on_welcome_external (kd_client_t *self, kd_msg_t *msg)
     ||  (keyed ? layout [0].rows : n_params) != kd_msg_uint (msg, KD_F_N_PARAMS)
     ||  batch == 0 || batch > S_MAX_BATCH
     ||  strlen (kd_msg_str (msg, KD_F_CONSISTENCY)) >= sizeof self->consistency) {
-        kd_error ("welcome rejected: external model: %s", err [0] ? err : "bad size or batch");
-        self->failed = true;
+        s_refuse (self, "welcome rejected: external model: %s", err [0] ? err : "bad size or batch");
         return;
     }
     if (self->n_declared > 0 && (keyed != self->declared_keyed
                              || !kd_model_layout_equal (layout, n, self->declared, self->n_declared))) {
-        kd_error ("welcome rejected: the cluster's model layout is not the one this worker declared");
-        self->failed = true;
+        s_refuse (self, "welcome rejected: the cluster's model layout is not the one this worker declared");
         return;
     }
     if (s_adopt_rank (self, msg))
@@ -526,8 +557,7 @@ s_on_welcome (kd_client_t *self, kd_msg_t *msg)
     ||  (kind == KD_MODEL_MLP && hidden == 0)
     ||  strlen (consistency) >= sizeof self->consistency
     ||  kd_msg_uint (msg, KD_F_N_PARAMS) != kd_model_param_count (kind, hidden)) {
-        kd_error ("welcome rejected: model=%s hidden=%u batch=%zu", model, hidden, batch);
-        self->failed = true;
+        s_refuse (self, "welcome rejected: model=%s hidden=%u batch=%zu", model, hidden, batch);
         return;
     }
     if (s_adopt_rank (self, msg))
@@ -564,9 +594,8 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
         for (size_t i = 0; same && i < n; i++)
             same = los [i] == kd_shardset_lo (self->book, i) && his [i] == kd_shardset_hi (self->book, i);
         if (!same) {
-            kd_error ("start again with other key ranges (%zu ranges, we split by %zu): "
+            s_refuse (self, "start again with other key ranges (%zu ranges, we split by %zu): "
                       "this worker cannot follow; start it again", n, self->n_shards);
-            self->failed = true;
             return;
         }
         for (size_t i = 0; i < n; i++)
@@ -578,8 +607,7 @@ s_on_start (kd_client_t *self, kd_msg_t *msg)
     char err [256];
     self->book = kd_shardset_new (msg, self->n_params, self->max_msg, self->curve, err, sizeof err);
     if (!self->book) {
-        kd_error ("start rejected: %s", err);
-        self->failed = true;
+        s_refuse (self, "start rejected: %s", err);
         return;
     }
     for (size_t i = 0; i < self->n_shards; i++)
@@ -637,7 +665,14 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     kd_peer_heard (self->peer);
     kd_msg_type_t type = kd_msg_type (msg);
     if (type == KD_MSG_WELCOME) {
-        s_on_welcome (self, msg);
+        //  A scheduler that ignored our lease_ahead (protocol 9.3.2) would
+        //  name one lease a release: computing ahead would train rows
+        //  nobody leased us.
+        if (self->lease_ahead && kd_msg_uint (msg, KD_F_LEASE_AHEAD) != 1)
+            s_refuse (self, "welcome rejected: this worker asked to hold a lease ahead and the "
+                      "scheduler did not grant it (older than protocol 9.3.2)");
+        else
+            s_on_welcome (self, msg);
         //  An evaluator reports where the scheduler says the monitor is,
         //  unless told otherwise.  A monitor that registers after us is
         //  named by a WELCOME again.
@@ -667,8 +702,12 @@ s_on_scheduler (kd_client_t *self, kd_msg_type_t waiting_for)
     if (type == KD_MSG_ERROR) {
         if (kd_msg_is_not_registered (msg))
             kd_peer_unknown (self->peer);
-        kd_warn ("scheduler error code=%llu reason=\"%s\"",
-                 (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
+        //  Refused for our lease ahead: asking again would be refused again.
+        if (kd_msg_uint (msg, KD_F_LEASE_AHEAD) == 1)
+            s_refuse (self, "registration refused: %s", kd_msg_str (msg, KD_F_REASON));
+        else
+            kd_warn ("scheduler error code=%llu reason=\"%s\"",
+                     (unsigned long long) kd_msg_uint (msg, KD_F_CODE), kd_msg_str (msg, KD_F_REASON));
     }
     //  A RELEASE we did not wait for, with a newer clock than the one we
     //  compute, is a readmission: we were declared dead (a SIGSTOP, a
@@ -742,9 +781,31 @@ s_wait_scheduler (kd_client_t *self, kd_msg_type_t type, int timeout_ms)
     return NULL;
 }
 
-//  Adopt a RELEASE and describe it in *out.
+//  A lease's rows from a RELEASE field into out (a batch of room): at most
+//  a batch, each inside the training set we declared.  Anything else is a
+//  broken scheduler; it is left out and logged, and the scheduler then
+//  refuses the arrival with a clear error.  Returns the rows kept.
+static size_t
+s_take_rows (kd_client_t *self, kd_msg_t *release, kd_field_t field, uint64_t *out)
+{
+    size_t n = 0, kept = 0;
+    const uint64_t *rows = kd_msg_uints (release, field, &n);
+    if (n > self->batch)
+        kd_error ("lease of %zu rows exceeds the batch of %zu", n, self->batch);
+    for (size_t i = 0; i < n && kept < self->batch; i++) {
+        if (self->samples > 0 && rows [i] >= self->samples)
+            kd_error ("lease row out of range row=%llu rows=%llu", (unsigned long long) rows [i],
+                      (unsigned long long) self->samples);
+        else
+            out [kept++] = rows [i];
+    }
+    return kept;
+}
+
+//  Adopt a RELEASE and describe it in *out.  An admission is our first
+//  RELEASE, or one that readmitted us: it names a lease we have not seen.
 static void
-s_take_release (kd_client_t *self, kd_msg_t *release, kd_release_t *out)
+s_take_release (kd_client_t *self, kd_msg_t *release, kd_release_t *out, bool admission)
 {
     self->released_version = kd_msg_uint (release, KD_F_VERSION);
     self->clock = kd_msg_uint (release, KD_F_CLOCK);
@@ -756,22 +817,14 @@ s_take_release (kd_client_t *self, kd_msg_t *release, kd_release_t *out)
     self->min_clock = kd_msg_uint (release, KD_F_MIN_CLOCK);
     self->pushed = false;
     self->push_tau = 0;
-    //  The lease: at most a batch of rows, each inside the training set we
-    //  declared.  Anything else is a broken scheduler; it is left out and
-    //  logged, and the scheduler then refuses the arrival with a clear
-    //  error.
-    size_t n = 0;
-    const uint64_t *rows = kd_msg_uints (release, KD_F_ROWS, &n);
-    if (n > self->batch)
-        kd_error ("lease of %zu rows exceeds the batch of %zu", n, self->batch);
-    self->lease_n = 0;
-    for (size_t i = 0; i < n && self->lease_n < self->batch; i++) {
-        if (self->samples > 0 && rows [i] >= self->samples)
-            kd_error ("lease row out of range row=%llu rows=%llu", (unsigned long long) rows [i],
-                      (unsigned long long) self->samples);
-        else
-            self->lease [self->lease_n++] = rows [i];
-    }
+    self->lease_n = s_take_rows (self, release, KD_F_ROWS, self->lease);
+    self->ahead_n = self->lease_ahead ? s_take_rows (self, release, KD_F_AHEAD, self->ahead) : 0;
+    //  A readmission's RELEASE may come while we wait for our own (the
+    //  scheduler resends it when we arrive with the old clock): the WELCOME
+    //  before it says so.
+    if (admission || self->rewelcomed)
+        self->ahead_from = self->clock;
+    self->rewelcomed = false;
     self->t_released = kd_now_msf ();
     if (out)
         *out = (kd_release_t) {
@@ -800,6 +853,7 @@ kd_client_register (kd_client_t *self, int timeout_ms)
             return -1;
         }
         kd_peer_set_samples (self->peer, self->samples);
+        kd_peer_set_lease_ahead (self->peer, self->lease_ahead);
         if (self->n_declared > 0) {
             const char *names [S_MAX_TENSORS];
             uint64_t shapes [2 * S_MAX_TENSORS];
@@ -840,7 +894,7 @@ kd_client_wait_start (kd_client_t *self, kd_release_t *release, int timeout_ms)
         msg = s_wait_scheduler (self, KD_MSG_RELEASE, 200);
     if (!msg)
         return -1;
-    s_take_release (self, msg, release);
+    s_take_release (self, msg, release, true);
     kd_msg_destroy (&msg);
     return 0;
 }
@@ -944,6 +998,38 @@ kd_client_set_pull_ahead (kd_client_t *self, bool on)
 {
     assert (self);
     self->no_pull_ahead = !on;
+}
+
+void
+kd_client_set_lease_ahead (kd_client_t *self, bool on)
+{
+    assert (self);
+    assert (!self->peer);
+    //  An evaluator has no lease at all.
+    self->lease_ahead = on && !self->evaluator;
+}
+
+const uint64_t *
+kd_client_ahead_rows (kd_client_t *self, size_t *n)
+{
+    assert (self);
+    assert (n);
+    *n = self->ahead_n;
+    return self->ahead;
+}
+
+bool
+kd_client_admitted (kd_client_t *self)
+{
+    assert (self);
+    return self->lease_ahead && self->clock == self->ahead_from;
+}
+
+const char *
+kd_client_failure (kd_client_t *self)
+{
+    assert (self);
+    return self->failure;
 }
 
 void
@@ -1340,6 +1426,45 @@ s_pulled (kd_client_t *self)
     self->version = v;
     self->version_ts = ts;
     self->t_pulled = kd_now_msf ();
+    //  A lease-ahead worker pushes a gradient computed on the pull before
+    //  this one, and must name its versions then (s_ahead_pull).
+    if (self->lease_ahead) {
+        for (size_t i = 0; i < self->n_shards; i++) {
+            self->shards [i].pulled [1] = self->shards [i].pulled [0];
+            self->shards [i].pulled [0] = self->shards [i].version;
+        }
+        self->pull_clock [1] = self->pull_clock [0];
+        self->pull_clock [0] = self->clock + 1;
+        self->pull_released [1] = self->pull_released [0];
+        self->pull_released [0] = self->released_version;
+    }
+}
+
+//  Lease ahead: the pull the gradient of our clock was computed on, 0 the
+//  last one or 1 the one before; -1 without a lease ahead or a pull.  It
+//  is the newest pull made before that clock's release (protocol 9.3.2),
+//  except for our first clock since an admission, which is computed on the
+//  pull after it.
+static int
+s_ahead_pull (kd_client_t *self)
+{
+    if (!self->lease_ahead || !self->pull_clock [0])
+        return -1;
+    if (self->clock == self->ahead_from || self->pull_clock [0] <= self->clock
+    ||  !self->pull_clock [1])
+        return 0;
+    return 1;
+}
+
+//  The base a PUSH to shard i names: under ASP and SSP the version of its
+//  slice we computed on (each shard counts its own), else the model's.
+static uint64_t
+s_push_base (kd_client_t *self, size_t i)
+{
+    if (!self->direct)
+        return self->version;
+    int pull = s_ahead_pull (self);
+    return pull < 0 ? self->shards [i].version : self->shards [i].pulled [pull];
 }
 
 int
@@ -1483,7 +1608,7 @@ s_push_request (kd_client_t *self, size_t i, void *arg)
     kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
     //  Under ASP and SSP each shard counts its own versions and measures
     //  staleness against the version we pulled from it.
-    kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
+    kd_msg_set_uint (msg, KD_F_BASE, s_push_base (self, i));
     uint64_t lo = kd_shardset_lo (self->book, i), hi = kd_shardset_hi (self->book, i);
     kd_msg_set_uint (msg, KD_F_LO, lo);
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
@@ -1710,11 +1835,10 @@ static kd_msg_t *
 s_push_keys_request (kd_client_t *self, size_t i, void *arg)
 {
     s_keyed_arg_t *a = (s_keyed_arg_t *) arg;
-    s_shard_t *s = &self->shards [i];
     kd_msg_t *msg = kd_msg_new (KD_MSG_PUSH);
     kd_msg_set_uint (msg, KD_F_RANK, self->rank);
     kd_msg_set_uint (msg, KD_F_CLOCK, self->clock);
-    kd_msg_set_uint (msg, KD_F_BASE, self->direct ? s->version : self->version);
+    kd_msg_set_uint (msg, KD_F_BASE, s_push_base (self, i));
     kd_msg_set_uint (msg, KD_F_LO, kd_shardset_lo (self->book, i));
     kd_msg_set_uint (msg, KD_F_SAMPLES, self->pushed_samples);
     size_t n = a->end [i] - a->first [i], count = n * self->dim;
@@ -1809,6 +1933,7 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
     self->arrived_clock = computed_clock;
     self->arrived_samples = rows;
     kd_msg_t *msg = NULL;
+    bool readmitted = false;
     //  ARRIVE, and again after every silent deadline: the scheduler ignores
     //  a repeat while we wait, and resends a RELEASE it already sent, so a
     //  lost message costs one deadline, not the run.
@@ -1816,13 +1941,17 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
         if (self->early_release) {
             msg = self->early_release;
             self->early_release = NULL;
+            readmitted = true;
             break;
         }
         kd_msg_t *arrive = kd_msg_new (KD_MSG_ARRIVE);
         kd_msg_set_uint (arrive, KD_F_CLOCK, computed_clock);
         //  Under ASP and SSP the scheduler's version is only a count: the
-        //  base is the version it released us on.
-        kd_msg_set_uint (arrive, KD_F_BASE, self->direct ? self->released_version : self->version);
+        //  base is the version it released us on, with a lease ahead the
+        //  release whose pull we computed on.
+        int pull = s_ahead_pull (self);
+        uint64_t released = pull < 0 ? self->released_version : self->pull_released [pull];
+        kd_msg_set_uint (arrive, KD_F_BASE, self->direct ? released : self->version);
         kd_msg_set_uint (arrive, KD_F_SAMPLES, rows);
         if (self->pushed && self->refused)
             kd_msg_set_uint (arrive, KD_F_REFUSED, 1);
@@ -1846,6 +1975,7 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
             if (self->early_release) {
                 msg = self->early_release;
                 self->early_release = NULL;
+                readmitted = true;
                 break;
             }
         }
@@ -1854,7 +1984,7 @@ kd_client_arrive (kd_client_t *self, float loss, kd_release_t *release)
     self->emulated_ms = 0;
     if (!msg)
         return -1;
-    s_take_release (self, msg, release);
+    s_take_release (self, msg, release, readmitted);
     kd_msg_destroy (&msg);
     return 0;
 }

@@ -10,7 +10,9 @@
       shards applied the gradient when it was pushed, so its COMMIT is
       bookkeeping (direct) and never sent to them.  SSP holds back a worker
       that would run more than s clocks ahead of the slowest one, and lets
-      it go when the slowest catches up.
+      it go when the slowest catches up.  A worker may hold a lease ahead
+      there (kd_controller_join_ahead): each RELEASE also names the rows of
+      its next clock, which it computes while its arrival and pull travel.
     - The phase engine (BSP, LSP, ALSP) splits the active workers into
       groups: always one group, except under ALSP.  A group's phase is open
       until its quota of fresh arrivals is met; it then commits its
@@ -114,8 +116,15 @@ typedef struct {
     s_state_t state;            //  cycle position
     uint64_t clock;             //  clock it computes or arrived for
     uint64_t version;           //  version of its last RELEASE
+    uint64_t floor;             //  lowest base its next arrival may name:
+                                //  version, or with a lease ahead the
+                                //  version of the release before
     uint64_t gclock;            //  its group's clock at its last RELEASE
     kd_lease_t lease;           //  lease of the clock it computes
+    bool ahead_on;              //  holds a lease ahead (join_ahead)
+    kd_lease_t ahead;           //  that lease: clock + 1's rows, named
+                                //  already, so it computes them before
+                                //  its next release comes
     s_grad_t wait;              //  WAITING: the staged in-phase gradient
     bool has_late;              //  a late gradient waits for a commit
     s_grad_t late;              //  that late gradient
@@ -778,6 +787,7 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
            uint64_t now)
 {
     s_worker_t *worker = &self->workers [rank];
+    bool was_member = s_is_member (worker);
     if (worker->state == S_PENDING) {
         self->n_pending--;
         self->n_active++;
@@ -801,10 +811,23 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
     s_migrate (self, rank);
     worker->dropped = false;
     worker->clock = clock;
+    //  A worker with a lease ahead computes this clock on the model of its
+    //  previous release (its first clock on the first release's): its
+    //  arrival may name that base.
+    worker->floor = worker->ahead_on && was_member ? worker->version : self->version;
     worker->version = self->version;
     worker->gclock = self->groups [worker->group].clock;
     worker->t_release = now;
-    worker->lease = self->sampler ? kd_sampler_take (self->sampler) : (kd_lease_t) { 0 };
+    if (self->sampler) {
+        //  The ahead lease becomes the current one, and a fresh one is
+        //  taken behind it: the worker has computed, or is computing, on
+        //  the rows it was told of at its last release.
+        bool held = worker->ahead_on && worker->ahead.count > 0;
+        worker->lease = held ? worker->ahead : kd_sampler_take (self->sampler);
+        worker->ahead = worker->ahead_on ? kd_sampler_take (self->sampler) : (kd_lease_t) { 0 };
+    }
+    else
+        worker->lease = worker->ahead = (kd_lease_t) { 0 };
     s_track (self, rank);
     s_item_t *item = s_push (self, KD_DEC_RELEASE);
     item->decision.version = self->version;
@@ -813,6 +836,7 @@ s_release (kd_controller_t *self, uint32_t rank, uint64_t clock, bool dropped,
     item->decision.dropped = dropped;
     item->decision.group = s_grouped (self) ? worker->group : 0;
     item->decision.lease = worker->lease;
+    item->decision.ahead = worker->ahead;
     item->decision.min_clock = s_min_clock (self);
 }
 
@@ -1843,16 +1867,16 @@ s_member (kd_controller_t *self, uint32_t rank)
     return rank < self->opts.max_workers && s_is_member (&self->workers [rank]);
 }
 
-//  A worker wants in; it is admitted at the next phase boundary.
-int
-kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+//  A worker wants in, holding a lease ahead or not; it is admitted at the
+//  next phase boundary.
+static int
+s_join (kd_controller_t *self, uint32_t rank, bool ahead, uint64_t now_ms)
 {
-    assert (self);
     if (rank >= self->opts.max_workers
     ||  self->workers [rank].state != S_INACTIVE)
         return -1;
     s_begin (self, now_ms);
-    self->workers [rank] = (s_worker_t) { .state = S_PENDING };
+    self->workers [rank] = (s_worker_t) { .state = S_PENDING, .ahead_on = ahead };
     s_track (self, rank);
     self->n_pending++;
     if (rank >= self->hi_rank)
@@ -1861,7 +1885,26 @@ kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
     return 0;
 }
 
-//  A worker is gone: drop what it staged, give back its lease, and release
+//  A worker wants in, holding one lease at a time.
+int
+kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+{
+    assert (self);
+    return s_join (self, rank, false, now_ms);
+}
+
+//  The phase engine has no use for a lease ahead: a worker there waits at
+//  the barrier for the very model its next clock must be computed on.
+int
+kd_controller_join_ahead (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
+{
+    assert (self);
+    if (s_phased (self))
+        return -1;
+    return s_join (self, rank, true, now_ms);
+}
+
+//  A worker is gone: drop what it staged, give back its leases, and release
 //  what its absence completes.
 int
 kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
@@ -1884,8 +1927,11 @@ kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms)
             }
             self->n_waiting--;
         }
-        else
+        //  The ahead lease goes back first, so that the current one, which
+        //  the book handed out earlier, is the first to be leased again.
         if (self->sampler)
+            kd_sampler_give_back (self->sampler, worker->ahead);
+        if (worker->state == S_COMPUTING && self->sampler)
             kd_sampler_give_back (self->sampler, worker->lease);
         if (worker->has_late)
             s_drop (self, rank, &worker->late);
@@ -1912,7 +1958,7 @@ s_arrival_valid (kd_controller_t *self, uint32_t rank, uint64_t clock, uint64_t 
         return false;
     s_worker_t *worker = &self->workers [rank];
     return worker->state == S_COMPUTING && clock == worker->clock
-        && base >= worker->version && base <= self->version;
+        && base >= worker->floor && base <= self->version;
 }
 
 int

@@ -27,6 +27,11 @@
     - leave (r): the worker is gone; its staged gradients appear in the
       drops of the next commit (or of a drop-only decision, see below), and
       the barrier counts no longer include it.
+    - join_ahead (r): as join, for a worker that holds one lease ahead
+      (ASP and SSP only): every RELEASE also names the lease of clock + 1,
+      which the worker computes, on the model of this release, while its
+      arrival for clock + 0 and the next pull travel.  Its arrival may then
+      name the version of its previous release as base.
 */
 #ifndef KD_CONTROLLER_H_INCLUDED
 #define KD_CONTROLLER_H_INCLUDED
@@ -177,6 +182,8 @@ typedef struct {
     uint32_t group;             //  RELEASE: its group (0 unless ALSP)
     kd_lease_t lease;           //  RELEASE: rows to train on (count 0 when
                                 //  leases are off)
+    kd_lease_t ahead;           //  RELEASE: a lease-ahead worker's rows of
+                                //  clock + 1 (count 0 for other workers)
     uint64_t min_clock;         //  RELEASE: min_clock at release (SSP cache)
     const uint32_t *groups;     //  GROUPS: group of each rank, indexed by
                                 //  rank; UINT32_MAX for non-members
@@ -204,6 +211,15 @@ void
 //  nothing.
 int
     kd_controller_join (kd_controller_t *self, uint32_t rank, uint64_t now_ms);
+//  Join holding one lease ahead (immediate engine: ASP, SSP).  Each RELEASE
+//  then names two leases: the one to compute (the ahead lease of the last
+//  RELEASE, or a fresh one at admission) and a fresh ahead lease.  The
+//  worker computes clock c on the model of its release for c - 1, so its
+//  arrival for c may name that release's version as base.  When it
+//  leaves, both leases go back to the front of the queue.  -1 under the
+//  phase engine (BSP, LSP, ALSP, auto), or as join.
+int
+    kd_controller_join_ahead (kd_controller_t *self, uint32_t rank, uint64_t now_ms);
 int
     kd_controller_leave (kd_controller_t *self, uint32_t rank, uint64_t now_ms);
 int

@@ -17,6 +17,7 @@ struct _kd_peer_t {
     bool has_rank;              //  rank is a hint to send
     kd_msg_t *layout;           //  TENSORS and SHAPES to send, or NULL
     bool evaluates_keyed;       //  a monitor with a held-out file for keyed models
+    bool lease_ahead;           //  a worker that asks to hold a lease ahead
     uint64_t rank;              //  rank held before, asked for again
     uint64_t lo, hi;            //  key range held (shards), if hi > 0
     int heartbeat_ms;           //  interval
@@ -150,6 +151,8 @@ kd_peer_hello (kd_peer_t *self)
     }
     if (self->evaluates_keyed)
         kd_msg_set_uint (hello, KD_F_KEYS, 1);
+    if (self->lease_ahead)
+        kd_msg_set_uint (hello, KD_F_LEASE_AHEAD, 1);
     //  Every shard of this code base can send STAGED (the short phase
     //  path, protocol 9.3.1); the scheduler refuses one that cannot.
     if (!strcmp (self->role, "shard"))
@@ -189,6 +192,13 @@ kd_peer_set_evaluates_keyed (kd_peer_t *self, bool on)
 {
     assert (self);
     self->evaluates_keyed = on;
+}
+
+void
+kd_peer_set_lease_ahead (kd_peer_t *self, bool on)
+{
+    assert (self);
+    self->lease_ahead = on;
 }
 
 //  Send one message to the scheduler.

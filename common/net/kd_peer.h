@@ -60,6 +60,10 @@ void
 //  final evaluation.
 void
     kd_peer_set_evaluates_keyed (kd_peer_t *self, bool on);
+//  A worker that asks to hold a lease ahead (ASP, SSP; protocol 9.3.2) says
+//  so in every HELLO, with LEASE_AHEAD 1.
+void
+    kd_peer_set_lease_ahead (kd_peer_t *self, bool on);
 //  Adopt the scheduler's heartbeat interval (from WELCOME), so both ends
 //  judge silence by the same clock.
 void

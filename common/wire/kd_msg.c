@@ -154,6 +154,8 @@ static const s_field_spec_t s_fields [KD_F_FIELD_COUNT] = {
     S_FIELD (REG,           "reg",          UINT),
     S_FIELD (MODE,          "mode",         STR),
     S_FIELD (GEN,           "gen",          UINT),
+    S_FIELD (LEASE_AHEAD,   "lease_ahead",  UINT),
+    S_FIELD (AHEAD,         "ahead",        UINTS),
 };
 
 typedef enum {
@@ -192,7 +194,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
             S_BIT (ROLE) | S_BIT (NAME),
             S_BIT (ENDPOINT) | S_BIT (VERSION) | S_BIT (CLOCK) | S_BIT (RANK)
           | S_BIT (LO) | S_BIT (HI) | S_BIT (SAMPLES) | S_BIT (SESSION)
-          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS) | S_BIT (STAGED), NONE,
+          | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS) | S_BIT (STAGED)
+          | S_BIT (LEASE_AHEAD), NONE,
             S_W | S_S | S_M | S_E, 0, 0),
     S_TYPE (WELCOME, "scheduler -> any",
             S_BIT (RANK) | S_BIT (ROLE),
@@ -201,7 +204,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
           | S_BIT (SEED) | S_BIT (EPOCHS) | S_BIT (HEARTBEAT_MS)
           | S_BIT (CONSISTENCY) | S_BIT (SESSION) | S_BIT (STALENESS)
           | S_BIT (OPTIMIZER) | S_BIT (TENSORS) | S_BIT (SHAPES) | S_BIT (KEYS)
-          | S_BIT (ENDPOINT) | S_BIT (STAGED) | S_BIT (REG), NONE,
+          | S_BIT (ENDPOINT) | S_BIT (STAGED) | S_BIT (REG) | S_BIT (LEASE_AHEAD), NONE,
             0, 0, 0),
     S_TYPE (START, "scheduler -> worker, monitor, evaluator",
             S_BIT (ENDPOINTS) | S_BIT (LOS) | S_BIT (HIS),
@@ -219,7 +222,8 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (RELEASE, "scheduler -> worker",
             S_BIT (VERSION) | S_BIT (CLOCK),
             S_BIT (STALENESS) | S_BIT (DROPPED) | S_BIT (GROUP)
-          | S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (ROWS) | S_BIT (MIN_CLOCK), NONE,
+          | S_BIT (PART_LO) | S_BIT (PART_HI) | S_BIT (ROWS) | S_BIT (MIN_CLOCK)
+          | S_BIT (AHEAD), NONE,
             0, 0, 0),
     S_TYPE (LEAVE, "worker, evaluator -> scheduler", 0, S_BIT (REASON), NONE, S_W | S_E, 0, 0),
     S_TYPE (STOP, "scheduler -> any", 0, S_BIT (REASON) | S_BIT (VERSION), NONE, 0, 0, 0),
@@ -265,7 +269,7 @@ static const s_type_spec_t s_types [KD_MSG_TYPE_COUNT] = {
     S_TYPE (EVAL_OK, "monitor -> scheduler",
             S_BIT (VERSION) | S_BIT (ACCURACY), S_BIT (LOSS) | S_BIT (TS_MS), NONE,
             S_M, 0, 0),
-    S_TYPE (ERROR, "any -> any", S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM), NONE,
+    S_TYPE (ERROR, "any -> any", S_BIT (CODE) | S_BIT (REASON), S_BIT (SHM) | S_BIT (LEASE_AHEAD), NONE,
             S_W | S_S | S_M | S_E, S_W | S_S | S_M | S_E, S_W | S_E),
     S_TYPE (EVENT, "scheduler -> monitor", S_BIT (KIND),
             S_BIT (DETAIL) | S_BIT (RANK) | S_BIT (NAME) | S_BIT (ROLE)

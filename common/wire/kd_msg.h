@@ -194,6 +194,10 @@ typedef enum {
                         //         the scheduler marks a replica unsynced; SYNC
                         //         end and SYNC_OK: the generation of the CHAIN
                         //         that ordered the transfer
+    KD_F_LEASE_AHEAD,   //  uint   HELLO of a worker: 1 asks to hold a lease ahead
+                        //         (ASP, SSP); WELCOME: 1 when granted; ERROR:
+                        //         1 when the registration was refused for it
+    KD_F_AHEAD,         //  uints  RELEASE: the rows of the lease ahead (clock + 1)
     KD_F_FIELD_COUNT    //  one past the last field; must stay <= 128
 } kd_field_t;
 

@@ -5,6 +5,9 @@
     The client owns the protocol: registration, the address book of shards,
     retries with backoff, heartbeats, CURVE, the SSP cache and the direct
     (ASP/SSP) bookkeeping.  The caller owns the model's arithmetic.
+    Under ASP and SSP a worker may hold a lease ahead
+    (kd_client_set_lease_ahead) and compute the next clock's gradient while
+    this clock's communication travels.
 
     One iteration, after kd_client_register and kd_client_wait_start:
 
@@ -294,6 +297,40 @@ int
 //  True once the scheduler sent STOP or a signal arrived.
 bool
     kd_client_stopped (kd_client_t *self);
+
+//  Hold one lease ahead (off by default; ASP and SSP only; call before
+//  kd_client_register).  Every RELEASE then also names the rows of the
+//  next clock (kd_client_ahead_rows), so that their gradient can be
+//  computed while this clock's push, arrival and pull travel: another
+//  thread may compute on the ahead rows and a model pulled earlier while
+//  the one thread that drives the client pushes, arrives and pulls.  The
+//  gradient pushed for clock c counts as computed on the model pulled
+//  after the RELEASE of clock c - 1 (the first clock after a start or a
+//  readmission: on the pull after its own RELEASE), and the client names
+//  that pull's versions as its base.  So pull once per clock, into a
+//  buffer of its own if another thread still computes on the last one.
+//  Under BSP, LSP, ALSP and auto the scheduler refuses the registration
+//  (kd_client_register returns -1, kd_client_failure says why), and a
+//  scheduler that does not know lease ahead is refused by the client.
+void
+    kd_client_set_lease_ahead (kd_client_t *self, bool on);
+//  With a lease ahead: the rows of the lease ahead, the next clock's, as
+//  the last RELEASE (kd_client_wait_start or kd_client_arrive) named them;
+//  *n rows (0 without a lease ahead).  Borrowed: valid until the next
+//  kd_client_arrive.  The next RELEASE names them as its rows, unless it
+//  readmitted the worker, whose lease is then new.
+const uint64_t *
+    kd_client_ahead_rows (kd_client_t *self, size_t *n);
+//  With a lease ahead: true when the last RELEASE admitted the worker (the
+//  first after START, or a readmission), whose lease is then new and not
+//  the one named ahead before: a gradient computed ahead is not for it.
+bool
+    kd_client_admitted (kd_client_t *self);
+//  Why the client gave up, when a call returned -1 for it: the scheduler's
+//  reason for refusing the registration, or the WELCOME or START it could
+//  not serve; "" otherwise.
+const char *
+    kd_client_failure (kd_client_t *self);
 
 //  Under BSP, LSP and ALSP, send the next pull with ARRIVE (on by default):
 //  each shard holds it until the commit that releases us and answers then,

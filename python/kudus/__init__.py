@@ -192,6 +192,8 @@ _dropped = _fn("kd_client_dropped", ctypes.c_uint64, _P)
 _refused = _fn("kd_client_refused", ctypes.c_uint64, _P)
 _set_wire_dtype = _fn("kd_client_set_wire_dtype", ctypes.c_int, _P, ctypes.c_char_p)
 _set_shm = _fn("kd_client_set_shm", None, _P, ctypes.c_bool)
+_set_lease_ahead = _fn("kd_client_set_lease_ahead", None, _P, ctypes.c_bool)
+_failure = _fn("kd_client_failure", ctypes.c_char_p, _P)
 _version_str = _fn("kudus_version", ctypes.c_char_p)
 _U64S = ctypes.POINTER(ctypes.c_uint64)
 _set_keyed_layout = _fn("kd_client_set_keyed_layout", ctypes.c_int, _P, ctypes.c_char_p, ctypes.c_uint64,
@@ -199,6 +201,8 @@ _set_keyed_layout = _fn("kd_client_set_keyed_layout", ctypes.c_int, _P, ctypes.c
 _keyed = _fn("kd_client_keyed", ctypes.c_bool, _P)
 _pull_keys = _fn("kd_client_pull_keys", ctypes.c_int, _P, _U64S, ctypes.c_size_t, _FLOATS)
 _push_keys = _fn("kd_client_push_keys", ctypes.c_int, _P, _U64S, ctypes.c_size_t, _FLOATS, ctypes.c_uint64)
+_ahead_rows = _fn("kd_client_ahead_rows", _U64S, _P, ctypes.POINTER(ctypes.c_size_t))
+_admitted = _fn("kd_client_admitted", ctypes.c_bool, _P)
 
 
 def library_version():
@@ -221,7 +225,7 @@ class Client:
 
     def __init__(self, scheduler, name=None, samples=0, monitor=None, layout=None,
                  rank=None, timeout_ms=None, curve_keys=None, wire_dtype=None, shm=True,
-                 evaluator=False):
+                 evaluator=False, lease_ahead=False):
         self._c = _new(scheduler.encode(), name.encode() if name else None)
         if not self._c:
             raise KudusError(f"kudus: cannot create a client for scheduler {scheduler!r}")
@@ -250,6 +254,11 @@ class Client:
         # keeps every payload on TCP.
         if not shm:
             _set_shm(self._c, False)
+        # ASP and SSP: every release also names the next clock's rows
+        # (ahead_rows), to compute while this clock's push and pull travel;
+        # a scheduler under another model refuses the registration.
+        if lease_ahead:
+            _set_lease_ahead(self._c, True)
 
     # Life cycle -------------------------------------------------------
     def close(self):
@@ -297,7 +306,8 @@ class Client:
         if _register(self._c, int(timeout_ms)) != 0:
             if self.stopped:
                 return False
-            raise KudusError("kudus: registration failed or timed out (see the log)")
+            why = self.failure
+            raise KudusError(f"kudus: {why}" if why else "kudus: registration failed or timed out (see the log)")
         return True
 
     def wait_start(self, timeout_ms=-1):
@@ -320,6 +330,20 @@ class Client:
     consistency = property(lambda self: _consistency(self._c).decode())
     version = property(lambda self: _version(self._c))
     stopped = property(lambda self: bool(_stopped(self._c)))
+    # Why the client gave up (a refused registration, a WELCOME or START it
+    # cannot serve), or "".
+    failure = property(lambda self: _failure(self._c).decode(errors="replace"))
+
+    @property
+    def ahead_rows(self):
+        """With lease_ahead: the rows of the next clock's lease, as the last
+        release named them (a copy); empty otherwise."""
+        n = ctypes.c_size_t(0)
+        rows = _ahead_rows(self._c, ctypes.byref(n))
+        return np.ctypeslib.as_array(rows, shape=(n.value,)).copy() if n.value else np.zeros(0, np.uint64)
+    # With lease_ahead: the last release admitted us (a start or a
+    # readmission), so its lease is new, not the one named ahead before.
+    admitted = property(lambda self: bool(_admitted(self._c)))
     dropped = property(lambda self: _dropped(self._c))
     # Gradients not applied because they held a NaN or an Inf (not sent) or a
     # shard refused them; their rows went back to be trained again.

@@ -14,7 +14,16 @@ load and collate the lease's rows in parallel pieces, pin_memory pins, and
 each lease goes to the loader as soon as the scheduler names it, so it
 loads while the telemetry and the pull of the parameters run. (The next
 lease is known only when the scheduler releases the worker, after its
-push: there is nothing earlier to prefetch.)
+push: there is nothing earlier to prefetch, unless the worker holds a lease
+ahead, below.)
+
+With overlap=True (ASP and SSP only) the worker holds one lease ahead
+(protocol 9.3.2): while a background thread pushes the gradient of clock c,
+arrives and pulls, the training thread computes the gradient of clock c + 1
+on the rows the scheduler named ahead, with the model it pulled after the
+release of clock c. Two gradient buffers and two parameter buffers take
+turns, so the pull never writes what the training thread computes on; one
+clock more staleness buys the overlap (docs/consistency.md, "Lease ahead").
 
 The model may live on any device. On the CPU in float32, its parameters
 become views into one flat float32 buffer that the client pulls into, so a
@@ -45,13 +54,15 @@ in a thread (start/stop) or as the process's loop (run).
 import logging
 import math
 import os
+import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
-from . import _TENSOR_NAME_MAX, Client
+from . import _TENSOR_NAME_MAX, Client, KudusError
 from . import snapshot as _snapshot
 
 __all__ = ["Worker", "Evaluator", "LeaseSampler", "pull_model", "load_checkpoint", "load_snapshot"]
@@ -206,6 +217,17 @@ class Worker:
     an image, say). device is where batches go (default: the device of the
     model's first parameter).
 
+    overlap=True pipelines each step under ASP and SSP: the training thread
+    computes the next clock's gradient, on the lease the scheduler named
+    ahead and the model pulled after the last release, while one background
+    thread pushes this clock's gradient, arrives, sends the telemetry and
+    pulls into the other parameter buffer (the only thread that touches the
+    client meanwhile). Parameters on the CPU in float32 are swapped between
+    the two buffers at each step (their .data), not copied. Under BSP, LSP,
+    ALSP or auto the scheduler refuses the registration and run() raises
+    ValueError naming the cluster's consistency. on_iteration is still
+    called after each arrival, with last_rows the rows that arrival pushed.
+
     Without a scheduler endpoint the worker takes the one `kudus run` puts
     in its environment (KUDUS_SCHEDULER, with KUDUS_MONITOR for telemetry
     and KUDUS_RANK for its rank and name, worker-RANK).
@@ -214,7 +236,7 @@ class Worker:
     def __init__(self, model, dataset, scheduler=None, name=None, loss_fn=None, monitor=None,
                  collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None,
                  num_workers=0, pin_memory=False, split_leases=True, loader_args=None,
-                 device=None):
+                 device=None, overlap=False):
         if isinstance(dataset, torch.utils.data.IterableDataset):
             raise TypeError("kudus.torch: the scheduler leases rows by index, so the dataset must "
                             "be map-style (dataset[i]), not an IterableDataset")
@@ -230,9 +252,11 @@ class Worker:
         scheduler, monitor = _cluster(scheduler, monitor)
         if rank is not None and not name:
             name = f"worker-{rank}"
+        self.overlap = bool(overlap)
         self.client = Client(scheduler, name, samples=len(dataset), monitor=monitor,
                              layout=layout, timeout_ms=timeout_ms,
-                             rank=int(rank) if rank is not None else None)
+                             rank=int(rank) if rank is not None else None,
+                             lease_ahead=self.overlap)
         if device is None:
             device = self.params[0].device if self.params else torch.device("cpu")
         self.device = torch.device(device)
@@ -256,6 +280,8 @@ class Worker:
         self.on_iteration = on_iteration
         self._views = False
         self._sampler = self._loader = self._lease = None
+        # The rows handed to the loader and not yet read from it.
+        self._queued = None
 
     # Parameters <-> flat buffers ---------------------------------------
     # Parameters on the CPU in float32 become views into the flat buffer
@@ -273,23 +299,38 @@ class Worker:
         cuda = sorted({p.device for p in self.params if p.device.type == "cuda"}, key=str)
         self._cuda_devices = cuda
         # Pinned host buffers make the copies to and from a GPU asynchronous.
+        # With overlap, two of each: the pull and the push of one clock use
+        # one pair while the next clock computes on the other.
         pin = bool(cuda) and not self._views
-        self._flat_t = torch.empty(n, dtype=torch.float32, pin_memory=pin)
-        self._grad_t = torch.zeros(n, dtype=torch.float32, pin_memory=pin)
-        self.flat = self._flat_t.numpy()
-        self.grad = self._grad_t.numpy()
+        buffers = 2 if self.overlap else 1
+        flats = [torch.empty(n, dtype=torch.float32, pin_memory=pin) for _ in range(buffers)]
+        grads = [torch.zeros(n, dtype=torch.float32, pin_memory=pin) for _ in range(buffers)]
+        self._flats = [t.numpy() for t in flats]
+        self._grads = [t.numpy() for t in grads]
+        # Per parameter: it, then its slice of each flat and each gradient buffer.
         self._slices = []
         offset = 0
         with torch.no_grad():
             for p in self.params:
-                self._slices.append((p, self._flat_t[offset:offset + p.numel()],
-                                     self._grad_t[offset:offset + p.numel()]))
+                part = slice(offset, offset + p.numel())
+                self._slices.append((p, [t[part] for t in flats], [t[part] for t in grads]))
                 offset += p.numel()
             for p, flat, _ in self._slices:
-                flat.copy_(p.detach().reshape(-1))
-                if self._views:
-                    p.data = flat.view_as(p)
+                for f in flat:
+                    f.copy_(p.detach().reshape(-1))
+            self._use(0)
             self._sync()
+        self.grad = self._grads[0]
+
+    def _use(self, b):
+        """Compute on parameter buffer b from now on: views are pointed at
+        it (a swap, no copy); other parameters are loaded by _load_params."""
+        self._cur = b
+        self.flat = self._flats[b]
+        if self._views:
+            with torch.no_grad():
+                for p, flat, _ in self._slices:
+                    p.data = flat[b].view_as(p)
 
     def _sync(self):
         for d in self._cuda_devices:
@@ -303,17 +344,18 @@ class Worker:
             for p, flat, _ in self._slices:
                 # Asynchronous only from pinned memory to a GPU, which
                 # _sync waits for; other devices copy synchronously.
-                p.copy_(flat.view_as(p), non_blocking=p.device.type == "cuda")
+                p.copy_(flat[self._cur].view_as(p), non_blocking=p.device.type == "cuda")
 
-    def _store_grads(self):
-        """The parameters' gradients into the flat gradient buffer."""
+    def _store_grads(self, g=0):
+        """The parameters' gradients into flat gradient buffer g."""
         for p, _, grad in self._slices:
             if p.grad is None:
-                grad.zero_()
+                grad[g].zero_()
             else:
-                grad.copy_(p.grad.reshape(-1), non_blocking=p.device.type == "cuda")
+                grad[g].copy_(p.grad.reshape(-1), non_blocking=p.device.type == "cuda")
         # Pushed from the host: the copies must have landed.
         self._sync()
+        self.grad = self._grads[g]
 
     # Batches ------------------------------------------------------------
     def _start_loader(self):
@@ -344,10 +386,15 @@ class Worker:
         if self._loader is not None:
             self._sampler.set(rows, self.num_workers if self.split_leases else 1)
             self._lease = iter(self._loader)
+            self._queued = rows
 
     def _batch(self, rows):
         if self._loader is None:
             return self._to_device(self.collate([self.dataset[int(i)] for i in rows]))
+        # A lease the loader was not given yet (a readmission's) goes now.
+        if self._queued is None or not np.array_equal(self._queued, rows):
+            self._submit(rows)
+        self._queued = None
         # Each piece to the device first: a copy from pinned memory there
         # is asynchronous, and the join happens on the device.
         return _cat([self._to_device(next(self._lease)) for _ in range(len(self._sampler))])
@@ -363,13 +410,17 @@ class Worker:
             return {k: self._to_device(v) for k, v in batch.items()}
         return batch
 
-    def _gradient(self, rows):
+    def _gradient(self, rows, g=0, loaded=None):
+        """The mean loss of the lease's rows, and their gradient in buffer g;
+        loaded() is called once the batch is read, before the compute."""
         batch = self._batch(rows)
+        if loaded:
+            loaded()
         x, y = batch[0], batch[1]
         self.model.zero_grad(set_to_none=False)
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
-        self._store_grads()
+        self._store_grads(g)
         self.last_rows = rows
         return float(loss.detach())
 
@@ -420,7 +471,7 @@ class Worker:
         self.final = False
         self._start_loader()
         try:
-            if not c.register():
+            if not self._register():
                 return 0
             release = c.wait_start()
             if release is None:
@@ -430,29 +481,10 @@ class Worker:
                 return 0
             self.model.train()
             self._submit(release.rows)
-            while release is not None and c.pull(self.flat):
-                self._load_params()
-                self.version = c.version
-                t0 = time.monotonic()
-                loss = self._gradient(release.rows)
-                if self.slowdown > 1:
-                    real_ms = (time.monotonic() - t0) * 1000
-                    c.set_emulated_ms(real_ms * self.slowdown)
-                    if not c.sleep(real_ms * (self.slowdown - 1)):
-                        break
-                if not c.push(self.grad, len(release.rows)):
-                    break
-                release = c.arrive(loss)
-                self.iterations += 1
-                last = bool(max_iterations and self.iterations >= max_iterations)
-                if release is not None and not last:
-                    self._submit(release.rows)      # loads while telemetry and the pull run
-                c.telemetry()
-                if self.on_iteration:
-                    self.on_iteration(self)
-                if last:
-                    self._final_pull(release)
-                    break
+            if self.overlap:
+                self._run_overlap(release, max_iterations)
+            else:
+                self._run_plain(release, max_iterations)
             if not self.final and c.stopped and c.model == "external":
                 self._stopped_pull()
             if not self.final:
@@ -461,6 +493,158 @@ class Worker:
             return self.iterations
         finally:
             self._stop_loader()
+
+    def _run_plain(self, release, max_iterations):
+        """run()'s loop: pull, compute, push, arrive, one after the other."""
+        c = self.client
+        while release is not None and c.pull(self.flat):
+            self._load_params()
+            self.version = c.version
+            t0 = time.monotonic()
+            loss = self._gradient(release.rows)
+            if self.slowdown > 1:
+                real_ms = (time.monotonic() - t0) * 1000
+                c.set_emulated_ms(real_ms * self.slowdown)
+                if not c.sleep(real_ms * (self.slowdown - 1)):
+                    break
+            if not c.push(self.grad, len(release.rows)):
+                break
+            release = c.arrive(loss)
+            self.iterations += 1
+            last = bool(max_iterations and self.iterations >= max_iterations)
+            if release is not None and not last:
+                self._submit(release.rows)      # loads while telemetry and the pull run
+            c.telemetry()
+            if self.on_iteration:
+                self.on_iteration(self)
+            if last:
+                self._final_pull(release)
+                break
+
+    def _register(self):
+        """Register; with overlap, a refusal for it is a ValueError that says
+        which consistency the cluster runs."""
+        try:
+            ok = self.client.register()
+        except KudusError as e:
+            if self.overlap and "lease_ahead" in str(e):
+                raise ValueError(f"kudus.torch: Worker(overlap=True) needs consistency asp or ssp, "
+                                 f"and the scheduler refused it: {e}") from None
+            raise
+        consistency = self.client.consistency if ok else ""
+        if ok and self.overlap and consistency not in ("asp", "ssp"):
+            raise ValueError(f"kudus.torch: Worker(overlap=True) needs consistency asp or ssp; "
+                             f"the cluster runs {consistency}")
+        return ok
+
+    def _timed_gradient(self, rows, g, loaded=None):
+        """_gradient, stretched to slowdown times its length (overlap: a
+        plain sleep, as the other thread owns the client); returns the loss
+        and the emulated ms to declare with its arrival (0: none)."""
+        t0 = time.monotonic()
+        loss = self._gradient(rows, g, loaded)
+        if self.slowdown <= 1:
+            return loss, 0.0
+        real_ms = (time.monotonic() - t0) * 1000
+        time.sleep(real_ms * (self.slowdown - 1) / 1000)
+        return loss, real_ms * self.slowdown
+
+    def _communicate(self, g, rows, loss, emulated_ms, into, last, named):
+        """The background thread's half of a step: push gradient buffer g
+        (computed on rows), arrive, put the lease named ahead in `named`,
+        send the telemetry, and pull into parameter buffer `into`, which
+        nobody computes on (not after the last step). Returns the release
+        (None when the run ended), the ahead rows, whether the release
+        admitted us (a readmission: its lease is new), and whether it
+        pulled."""
+        c = self.client
+        if emulated_ms:
+            c.set_emulated_ms(emulated_ms)
+        if not c.push(self._grads[g], len(rows)):
+            return None, None, False, False
+        release = c.arrive(loss)
+        if release is None:
+            return None, None, False, False
+        admitted = c.admitted
+        ahead = c.ahead_rows            # valid until the next arrival: copied now
+        named.put(ahead)
+        c.telemetry()
+        pulled = not last and c.pull(self._flats[into])
+        return release, ahead, admitted, pulled
+
+    def _run_overlap(self, release, max_iterations):
+        """run() with a lease ahead: each step's communication on a
+        background thread, the next step's gradient on this one. Only one
+        thread uses the client at a time: this one before the first hand-off
+        and after each join, which order their memory as ZeroMQ's sockets
+        need when they change threads."""
+        c = self.client
+        if not c.pull(self.flat):
+            return
+        self._load_params()
+        self.version = c.version
+        rows, ahead, g = release.rows, c.ahead_rows, 0
+        # Once the first batch is read, the lease named ahead goes to the
+        # loader.
+        loss, emulated = self._timed_gradient(rows, g, lambda: self._submit(ahead) if len(ahead) else None)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kudus-comm")
+        job = None
+        try:
+            while True:
+                last = bool(max_iterations and self.iterations + 1 >= max_iterations)
+                named = queue.SimpleQueue()
+                job = pool.submit(self._communicate, g, rows, loss, emulated, 1 - self._cur, last, named)
+                early = []
+
+                def hand_on():
+                    # The loader is idle once a batch is read: the lease
+                    # named ahead goes to it now, if the arrival came.
+                    if not early and not named.empty():
+                        early.append(named.get())
+                        self._submit(early[0])
+
+                # Meanwhile the next clock's gradient, on the lease named
+                # ahead and the model pulled after the last release.
+                ahead_step = None
+                if not last and len(ahead):
+                    ahead_step = (ahead, *self._timed_gradient(ahead, 1 - g, hand_on))
+                    hand_on()
+                pending, job = job, None
+                release, next_ahead, admitted, pulled = pending.result()
+                if release is None:
+                    break
+                self.iterations += 1
+                self.last_rows = rows
+                if self.on_iteration:
+                    self.on_iteration(self)
+                if last:
+                    self._final_pull(release)
+                    break
+                if not pulled:
+                    break
+                hand_on()
+                self._use(1 - self._cur)
+                self._load_params()
+                self.version = c.version
+                g = 1 - g
+                # The lease of this release is the one computed ahead,
+                # unless the release readmitted us (its lease is new, even
+                # if its rows happen to be the same) or named none ahead.
+                if ahead_step is not None and not admitted and np.array_equal(ahead_step[0], release.rows):
+                    loss, emulated = ahead_step[1], ahead_step[2]
+                else:
+                    loss, emulated = self._timed_gradient(release.rows, g)
+                rows, ahead = release.rows, next_ahead
+        finally:
+            # An exception here waits for the other thread's step to end
+            # (the client's own deadlines bound it), and one there comes
+            # out of job.result() above.
+            if job is not None:
+                try:
+                    job.result()
+                except Exception:
+                    log.exception("kudus.torch: the communication thread failed too")
+            pool.shutdown(wait=True)
 
     def close(self):
         self.client.close()

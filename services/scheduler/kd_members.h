@@ -93,6 +93,8 @@ typedef struct {
                                 //  the ranges that staged its latest clocks
     uint64_t staged_tick;       //  workers, short path: last slot use (LRU)
     uint64_t reg;               //  workers: registration number (WELCOME's reg)
+    bool lease_ahead;           //  workers: holds a lease ahead (HELLO's
+                                //  lease_ahead; ASP, SSP)
 } kd_member_t;
 
 typedef struct _kd_members_t kd_members_t;

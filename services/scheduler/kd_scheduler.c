@@ -186,13 +186,21 @@ typedef struct {
 //  Members: the table and its indexes are kd_members'; here, what the
 //  scheduler says to them
 
+//  True under ASP and SSP, whose shards apply a push on arrival (the
+//  controller's immediate engine).
+static bool
+s_immediate (self_t *self)
+{
+    const char *model = kd_config_str (self->config, "consistency");
+    return !strcmp (model, "asp") || !strcmp (model, "ssp");
+}
+
 //  Of `refused` gradients, those also named in drops: under the phased
 //  models a refused gradient's slices are dropped at the shards.
 static uint64_t
 s_refused_drops (self_t *self, uint64_t refused)
 {
-    const char *model = kd_config_str (self->config, "consistency");
-    return strcmp (model, "asp") && strcmp (model, "ssp") ? refused : 0;
+    return s_immediate (self) ? 0 : refused;
 }
 
 //  Drops that were not refusals.  A refused gradient still waiting at its
@@ -382,6 +390,10 @@ s_send_welcome (self_t *self, kd_member_t *m)
         kd_msg_set_uint (msg, KD_F_STAGED, 1);
     if (self->short_path && m->role == KD_MEMBER_WORKER)
         kd_msg_set_uint (msg, KD_F_REG, m->reg);
+    //  Granted: a worker that asked and does not see it would be talking
+    //  to a scheduler that ignored the field, and refuses the WELCOME.
+    if (m->role == KD_MEMBER_WORKER && m->lease_ahead)
+        kd_msg_set_uint (msg, KD_F_LEASE_AHEAD, 1);
     if (m->role == KD_MEMBER_SHARD) {
         uint64_t lo, hi;
         kd_range_split (self->n_params, self->n_ranges, s_range_of (self, m->rank), &lo, &hi);
@@ -866,6 +878,19 @@ s_do_release (self_t *self, const kd_decision_t *d)
     s_send_release (self, m, d);
 }
 
+//  Set field to a lease's rows, when leases are on and it has any.
+static void
+s_set_lease_rows (self_t *self, kd_msg_t *msg, kd_field_t field, kd_lease_t lease)
+{
+    kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
+    if (!sampler || lease.count == 0 || lease.count > S_MAX_BATCH
+    ||  kd_sampler_rows (sampler, lease, self->lease_rows) != 0)
+        return;
+    for (uint32_t i = 0; i < lease.count; i++)
+        self->lease_u [i] = self->lease_rows [i];
+    kd_msg_set_uints (msg, field, self->lease_u, lease.count);
+}
+
 //  Send a worker its RELEASE (again, if its first copy was lost).
 static void
 s_send_release (self_t *self, kd_member_t *m, const kd_decision_t *d)
@@ -877,14 +902,10 @@ s_send_release (self_t *self, kd_member_t *m, const kd_decision_t *d)
     kd_msg_set_uint (msg, KD_F_DROPPED, d->dropped ? 1 : 0);
     kd_msg_set_uint (msg, KD_F_GROUP, d->group);
     kd_msg_set_uint (msg, KD_F_MIN_CLOCK, d->min_clock);
-    //  The lease as row indices: the worker needs no sampler of its own.
-    kd_sampler_t *sampler = kd_controller_sampler (self->ctl);
-    if (sampler && d->lease.count > 0 && d->lease.count <= S_MAX_BATCH
-    &&  kd_sampler_rows (sampler, d->lease, self->lease_rows) == 0) {
-        for (uint32_t i = 0; i < d->lease.count; i++)
-            self->lease_u [i] = self->lease_rows [i];
-        kd_msg_set_uints (msg, KD_F_ROWS, self->lease_u, d->lease.count);
-    }
+    //  The leases as row indices: the worker needs no sampler of its own.
+    //  A lease-ahead worker is also told its next clock's rows.
+    s_set_lease_rows (self, msg, KD_F_ROWS, d->lease);
+    s_set_lease_rows (self, msg, KD_F_AHEAD, d->ahead);
     //  Resends are written too: the checker keys a lease by (rank, clock).
     if (d->lease.count > 0)
         kd_history_line (self->history, "lease",
@@ -1081,6 +1102,18 @@ s_resync_shard (self_t *self, kd_member_t *m)
     m->version = version;
 }
 
+//  A worker joins the controller, holding a lease ahead if it asked: its
+//  HELLO was refused for that under the phase models, which have no use
+//  for one.  A rank already pending or active stays as it is.
+static void
+s_join (self_t *self, kd_member_t *m, uint64_t now)
+{
+    if (m->lease_ahead)
+        kd_controller_join_ahead (self->ctl, (uint32_t) m->rank, now);
+    else
+        kd_controller_join (self->ctl, (uint32_t) m->rank, now);
+}
+
 //  Start training once the cluster is complete.
 static void
 s_maybe_start (self_t *self)
@@ -1143,7 +1176,7 @@ s_maybe_start (self_t *self)
         kd_member_t *w = kd_members_worker (self->members, r);
         if (w && w->alive) {
             s_send_start (self, w);
-            kd_controller_join (self->ctl, (uint32_t) r, now);
+            s_join (self, w, now);
         }
     }
     s_drain (self);
@@ -1562,6 +1595,18 @@ s_hello_check (self_t *self, kd_msg_t *msg, zframe_t *id, kd_member_role_t *role
                  "does not send STAGED (protocol 9.3.1): upgrade the shard, or run --phase-path classic");
         return -1;
     }
+    //  A lease ahead is the immediate engine's: under a phase model the
+    //  next clock must be computed on the very model its barrier releases.
+    if (role == KD_MEMBER_WORKER && kd_msg_uint (msg, KD_F_LEASE_AHEAD) == 1 && !s_immediate (self)) {
+        char reason [128];
+        snprintf (reason, sizeof reason, "lease_ahead needs consistency asp or ssp; this cluster runs %s",
+                  kd_config_str (self->config, "consistency"));
+        kd_warn ("hello refused name=%s: %s", name, reason);
+        kd_msg_t *refusal = kd_msg_new_error (id, KD_ERR_STATE, reason);
+        kd_msg_set_uint (refusal, KD_F_LEASE_AHEAD, 1);
+        s_send_routed (self, self->via, id, &refusal);
+        return -1;
+    }
     if (role == KD_MEMBER_WORKER && self->external && s_adopt_layout (self, msg, id))
         return -1;
     if (role == KD_MEMBER_WORKER) {
@@ -1696,6 +1741,8 @@ s_hello_bind (self_t *self, kd_member_t *m, kd_msg_t *msg, zframe_t *id, bool *r
     m->last_seen = kd_now_ms ();
     if (role == KD_MEMBER_MONITOR)
         self->monitor_keyed = kd_msg_uint (msg, KD_F_KEYS) == 1;
+    if (role == KD_MEMBER_WORKER)
+        m->lease_ahead = kd_msg_uint (msg, KD_F_LEASE_AHEAD) == 1;
     //  A shard's endpoint is where workers push; the monitor's, its
     //  intake, is where evaluators report.
     if (role == KD_MEMBER_SHARD || (role == KD_MEMBER_MONITOR && kd_msg_has (msg, KD_F_ENDPOINT))) {
@@ -1765,7 +1812,7 @@ s_hello_welcome (self_t *self, kd_member_t *m, kd_msg_t *msg, bool rejoin, bool 
     if (self->state == S_TRAINING && role != KD_MEMBER_SHARD) {
         s_send_start (self, m);
         if (role == KD_MEMBER_WORKER && !(was_alive && kd_controller_is_active (self->ctl, (uint32_t) m->rank))) {
-            kd_controller_join (self->ctl, (uint32_t) m->rank, kd_now_ms ());
+            s_join (self, m, kd_now_ms ());
             s_drain (self);
         }
     }

@@ -4,7 +4,13 @@
     - a flood of garbage leaves each service's memory bounded, and valid
       requests answered (the answer to each malformed message is checked in
       tests/inproc/test_inproc.c, on the services as actors);
-    - SIGTERM makes each service exit cleanly.
+    - SIGTERM makes each service exit cleanly;
+    - a worker that holds a lease ahead (protocol 9.3.2) is named two leases
+      by every RELEASE under ASP, the ahead one of each release is the next
+      one's lease, every epoch's rows are applied exactly once and the
+      summary's epoch_row_share is exactly 1.0; under BSP its registration
+      is refused at once with an ERROR naming the consistency and the
+      field, and the scheduler goes on serving a plain worker.
 */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -756,4 +762,211 @@ Test (services, garbage_flood_keeps_memory_bounded_and_valid_requests_answered)
                    names [i], exited, status, WIFSIGNALED (status) ? WTERMSIG (status) : 0);
         kd_test_kill (pids [i]);
     }
+}
+
+
+//  --------------------------------------------------------------------------
+//  Lease ahead (protocol 9.3.2): a scheduler and a shard, and a kd_client in
+//  this process as the worker
+
+#define S_AHEAD_ROWS    200     //  training rows the worker declares
+#define S_AHEAD_BATCH   16      //  rows per lease: 12 of 16, then one of 8
+#define S_AHEAD_EPOCHS  3       //  the run stops after these
+#define S_AHEAD_LEASES  ((S_AHEAD_ROWS + S_AHEAD_BATCH - 1) / S_AHEAD_BATCH)   //  leases an epoch
+#define S_AHEAD_MAX_LEASES 256  //  leases the worker records at most
+
+//  One lease-ahead test's cluster.
+typedef struct {
+    s_endpoints_t ep;           //  its services' endpoints
+    char log [256];             //  their log
+    char summary [256];         //  the scheduler's summary
+    pid_t sched, shard;         //  the two services
+} s_ahead_t;
+
+//  Start a scheduler for one shard and one worker under consistency, and
+//  its shard.
+static void
+s_ahead_cluster (s_ahead_t *a, const char *consistency)
+{
+    s_endpoints (&a->ep);
+    snprintf (a->log, sizeof a->log, "%s/ahead-%s.log", s_dir, consistency);
+    snprintf (a->summary, sizeof a->summary, "%s/ahead-%s.json", s_dir, consistency);
+    char batch [16], epochs [16];
+    snprintf (batch, sizeof batch, "%d", S_AHEAD_BATCH);
+    snprintf (epochs, sizeof epochs, "%d", S_AHEAD_EPOCHS);
+    const char *sched [] = { "kudus-scheduler", "--bind", a->ep.sched, "--shards", "1", "--min-workers", "1",
+                             "--model", "softmax", "--consistency", consistency, "--batch", batch,
+                             "--epochs", epochs, "--summary", a->summary, "--max-seconds", "90", NULL };
+    const char *shard [] = { "kudus-shard", "--bind", a->ep.shard, "--scheduler", a->ep.sched,
+                             "--name", "shard-0", NULL };
+    a->sched = kd_test_spawn (sched, a->log);
+    a->shard = kd_test_spawn (shard, a->log);
+    cr_assert (a->sched > 0 && a->shard > 0);
+}
+
+//  A worker client for the cluster, with a lease ahead or not.
+static kd_client_t *
+s_ahead_worker (s_ahead_t *a, const char *name, bool lease_ahead)
+{
+    kd_client_t *client = kd_client_new (a->ep.sched, name);
+    cr_assert (client);
+    kd_client_set_samples (client, S_AHEAD_ROWS);
+    kd_client_set_timeout (client, 3000);
+    kd_client_set_lease_ahead (client, lease_ahead);
+    return client;
+}
+
+//  One lease as the worker saw it.
+typedef struct {
+    uint64_t rows [S_AHEAD_BATCH];    //  its rows
+    size_t n;                   //  how many
+} s_ahead_lease_t;
+
+//  Copy n rows into a lease record.
+static void
+s_ahead_keep (s_ahead_lease_t *lease, const uint64_t *rows, size_t n)
+{
+    cr_assert_leq (n, S_AHEAD_BATCH);
+    memcpy (lease->rows, rows, n * sizeof (uint64_t));
+    lease->n = n;
+}
+
+//  True when two leases hold the same rows in the same order.
+static bool
+s_ahead_same (const s_ahead_lease_t *a, const s_ahead_lease_t *b)
+{
+    return a->n == b->n && memcmp (a->rows, b->rows, a->n * sizeof (uint64_t)) == 0;
+}
+
+Test (services, lease_ahead_asp_worker_holds_two_leases_and_every_row_is_applied_once)
+{
+    s_ahead_t a;
+    s_ahead_cluster (&a, "asp");
+    kd_client_t *client = s_ahead_worker (&a, "ahead-0", true);
+    if (kd_client_register (client, 30000) != 0) {
+        kd_test_dump (a.log);
+        cr_assert_fail ("registration failed: %s", kd_client_failure (client));
+    }
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (client, &release, 30000), 0);
+    size_t n_params = kd_client_param_count (client);
+    //  Two parameter buffers, pulled in turn, as a pipelined worker keeps.
+    float *params [2] = { calloc (n_params, sizeof (float)), calloc (n_params, sizeof (float)) };
+    float *grad = calloc (n_params, sizeof (float));
+    cr_assert (params [0] && params [1] && grad);
+    s_ahead_lease_t *leases = calloc (S_AHEAD_MAX_LEASES, sizeof (s_ahead_lease_t));
+    s_ahead_lease_t ahead;
+    cr_assert (leases);
+    size_t n_leases = 0, steps = 0;
+    for (;;) {
+        //  Every RELEASE names two leases, disjoint within an epoch (one
+        //  worker takes the leases in order: lease k is of epoch k / 13),
+        //  and the one to compute now is the one named ahead before.
+        size_t n_ahead = 0;
+        const uint64_t *ahead_rows = kd_client_ahead_rows (client, &n_ahead);
+        cr_assert_gt (release.n_rows, 0);
+        cr_assert_gt (n_ahead, 0, "release of clock %llu names no ahead lease",
+                      (unsigned long long) release.clock);
+        bool same_epoch = n_leases / S_AHEAD_LEASES == (n_leases + 1) / S_AHEAD_LEASES;
+        for (size_t i = 0; i < release.n_rows && same_epoch; i++)
+            for (size_t j = 0; j < n_ahead; j++)
+                cr_assert_neq (release.rows [i], ahead_rows [j], "row %llu in both leases",
+                               (unsigned long long) release.rows [i]);
+        cr_assert_lt (n_leases, S_AHEAD_MAX_LEASES);
+        s_ahead_keep (&leases [n_leases], release.rows, release.n_rows);
+        if (n_leases > 0)
+            cr_assert (s_ahead_same (&leases [n_leases], &ahead),
+                       "clock %llu computes rows that were not named ahead",
+                       (unsigned long long) release.clock);
+        n_leases++;
+        s_ahead_keep (&ahead, ahead_rows, n_ahead);
+        if (kd_client_pull (client, params [steps % 2]) != 0)
+            break;
+        grad [0] = 1e-3f;
+        if (kd_client_push (client, grad, release.n_rows) != 0
+        ||  kd_client_arrive (client, 0.5f, &release) != 0)
+            break;
+        steps++;
+    }
+    cr_expect (kd_client_stopped (client), "the run ended without STOP");
+    //  Every epoch's leases, in the order they were handed out, cover its
+    //  rows exactly once (one worker: nothing went back to the queue).
+    size_t full = n_leases / S_AHEAD_LEASES;
+    cr_expect_geq (full, S_AHEAD_EPOCHS - 1, "%zu leases", n_leases);
+    for (size_t e = 0; e < full; e++) {
+        uint8_t seen [S_AHEAD_ROWS] = { 0 };
+        size_t rows = 0;
+        for (size_t k = e * S_AHEAD_LEASES; k < (e + 1) * S_AHEAD_LEASES; k++)
+            for (size_t i = 0; i < leases [k].n; i++) {
+                cr_assert_lt (leases [k].rows [i], S_AHEAD_ROWS);
+                cr_expect_eq (seen [leases [k].rows [i]]++, 0, "epoch %zu: row %llu twice", e,
+                              (unsigned long long) leases [k].rows [i]);
+                rows++;
+            }
+        cr_expect_eq (rows, S_AHEAD_ROWS, "epoch %zu has %zu rows", e, rows);
+    }
+    kd_client_destroy (&client);
+    free (params [0]);
+    free (params [1]);
+    free (grad);
+    free (leases);
+    //  The scheduler's account agrees: every complete epoch exactly 1.0.
+    int status = -1;
+    cr_expect (kd_test_wait (a.sched, 30000, &status), "the scheduler did not exit");
+    kd_test_kill (a.sched);
+    kd_test_kill (a.shard);
+    char *summary = kd_test_slurp (a.summary);
+    if (!summary)
+        kd_test_dump (a.log);
+    cr_assert (summary, "no summary");
+    cr_expect_eq (kd_test_json_number (summary, "epochs_completed"), S_AHEAD_EPOCHS);
+    const char *share = strstr (summary, "\"epoch_row_share\": [");
+    cr_assert (share);
+    share += strlen ("\"epoch_row_share\": [");
+    for (int e = 0; e < S_AHEAD_EPOCHS; e++) {
+        char *end;
+        double value = strtod (share, &end);
+        cr_expect (end != share && value == 1.0, "epoch %d row share %.6f", e, value);
+        share = end + 1;
+    }
+    free (summary);
+}
+
+Test (services, lease_ahead_refused_under_bsp_and_the_scheduler_keeps_serving)
+{
+    s_ahead_t a;
+    s_ahead_cluster (&a, "bsp");
+    kd_client_t *ahead = s_ahead_worker (&a, "ahead-0", true);
+    uint64_t t0 = kd_now_ms ();
+    cr_expect_eq (kd_client_register (ahead, 30000), -1);
+    //  Refused at once, not at the timeout, and told why.
+    cr_expect_lt (kd_now_ms () - t0, 20000);
+    const char *why = kd_client_failure (ahead);
+    cr_expect (strstr (why, "bsp") && strstr (why, "lease_ahead"), "failure: '%s'", why);
+    cr_expect_not (kd_client_stopped (ahead));
+    kd_client_destroy (&ahead);
+    cr_expect_geq (kd_test_count (a.log, "lease_ahead needs consistency asp or ssp"), 1);
+
+    //  The scheduler still serves: a plain worker registers and trains.
+    kd_client_t *plain = s_ahead_worker (&a, "plain-0", false);
+    cr_assert_eq (kd_client_register (plain, 30000), 0, "%s", kd_client_failure (plain));
+    kd_release_t release;
+    cr_assert_eq (kd_client_wait_start (plain, &release, 30000), 0);
+    size_t n_ahead = 1;
+    kd_client_ahead_rows (plain, &n_ahead);
+    cr_expect_eq (n_ahead, 0, "a plain worker was named an ahead lease");
+    size_t n_params = kd_client_param_count (plain);
+    float *params = calloc (n_params, sizeof (float)), *grad = calloc (n_params, sizeof (float));
+    cr_assert (params && grad);
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq (kd_client_pull (plain, params), 0);
+        cr_assert_eq (kd_client_push (plain, grad, release.n_rows), 0);
+        cr_assert_eq (kd_client_arrive (plain, 0.5f, &release), 0);
+        cr_expect_eq (release.clock, (uint64_t) step + 1);
+    }
+    free (params);
+    free (grad);
+    kd_client_destroy (&plain);
+    kd_test_kill (a.sched);
+    kd_test_kill (a.shard);
 }

@@ -431,6 +431,10 @@ import kudus.torch
 from tiny import FEATURES, Net, accuracy, data
 
 scheduler, name = sys.argv[1], sys.argv[2]
+# Optional: DataLoader processes (default 2), and "overlap" for a worker
+# that computes each lease one step ahead (test_torch_overlap.py).
+loaders = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+overlap = sys.argv[4:] == ["overlap"]
 torch.set_num_threads(1)
 torch.manual_seed(0)
 x, y = data()
@@ -460,7 +464,8 @@ pids = set()
 
 def check(worker):
     global leases, mismatches, rows
-    batch = seen[-1]
+    # Overlapped, the last batch is the next lease's, computed ahead.
+    batch = seen[-2] if overlap else seen[-1]
     leases += 1
     rows += len(worker.last_rows)
     pids.update(pid for _, pid in batch)
@@ -469,7 +474,8 @@ def check(worker):
 
 
 model = Recording()
-worker = kudus.torch.Worker(model, Indexed(), scheduler, name, num_workers=2, on_iteration=check)
+worker = kudus.torch.Worker(model, Indexed(), scheduler, name, num_workers=loaders, on_iteration=check,
+                            overlap=overlap)
 iterations = worker.run()
 tx, ty = data(1000, seed=1)
 print(json.dumps(dict(iterations=iterations, leases=leases, rows=rows, mismatches=mismatches,
@@ -478,34 +484,45 @@ worker.close()
 '''
 
 
+def loader_runs(c, tmp_path, names, args=None):
+    """LOADER_SCRIPT as one worker process a name (with its args), to the
+    end of the run on cluster c: each lease's batch held exactly its rows,
+    in its order, the applied samples are the rows each worker pushed, and
+    the model trains. Returns the summary and each worker's report."""
+    (tmp_path / "loader.py").write_text(LOADER_SCRIPT)
+    procs = [subprocess.Popen([sys.executable, "loader.py", c.scheduler, name, *extra], cwd=tmp_path,
+                              env=tree_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, extra in zip(names, args or [()] * len(names))]
+    outs = [p.communicate(timeout=200) for p in procs]
+    assert c.wait(timeout=60) == 0
+    s = c.summary()
+    assert s["stop_reason"] == "epochs", s["stop_reason"]
+    per_worker = {w["name"]: w for w in s["per_worker"]}
+    reports = []
+    for name, p, (out, err) in zip(names, procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        r = json.loads(out.strip().splitlines()[-1])
+        print(r)
+        assert r["mismatches"] == 0 and r["leases"] == r["iterations"] > 10, r
+        w = per_worker[name]
+        assert w["iterations"] == r["iterations"] and w["applied_samples"] == r["rows"], (w, r)
+        assert r["accuracy"] > 0.6, r
+        reports.append(r)
+    return s, reports
+
+
 @budget(300)
 def test_dataloader_workers_use_each_leased_row_once(cluster, tmp_path, tiny):
     """num_workers=2: every lease's batch holds exactly its rows, in its
     order, read by the DataLoader's two worker processes (never the
     training process); the applied samples are the leases' rows, and the
     model trains."""
-    (tmp_path / "loader.py").write_text(LOADER_SCRIPT)
     c = cluster("--model", "external", "--workers", "0", "--external-workers", "2", "--epochs", "3",
                 "--lr", "0.1", "--max-seconds", "150")
-    env = tree_env()
-    procs = [subprocess.Popen([sys.executable, "loader.py", c.scheduler, f"loader-{i}"], cwd=tmp_path,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    outs = [p.communicate(timeout=200) for p in procs]
-    assert c.wait(timeout=60) == 0
-    s = c.summary()
-    assert s["stop_reason"] == "epochs", s["stop_reason"]
-    per_worker = {w["name"]: w for w in s["per_worker"]}
-    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, err[-3000:]
-        r = json.loads(out.strip().splitlines()[-1])
-        print(r)
-        assert r["mismatches"] == 0 and r["leases"] == r["iterations"] > 10, r
+    s, reports = loader_runs(c, tmp_path, ["loader-0", "loader-1"])
+    for r in reports:
         assert len(r["pids"]) == 2 and r["pid"] not in r["pids"], r
-        w = per_worker[f"loader-{i}"]
-        assert w["iterations"] == r["iterations"] and w["applied_samples"] == r["rows"], (w, r)
-        assert r["accuracy"] > 0.6, r
-    assert sum(w["applied_samples"] for w in per_worker.values()) >= 3 * tiny.ROWS
+    assert sum(w["applied_samples"] for w in s["per_worker"]) >= 3 * tiny.ROWS
 
 
 def test_lease_sampler_and_join():
