@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ps-lite from a tree the user fetched, and the two programs the
 # side-by-side runs: pslite_dense (this folder) and ps-lite's own
-# tests/test_kv_app_benchmark.  Nothing is downloaded: ps-lite's own deps
+# tests/test_kv_app_benchmark, with the first-touch probe (first_touch.c).
+# Nothing is downloaded: ps-lite's own deps
 # rules would fetch protobuf and ZeroMQ, so they are pointed at Debian's
 # (libprotobuf-dev, protobuf-compiler, libzmq3-dev).
 #
@@ -46,6 +47,13 @@ g++ -std=c++11 -O3 -msse2 -I"$tree/include" -I"$tree/src" "$here/pslite_dense.cc
     "$tree/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$out/bin/pslite_dense" \
     >>"$out/build.log" 2>&1 || {
     echo "build.sh: pslite_dense did not build; see $out/build.log" >&2
+    exit 1
+}
+# The first-touch probe (see docs/performance.md, "Against ps-lite"): what
+# a first write to fresh memory costs, which both sparse programs pay.
+gcc -std=c11 -O2 -Wall -Wextra -Werror "$here/first_touch.c" -o "$out/bin/first_touch" \
+    >>"$out/build.log" 2>&1 || {
+    echo "build.sh: first_touch did not build; see $out/build.log" >&2
     exit 1
 }
 echo "$commit" >"$out/bin/PSLITE_COMMIT"
