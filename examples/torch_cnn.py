@@ -75,7 +75,10 @@ def main(argv):
     parser.add_argument("--save", help="torch.save the module's state_dict here at the end")
     parser.add_argument("--overlap", action="store_true",
                         help="compute the next step while this one's push and pull travel (asp and ssp "
-                             "clusters only; each gradient is one step staler: prefer momentum 0.5)")
+                             "clusters only; each gradient is one step staler)")
+    parser.add_argument("--no-predict", dest="predict", action="store_false", default=None,
+                        help="with --overlap: compute on the model as pulled, not moved on by the "
+                             "update still in flight")
     parser.add_argument("--evaluate", type=float, metavar="SECONDS",
                         help="also score the cluster's model on the test set every SECONDS and report it "
                              "to the monitor (an evaluator; under kudus run, only in copy 0)")
@@ -87,7 +90,7 @@ def main(argv):
     model = CNN().to(args.device)
     worker = kudus.torch.Worker(model, train, args.scheduler, args.name, monitor=args.monitor,
                                 num_workers=args.num_workers, pin_memory=args.device.startswith("cuda"),
-                                overlap=args.overlap)
+                                overlap=args.overlap, predict=args.predict)
     evaluator = None
     if args.evaluate and os.environ.get("KUDUS_RANK", "0") == "0":
         tx, ty = fashion_mnist("t10k")

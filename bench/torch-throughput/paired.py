@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--num-workers", type=int, default=0, help="the worker's DataLoader processes")
     ap.add_argument("--overlap", action="store_true",
                     help="Worker(overlap=True): compute step k+1 while step k communicates")
+    ap.add_argument("--no-predict", dest="predict", action="store_false", default=None,
+                    help="with --overlap: Worker(predict=False), on the model as pulled")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -124,7 +126,7 @@ def main():
 
     worker = kudus.torch.Worker(timing.CNN(), data, a.scheduler, "bench-0", monitor=a.monitor,
                                 num_workers=a.num_workers, on_iteration=on_iteration,
-                                overlap=a.overlap)
+                                overlap=a.overlap, predict=a.predict)
     # The input is timed inside the gradient: compute is the difference.
     worker._batch = kudus_parts.timed("input", worker._batch)
     worker._gradient = kudus_parts.timed("gradient", worker._gradient)

@@ -9,7 +9,10 @@ and threads (issue 34 section 4; target: at least 0.9x).
 
 A configuration "MODEL-overlap" (asp-overlap, ssp-overlap) runs the cluster
 under MODEL and the worker with Worker(overlap=True): it holds a lease
-ahead and computes step k+1 while step k's push, arrival and pull travel.
+ahead and computes step k+1 while step k's push, arrival and pull travel,
+on the model as pulled (predict=False); "MODEL-predict" is overlap with
+its default, predict=True (the step computes on the model moved on by the
+update in flight).
 
 A trial starts `kudus local --model external` with one external worker and
 one shard, and paired.py: one process in which the Kudus worker and a plain
@@ -49,8 +52,9 @@ PLAIN_PARTS = ["total", "input", "compute", "step"]
 def trial(a, config, batch, nw, out, tmp):
     # "asp-overlap": the cluster under asp, the worker with overlap=True.
     consistency, _, variant = config.partition("-")
-    if variant not in ("", "overlap"):
-        raise SystemExit(f"torch-throughput: unknown configuration {config!r} (MODEL or MODEL-overlap)")
+    if variant not in ("", "overlap", "predict"):
+        raise SystemExit(f"torch-throughput: unknown configuration {config!r} "
+                         "(MODEL, MODEL-overlap or MODEL-predict)")
     base = common.free_base(a.base_port, a.base_port + a.port_span, 10)
     local = subprocess.Popen(
         [os.path.join(a.bin_dir, "kudus"), "local", "--model", "external", "--workers", "0",
@@ -64,8 +68,10 @@ def trial(a, config, batch, nw, out, tmp):
                f"tcp://127.0.0.1:{base}", "--monitor", f"tcp://127.0.0.1:{base + 1}",
                "--batch", str(batch), "--threads", str(a.threads), "--steps", str(a.steps),
                "--pairs", str(a.pairs), "--num-workers", str(nw), "--out", out]
-        if variant == "overlap":
+        if variant in ("overlap", "predict"):
             cmd.append("--overlap")
+        if variant == "overlap":
+            cmd.append("--no-predict")
         with open(os.path.join(tmp, "paired.log"), "w") as log:
             rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 timeout=1200).returncode
@@ -124,7 +130,8 @@ def main():
     ap.add_argument("--consistency", default="bsp",
                     help="the cluster's consistency models, comma-separated (with one worker, "
                          "BSP waits for each commit before the next release; ASP does not); "
-                         "asp-overlap and ssp-overlap run the worker with overlap=True")
+                         "asp-overlap and ssp-overlap run the worker with overlap=True and "
+                         "predict=False, asp-predict and ssp-predict with overlap=True as it comes")
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     ap.add_argument("--num-workers", default="0",
                     help="the Kudus worker's DataLoader processes, comma-separated (the plain loop "

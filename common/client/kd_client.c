@@ -91,6 +91,7 @@ struct _kd_client_t {
     size_t n_params;            //  flat parameter count
     size_t batch;               //  largest lease
     uint64_t seed;              //  the run's seed
+    double momentum;            //  the shards' momentum (WELCOME)
     char consistency [16];      //  consistency model
     uint64_t staleness;         //  SSP: s, clocks of slack
     bool direct;                //  ASP/SSP: shards apply pushes on arrival
@@ -468,6 +469,14 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
     const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
     self->batch = batch;
     self->seed = kd_msg_uint (msg, KD_F_SEED);
+    //  Only the SGD rules apply momentum; the others ignore the setting.
+    //  The optimizer field is the shards' spec: its rule, then settings.
+    const char *rule = kd_msg_str (msg, KD_F_OPTIMIZER);
+    size_t len = strcspn (rule, " ");
+    //  None named: the shards fall back to SGD with this momentum.
+    bool sgd = len == 0 || (len == 3 && !strncmp (rule, "sgd", 3))
+            || (len == 8 && !strncmp (rule, "nesterov", 8));
+    self->momentum = sgd ? kd_msg_float (msg, KD_F_MOMENTUM) : 0;
     snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
     self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
     self->ssp = !strcmp (consistency, "ssp");
@@ -942,6 +951,13 @@ kd_client_seed (kd_client_t *self)
 {
     assert (self);
     return self->seed;
+}
+
+double
+kd_client_momentum (kd_client_t *self)
+{
+    assert (self);
+    return self->momentum;
 }
 
 const char *

@@ -176,6 +176,10 @@ uint64_t
     kd_client_seed (kd_client_t *self);
 const char *
     kd_client_consistency (kd_client_t *self);
+//  The momentum the shards apply (from WELCOME; 0 for plain SGD or an
+//  optimizer without one).
+double
+    kd_client_momentum (kd_client_t *self);
 //  Wall-clock ms since the epoch when the run started (from START), 0
 //  before it.
 uint64_t

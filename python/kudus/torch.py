@@ -24,6 +24,12 @@ on the rows the scheduler named ahead, with the model it pulled after the
 release of clock c. Two gradient buffers and two parameter buffers take
 turns, so the pull never writes what the training thread computes on; one
 clock more staleness buys the overlap (docs/consistency.md, "Lease ahead").
+By default (predict=True) the gradient is not taken at that model but at
+the model moved on by the update still in flight, guessed to equal the last
+one: 2 w_c - w_(c-1), a third buffer. With the shards' momentum successive
+updates are close, and the guess wins back what the stale clock costs
+(docs/performance.md: one worker reached 0.85 in 0.74x the plain worker's
+time, against 1.8x without the guess).
 
 The model may live on any device. On the CPU in float32, its parameters
 become views into one flat float32 buffer that the client pulls into, so a
@@ -223,7 +229,13 @@ class Worker:
     thread pushes this clock's gradient, arrives, sends the telemetry and
     pulls into the other parameter buffer (the only thread that touches the
     client meanwhile). Parameters on the CPU in float32 are swapped between
-    the two buffers at each step (their .data), not copied. Under BSP, LSP,
+    the two buffers at each step (their .data), not copied. predict (on by
+    default with overlap) computes each step at the pulled model moved on
+    by the last update, 2 w_c - w_(c-1), in a buffer of its own; False
+    computes at the pulled model (plain delayed SGD). Overlap adds a clock
+    to the staleness ASP already has: two overlapped workers at the shards'
+    momentum 0.9 diverged (docs/performance.md), so use it for one worker,
+    or with a lower momentum. Under BSP, LSP,
     ALSP or auto the scheduler refuses the registration and run() raises
     ValueError naming the cluster's consistency. on_iteration is still
     called after each arrival, with last_rows the rows that arrival pushed.
@@ -236,7 +248,7 @@ class Worker:
     def __init__(self, model, dataset, scheduler=None, name=None, loss_fn=None, monitor=None,
                  collate=None, timeout_ms=None, slowdown=1.0, on_iteration=None,
                  num_workers=0, pin_memory=False, split_leases=True, loader_args=None,
-                 device=None, overlap=False):
+                 device=None, overlap=False, predict=None):
         if isinstance(dataset, torch.utils.data.IterableDataset):
             raise TypeError("kudus.torch: the scheduler leases rows by index, so the dataset must "
                             "be map-style (dataset[i]), not an IterableDataset")
@@ -253,6 +265,12 @@ class Worker:
         if rank is not None and not name:
             name = f"worker-{rank}"
         self.overlap = bool(overlap)
+        # With overlap: compute on the model extrapolated one update ahead
+        # (the default; predict=False computes on the pulled model).
+        if predict and not overlap:
+            raise ValueError("kudus.torch: predict guesses the update in flight, which only "
+                             "overlap=True has; pass overlap=True, or leave predict out")
+        self.predict = self.overlap and (predict is None or bool(predict))
         self.client = Client(scheduler, name, samples=len(dataset), monitor=monitor,
                              layout=layout, timeout_ms=timeout_ms,
                              rank=int(rank) if rank is not None else None,
@@ -307,26 +325,49 @@ class Worker:
         grads = [torch.zeros(n, dtype=torch.float32, pin_memory=pin) for _ in range(buffers)]
         self._flats = [t.numpy() for t in flats]
         self._grads = [t.numpy() for t in grads]
+        # predict: the parameters live in a third buffer, the pulled model
+        # moved on by the last update (see _use).
+        pred = torch.empty(n, dtype=torch.float32, pin_memory=pin) if self.predict else None
+        self._pred = pred.numpy() if self.predict else None
         # Per parameter: it, then its slice of each flat and each gradient buffer.
         self._slices = []
         offset = 0
         with torch.no_grad():
             for p in self.params:
                 part = slice(offset, offset + p.numel())
-                self._slices.append((p, [t[part] for t in flats], [t[part] for t in grads]))
+                self._slices.append((p, [t[part] for t in flats] + ([pred[part]] if self.predict else []),
+                                     [t[part] for t in grads]))
                 offset += p.numel()
             for p, flat, _ in self._slices:
                 for f in flat:
                     f.copy_(p.detach().reshape(-1))
+            if self.predict:
+                for p, flat, _ in self._slices:
+                    if self._views:
+                        p.data = flat[2].view_as(p)
             self._use(0)
             self._sync()
         self.grad = self._grads[0]
 
-    def _use(self, b):
+    def _use(self, b, extrapolate=False):
         """Compute on parameter buffer b from now on: views are pointed at
-        it (a swap, no copy); other parameters are loaded by _load_params."""
+        it (a swap, no copy); other parameters are loaded by _load_params.
+        With predict, the parameters stay in their own buffer and take b's
+        model, moved on by the step from the other buffer's model to b's
+        when extrapolate: the update still in flight, guessed to repeat
+        the last one (with the shards' momentum, successive updates are
+        close), so a gradient one clock stale is computed where it lands."""
         self._cur = b
         self.flat = self._flats[b]
+        if self.predict:
+            # A copy from this buffer to a device may still be under way.
+            self._sync()
+            if extrapolate:
+                np.subtract(self._flats[b], self._flats[1 - b], out=self._pred)
+                self._pred += self._flats[b]
+            else:
+                self._pred[:] = self._flats[b]
+            return
         if self._views:
             with torch.no_grad():
                 for p, flat, _ in self._slices:
@@ -344,7 +385,8 @@ class Worker:
             for p, flat, _ in self._slices:
                 # Asynchronous only from pinned memory to a GPU, which
                 # _sync waits for; other devices copy synchronously.
-                p.copy_(flat[self._cur].view_as(p), non_blocking=p.device.type == "cuda")
+                src = flat[2] if self.predict else flat[self._cur]
+                p.copy_(src.view_as(p), non_blocking=p.device.type == "cuda")
 
     def _store_grads(self, g=0):
         """The parameters' gradients into flat gradient buffer g."""
@@ -432,20 +474,29 @@ class Worker:
         if release is None or c.stopped:
             return
         version = 0 if c.consistency == "ssp" else None
-        if c.pull(self.flat, version):
-            self._load_params()
-            self._sync()
+        if self._pull_final_model(lambda buf: c.pull(buf, version)):
             self.version = c.version
             self.final = True
+
+    def _pull_final_model(self, pull):
+        """pull(buffer) the run's final model, and hand it to the module.
+        With overlap the pull goes to the buffer nobody computes on, which
+        the module takes only if the pull succeeded: a pull that fails
+        halfway leaves the module its last complete model."""
+        b = 1 - self._cur if self.overlap else self._cur
+        if not pull(self._flats[b]):
+            return False
+        self._use(b)                    # the pulled model, not a guess
+        self._load_params()
+        self._sync()
+        return True
 
     def _stopped_pull(self):
         """The scheduler stopped the run: pull the final version its STOP
         named (the shards of an external model serve it until the workers
         leave, --final-pull-ms at most), then leave so the run ends."""
         c = self.client
-        if c.pull_final(self.flat):
-            self._load_params()
-            self._sync()
+        if self._pull_final_model(c.pull_final):
             self.version = c.version
             self.final = True
         c.leave("done")
@@ -535,6 +586,11 @@ class Worker:
         if ok and self.overlap and consistency not in ("asp", "ssp"):
             raise ValueError(f"kudus.torch: Worker(overlap=True) needs consistency asp or ssp; "
                              f"the cluster runs {consistency}")
+        if ok and self.overlap and self.client.momentum >= 0.9:
+            log.warning("kudus.torch: overlap adds a clock of staleness, and the shards apply "
+                        "momentum %.2f: two overlapped workers at 0.9 diverged where plain ones "
+                        "trained (docs/performance.md); with more than one worker, consider a "
+                        "lower --momentum", self.client.momentum)
         return ok
 
     def _timed_gradient(self, rows, g, loaded=None):
@@ -581,6 +637,7 @@ class Worker:
         c = self.client
         if not c.pull(self.flat):
             return
+        self._use(self._cur)
         self._load_params()
         self.version = c.version
         rows, ahead, g = release.rows, c.ahead_rows, 0
@@ -623,7 +680,7 @@ class Worker:
                 if not pulled:
                     break
                 hand_on()
-                self._use(1 - self._cur)
+                self._use(1 - self._cur, extrapolate=not admitted)
                 self._load_params()
                 self.version = c.version
                 g = 1 - g
@@ -633,18 +690,36 @@ class Worker:
                 if ahead_step is not None and not admitted and np.array_equal(ahead_step[0], release.rows):
                     loss, emulated = ahead_step[1], ahead_step[2]
                 else:
+                    # Computed now, with nothing in flight: at the pulled
+                    # model; the next step's guess is taken again after.
+                    if self.predict and not admitted:
+                        self._use(self._cur)
+                        self._load_params()
                     loss, emulated = self._timed_gradient(release.rows, g)
+                    if self.predict and not admitted:
+                        self._use(self._cur, extrapolate=True)
+                        self._load_params()
                 rows, ahead = release.rows, next_ahead
         finally:
             # An exception here waits for the other thread's step to end
             # (the client's own deadlines bound it), and one there comes
             # out of job.result() above.
-            if job is not None:
-                try:
-                    job.result()
-                except Exception:
-                    log.exception("kudus.torch: the communication thread failed too")
-            pool.shutdown(wait=True)
+            # A second interrupt while we wait still shuts the pool down, so
+            # that nothing uses the client after run() returns.
+            try:
+                if job is not None:
+                    try:
+                        job.result()
+                    except Exception:
+                        log.exception("kudus.torch: the communication thread failed too")
+            finally:
+                pool.shutdown(wait=True)
+                # The module holds a pulled model, not a guess, however
+                # the loop ended (the final pull below may replace it).
+                if self.predict:
+                    self._use(self._cur)
+                    self._load_params()
+                    self._sync()
 
     def close(self):
         self.client.close()

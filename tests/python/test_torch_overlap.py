@@ -29,8 +29,9 @@ def test_overlap_under_asp_trains_and_applies_every_row_once(cluster, tmp_path, 
     the rows pushed, every epoch's row share is exactly 1.0, the model
     trains, and the pushes are at least one clock stale (computed on the
     model of the release before)."""
-    # Momentum 0.5: with the default 0.9 the clock of staleness overlap adds
-    # costs this small model half its accuracy (0.42 against 0.81 at lr 0.1).
+    # Momentum 0.5: with 0.9, the clock of staleness overlap adds cost this
+    # small model half its accuracy (0.42 against 0.81 at lr 0.1), measured
+    # before the worker predicted the model by default.
     c = cluster("--model", "external", "--workers", "0", "--external-workers", "2",
                 "--consistency", "asp", "--epochs", "3", "--lr", "0.05", "--momentum", "0.5",
                 "--max-seconds", "150")
@@ -42,11 +43,14 @@ def test_overlap_under_asp_trains_and_applies_every_row_once(cluster, tmp_path, 
     assert s["staleness_p50"] >= 1, s["staleness_p50"]
 
 
+@pytest.mark.parametrize("predict", [False, True])
 @budget(120)
-def test_each_step_is_computed_on_the_model_before(cluster, tiny):
+def test_each_step_is_computed_on_the_model_before(cluster, tiny, predict):
     """One overlapped worker under ASP with plain SGD: the shards end on
     w_{k+1} = w_k - lr g(w_{k-1}; lease k) (g(w_0; lease 0) first), the
-    delayed SGD a lease ahead makes, and not on w_k - lr g(w_k; lease k)."""
+    delayed SGD a lease ahead makes, and not on w_k - lr g(w_k; lease k).
+    With predict, from the third step on the gradient is taken at the
+    model moved on by the last update, 2 w_{k-1} - w_{k-2}."""
     lr, steps = 0.2, 6
     c = cluster("--model", "external", "--workers", "0", "--external-workers", "1",
                 "--consistency", "asp", "--optimizer", "sgd", "--momentum", "0", "--lr", str(lr),
@@ -57,8 +61,10 @@ def test_each_step_is_computed_on_the_model_before(cluster, tiny):
     start = [p.detach().clone() for p in model.parameters()]
     pushed = []
     worker = kudus.torch.Worker(model, torch.utils.data.TensorDataset(x, y), c.scheduler, "delayed",
-                                overlap=True, on_iteration=lambda w: pushed.append(list(w.last_rows)))
+                                overlap=True, predict=predict,
+                                on_iteration=lambda w: pushed.append(list(w.last_rows)))
     assert worker.run(max_iterations=steps) == steps and worker.final
+    assert worker.client.momentum == 0.0
     worker.close()
 
     def gradient(params, rows):
@@ -73,7 +79,10 @@ def test_each_step_is_computed_on_the_model_before(cluster, tiny):
     def train(delayed):
         w = [start]
         for k, rows in enumerate(pushed):
-            g = gradient(w[k - 1] if delayed and k > 0 else w[k], rows)
+            at = w[k - 1] if delayed and k > 0 else w[k]
+            if delayed and predict and k >= 2:
+                at = [2 * a - b for a, b in zip(w[k - 1], w[k - 2])]
+            g = gradient(at, rows)
             w.append([a - lr * b for a, b in zip(w[k], g)])
         return w[-1]
     want, undelayed = train(True), train(False)
@@ -98,11 +107,13 @@ def test_overlap_under_bsp_is_a_clear_error(cluster, tiny):
     worker.close()
     plain = kudus.torch.Worker(tiny.Net(), data, c.scheduler, "plain-bsp")
     assert plain.run(max_iterations=3) == 3
+    # WELCOME named the shards' momentum: SGD's default.
+    assert abs(plain.client.momentum - 0.9) < 1e-9, plain.client.momentum
     plain.close()
 
 
 @budget(180)
-def test_overlap_ends_cleanly_on_max_iterations_and_on_errors(cluster, tiny):
+def test_overlap_ends_cleanly_on_max_iterations_and_on_errors(cluster, tiny, caplog):
     """Under SSP: max_iterations ends with the final pull (the module holds
     the cluster's model, whichever buffer it was in); an exception of the
     training thread, and one of the communication thread, come out of
@@ -113,8 +124,13 @@ def test_overlap_ends_cleanly_on_max_iterations_and_on_errors(cluster, tiny):
     torch.manual_seed(0)
     model = tiny.Net()
     worker = kudus.torch.Worker(model, data, c.scheduler, "overlap-0", overlap=True)
-    assert worker.run(max_iterations=7) == 7
+    with caplog.at_level("WARNING", logger="kudus"):
+        assert worker.run(max_iterations=7) == 7
     assert worker.final and worker.version > 0
+    # The shards' default momentum came with WELCOME, and the worker said
+    # what overlap does with it.
+    assert abs(worker.client.momentum - 0.9) < 1e-9, worker.client.momentum
+    assert any("momentum 0.90" in r.getMessage() for r in caplog.records), caplog.text
     worker.close()
     # Nobody else trains: the cluster's model is the module's, bit for bit.
     other = tiny.Net()
@@ -159,7 +175,7 @@ def test_two_parameter_buffers_swap_views_not_values(tiny):
     and a step moves them to the other without copying (no cluster: the
     binding alone)."""
     worker = kudus.torch.Worker(tiny.Net(), torch.utils.data.TensorDataset(*tiny.data()),
-                                "tcp://127.0.0.1:1", "unused", overlap=True)
+                                "tcp://127.0.0.1:1", "unused", overlap=True, predict=False)
     # As if WELCOME had named the module's own size.
     size = sum(p.numel() for p in worker.params)
     worker.client.__class__ = type("Welcomed", (type(worker.client),), {"param_count": size})
@@ -174,4 +190,34 @@ def test_two_parameter_buffers_swap_views_not_values(tiny):
     assert [p.data_ptr() for p in worker.params] == first
     assert all(torch.equal(p, v) for p, v in zip(worker.params, values))
     assert np.shares_memory(worker.flat, worker._flats[0])
+    worker.close()
+
+
+def test_predict_without_overlap_is_a_clear_error(tiny):
+    """predict guesses the update in flight, which only overlap has."""
+    with pytest.raises(ValueError, match="overlap=True"):
+        kudus.torch.Worker(tiny.Net(), torch.utils.data.TensorDataset(*tiny.data()),
+                           "tcp://127.0.0.1:1", "unused", predict=True)
+
+
+def test_predict_moves_the_parameters_on_by_the_last_update(tiny):
+    """With predict (overlap's default) the parameters are views into a
+    third buffer that takes the newest pulled model moved on by the step
+    from the one before, 2 w_k - w_{k-1}; without extrapolation, the
+    pulled model itself (no cluster: the binding alone)."""
+    worker = kudus.torch.Worker(tiny.Net(), torch.utils.data.TensorDataset(*tiny.data()),
+                                "tcp://127.0.0.1:1", "unused", overlap=True)
+    assert worker.predict
+    size = sum(p.numel() for p in worker.params)
+    worker.client.__class__ = type("Welcomed", (type(worker.client),), {"param_count": size})
+    worker._bind()
+    where = [p.data_ptr() for p in worker.params]
+    worker._flats[0][:] = 1.0
+    worker._flats[1][:] = 1.5
+    worker._use(1, extrapolate=True)
+    assert [p.data_ptr() for p in worker.params] == where
+    assert all(bool((p == 2.0).all()) for p in worker.params)
+    assert np.shares_memory(worker.flat, worker._flats[1])
+    worker._use(1)
+    assert all(bool((p == 1.5).all()) for p in worker.params)
     worker.close()
