@@ -10,6 +10,7 @@
 */
 #include "kd_internal.h"
 #include "kd_client.h"
+#include "kd_optimizer.h"
 #include "kd_shardset.h"
 #include "kd_shmlink.h"
 #include <math.h>
@@ -469,14 +470,16 @@ s_adopt_welcome (kd_client_t *self, kd_msg_t *msg, size_t batch)
     const char *consistency = kd_msg_str (msg, KD_F_CONSISTENCY);
     self->batch = batch;
     self->seed = kd_msg_uint (msg, KD_F_SEED);
-    //  Only the SGD rules apply momentum; the others ignore the setting.
-    //  The optimizer field is the shards' spec: its rule, then settings.
-    const char *rule = kd_msg_str (msg, KD_F_OPTIMIZER);
-    size_t len = strcspn (rule, " ");
-    //  None named: the shards fall back to SGD with this momentum.
-    bool sgd = len == 0 || (len == 3 && !strncmp (rule, "sgd", 3))
-            || (len == 8 && !strncmp (rule, "nesterov", 8));
-    self->momentum = sgd ? kd_msg_float (msg, KD_F_MOMENTUM) : 0;
+    //  The optimizer field is the shards' spec, read as they read it: only
+    //  the SGD rules apply momentum.  None named: the shards fall back to
+    //  SGD with the momentum field.
+    kd_optimizer_opts_t rule;
+    char why [128];
+    const char *spec = kd_msg_str (msg, KD_F_OPTIMIZER);
+    if (!*spec || kd_optimizer_parse (spec, &rule, why, sizeof why) != 0)
+        self->momentum = *spec ? 0 : kd_msg_float (msg, KD_F_MOMENTUM);
+    else
+        self->momentum = rule.kind == KD_OPT_SGD || rule.kind == KD_OPT_NESTEROV ? rule.momentum : 0;
     snprintf (self->consistency, sizeof self->consistency, "%s", consistency);
     self->direct = !strcmp (consistency, "asp") || !strcmp (consistency, "ssp");
     self->ssp = !strcmp (consistency, "ssp");
