@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ps-lite from a tree the user fetched, and the two programs the
 # side-by-side runs: pslite_dense (this folder) and ps-lite's own
-# tests/test_kv_app_benchmark, with the first-touch probe (first_touch.c).
+# tests/test_kv_app_benchmark, with the first-touch probe (first_touch.c)
+# and the shared-memory floor probe (three_copies.c).
 # Nothing is downloaded: ps-lite's own deps
 # rules would fetch protobuf and ZeroMQ, so they are pointed at Debian's
 # (libprotobuf-dev, protobuf-compiler, libzmq3-dev).
@@ -54,6 +55,13 @@ g++ -std=c++11 -O3 -msse2 -I"$tree/include" -I"$tree/src" "$here/pslite_dense.cc
 gcc -std=c11 -O2 -Wall -Wextra -Werror "$here/first_touch.c" -o "$out/bin/first_touch" \
     >>"$out/build.log" 2>&1 || {
     echo "build.sh: first_touch did not build; see $out/build.log" >&2
+    exit 1
+}
+# The three-copies probe (docs/performance.md, "The shared-memory floor"):
+# a shm push+pull's three copies with no messages, Kudus's floor there.
+gcc -std=c11 -O2 -Wall -Wextra -Werror -pthread "$here/three_copies.c" -o "$out/bin/three_copies" \
+    -lopenblas >>"$out/build.log" 2>&1 || {
+    echo "build.sh: three_copies did not build; see $out/build.log" >&2
     exit 1
 }
 echo "$commit" >"$out/bin/PSLITE_COMMIT"

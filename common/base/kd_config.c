@@ -354,6 +354,8 @@ static const kd_setting_t s_table [] = {
       "bench pushpull: requests in flight per shard" },
     { "dtypes", KD_CT_STRING, "fp32", 0, 64, NULL, S_PRF,
       "bench pushpull: wire dtypes to time (fp32, fp16, bf16), each as a ratio to fp32 when both run" },
+    { "staged-echo", KD_CT_BOOL, "false", 0, 0, NULL, S_PRF,
+      "bench pushpull: also time an echo that keeps pushes and answers pulls from a fixed buffer, as a shard does" },
     { "workers", KD_CT_STRING, "8,64,256,1024", 0, 128, NULL, S_PRF,
       "bench barrier: fake workers, each its own DEALER" },
     { "fan-in", KD_CT_STRING, "0,32", 0, 64, NULL, S_PRF,

@@ -74,6 +74,28 @@ s_dump (const char *path)
     }
 }
 
+//  Keys whose value may be negative: a sum of differences of medians.
+static const char *const s_signed [] = { "split_sum_us", NULL };
+
+//  True when a value in line is negative and its key is not in s_signed.
+static bool
+s_has_negative (const char *line)
+{
+    for (const char *at = strstr (line, ":-"); at; at = strstr (at + 2, ":-")) {
+        //  The key is the quoted string just before the colon.
+        const char *close = at - 1, *open = close;
+        while (open > line && open [-1] != '"')
+            open--;
+        bool allowed = false;
+        for (int i = 0; s_signed [i] && *close == '"'; i++)
+            allowed |= (size_t) (close - open) == strlen (s_signed [i])
+                     && !strncmp (open, s_signed [i], (size_t) (close - open));
+        if (!allowed)
+            return true;
+    }
+    return false;
+}
+
 //  Check every line of out_path: a JSON object of the named benchmark
 //  holding every key in keys (NULL-terminated) as a number, positive
 //  unless listed in zero_ok.  Returns the number of lines.
@@ -92,7 +114,7 @@ s_check_lines (const char *out_path, const char *bench, const char *const *keys,
         size_t len = strlen (line);
         cr_expect (len > 2 && !strncmp (line, want, strlen (want)) && line [len - 1] == '}',
                    "line %d is not a %s object: %s", lines, bench, line);
-        cr_expect (!strstr (line, ":nan") && !strstr (line, ":inf") && !strstr (line, ":-"),
+        cr_expect (!strstr (line, ":nan") && !strstr (line, ":inf") && !s_has_negative (line),
                    "line %d has a value that is not a finite non-negative number: %s", lines, line);
         for (int k = 0; keys [k]; k++) {
             double v = kd_test_json_number (line, keys [k]);
@@ -124,7 +146,8 @@ Test (bench, pushpull_json_smoke)
                             "pushpull_gbps", "zmq_echo_gbps", "memcpy_gbps", "ratio_vs_zmq",
                             "ratio_vs_memcpy", "pushpull_us", "zmq_echo_us", "rtt_ratio",
                             "repeat", "shard_rss_kib", "echo_rss_kib", "client_rss_kib",
-                            "ratio_vs_fp32", NULL };
+                            "ratio_vs_fp32", "shard_cpu_us_op", "echo_cpu_us_op", "client_cpu_us_op",
+                            "client_echo_cpu_us_op", NULL };
     cr_expect_eq (s_check_lines (out, "pushpull", keys, NULL), 16,
                   "2 sizes x 2 shard counts x 2 in-flight depths x 2 dtypes");
     char *text = kd_test_slurp (out);
@@ -144,6 +167,42 @@ Test (bench, pushpull_json_smoke)
             cr_expect (strstr (line, "\"shm_pushpull_gbps\":null"), "%s", line);
     cr_expect_eq (shm_rows, 2, "64K (4K is under the client's threshold) x 2 in-flight depths through one shard in fp32");
     free (text);
+    //  The staged echo runs only when asked for.
+    text = kd_test_slurp (out);
+    cr_expect (text && !strstr (text, "\"staged_echo_gbps\":0") && strstr (text, "\"staged_echo_gbps\":null"),
+               "staged echo columns not null without --staged-echo: %s", text ? text : "(none)");
+    free (text);
+}
+
+//  --staged-echo: a third ceiling, an echo that keeps pushes and answers
+//  pulls from a fixed buffer, in every fp32 row and for every shard.
+Test (bench, pushpull_staged_echo_smoke)
+{
+    char out [256], err [256], port [16];
+    snprintf (out, sizeof out, "%s/staged.json", s_dir);
+    snprintf (err, sizeof err, "%s/staged.err", s_dir);
+    snprintf (port, sizeof port, "%d", s_port);
+    const char *args [] = { "pushpull", "--json", "--sizes", "64K", "--shards", "1,2",
+                            "--inflight", "1,4", "--staged-echo", "true", "--repeat", "1",
+                            "--run-seconds", "0.05", "--base-port", port, NULL };
+    int rc = s_run (args, out, err);
+    if (rc != 0)
+        s_dump (err);
+    cr_assert_eq (rc, 0, "kudus bench pushpull --staged-echo exited %d", rc);
+    const char *keys [] = { "pushpull_gbps", "zmq_echo_gbps", "staged_echo_gbps", "staged_ratio_vs_zmq",
+                            "ratio_vs_staged_echo", "shard_cpu_us_op", "echo_cpu_us_op", "staged_cpu_us_op",
+                            "client_cpu_us_op", "client_echo_cpu_us_op", "client_staged_cpu_us_op", NULL };
+    cr_expect_eq (s_check_lines (out, "pushpull", keys, NULL), 4, "2 shard counts x 2 in-flight depths");
+    //  Its helper refuses a size it cannot serve, and says why.
+    char endpoint [64];
+    snprintf (endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", s_port + 1);
+    const char *bad [] = { "zmq-staged-echo", endpoint, "0", NULL };
+    cr_expect_eq (s_run (bad, out, err), 1);
+    char *text = kd_test_slurp (err);
+    cr_expect (text && strstr (text, "BYTES must be"), "%s", text ? text : "(none)");
+    free (text);
+    const char *missing [] = { "zmq-staged-echo", endpoint, NULL };
+    cr_expect_eq (s_run (missing, out, err), 2);
 }
 
 //  Children of a process, from /proc (space-separated pids).
@@ -325,13 +384,26 @@ Test (bench, sparse_json_smoke)
     free (text);
     const char *pull_keys [] = { "keys", "model_keys", "keyed_pull_us", "dense_pull_us",
                                  "ratio_keyed_vs_dense", "keyed_wire_bytes", "delta_keys_pull_us",
-                                 "ratio_delta_keys_vs_dense", "delta_keys_wire_bytes", NULL };
+                                 "ratio_delta_keys_vs_dense", "delta_keys_wire_bytes",
+                                 "raw_dense_shape_us", "raw_keyed_shape_us", "decode_keyed_us",
+                                 "decode_dense_us", "encode_keyed_us", "encode_dense_us", "lookup_us",
+                                 "lookup_cold_us", NULL };
     cr_expect_eq (s_check_lines (pull, "sparse-pull", pull_keys, NULL), 1);
     //  As varint deltas the keys take fewer bytes than 8 a key.
     char *line = kd_test_slurp (pull);
     cr_assert (line);
     cr_expect_lt (kd_test_json_number (line, "delta_keys_wire_bytes"), kd_test_json_number (line, "keyed_wire_bytes"),
                   "%s", line);
+    //  The split's sum may be negative on a loaded machine (the raw keys
+    //  frame's cost is a difference of medians), but it is the sum of the
+    //  fields it names, up to their rounding.
+    double sum = kd_test_json_number (line, "split_sum_us");
+    double parts = kd_test_json_number (line, "raw_keyed_shape_us") - kd_test_json_number (line, "raw_dense_shape_us")
+                 + kd_test_json_number (line, "decode_keyed_us") - kd_test_json_number (line, "decode_dense_us")
+                 + kd_test_json_number (line, "lookup_us")
+                 + kd_test_json_number (line, "encode_keyed_us") - kd_test_json_number (line, "encode_dense_us");
+    cr_expect (isfinite (sum) && fabs (sum - parts) < 0.25, "split_sum_us %g, its parts add to %g: %s",
+               sum, parts, line);
     free (line);
     const char *bytes_keys [] = { "features", "rows", "iterations", "bytes_per_iteration",
                                   "dense_bytes_per_iteration", "ratio_vs_dense", "shard_peak_rss_kib",

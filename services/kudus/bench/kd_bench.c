@@ -4,6 +4,7 @@
 #include "kd_bench.h"
 #include "kd_spawn.h"
 #include <ctype.h>
+#include <dirent.h>
 #include <malloc.h>
 #include <errno.h>
 #include <signal.h>
@@ -48,6 +49,20 @@ kd_bench_main (int argc, char **argv)
     kd_bench_tune_allocator ();
     if (argc >= 3 && !strcmp (argv [1], "zmq-echo"))
         return kd_bench_echo_server (argv [2]);
+    if (argc >= 2 && !strcmp (argv [1], "zmq-staged-echo")) {
+        if (argc != 4) {
+            fprintf (stderr, "usage: kudus bench zmq-staged-echo ENDPOINT BYTES\n");
+            return 2;
+        }
+        return kd_bench_staged_echo_server (argv [2], argv [3]);
+    }
+    if (argc >= 2 && !strcmp (argv [1], "zmq-reply")) {
+        if (argc != 4) {
+            fprintf (stderr, "usage: kudus bench zmq-reply ENDPOINT BYTES\n");
+            return 1;
+        }
+        return kd_bench_reply_server (argv [2], argv [3]);
+    }
     if (argc >= 5 && !strcmp (argv [1], "zmq-barrier"))
         return kd_bench_barrier_server (argv [2], (size_t) atol (argv [3]), (size_t) atol (argv [4]));
     int rc = 0;
@@ -234,6 +249,36 @@ kd_bench_cpu_ms (pid_t pid)
     if (got != 2)
         return -1;
     return (double) (utime + stime) * 1000.0 / (double) sysconf (_SC_CLK_TCK);
+}
+
+double
+kd_bench_cpu_ns (pid_t pid)
+{
+    char path [96];
+    snprintf (path, sizeof path, "/proc/%d/task", pid ? (int) pid : (int) getpid ());
+    DIR *dir = opendir (path);
+    if (!dir)
+        return -1;
+    double ns = 0;
+    bool any = false;
+    struct dirent *e;
+    while ((e = readdir (dir))) {
+        if (!isdigit ((unsigned char) e->d_name [0]))
+            continue;
+        char stat [400];
+        snprintf (stat, sizeof stat, "%s/%s/schedstat", path, e->d_name);
+        char *text = kd_read_file (stat);
+        unsigned long long run = 0;
+        //  A thread that ended between the listing and the read is gone
+        //  from both counts alike.
+        if (text && sscanf (text, "%llu", &run) == 1) {
+            ns += (double) run;
+            any = true;
+        }
+        free (text);
+    }
+    closedir (dir);
+    return any ? ns : -1;
 }
 
 void

@@ -56,11 +56,23 @@ int
 int
     kd_bench_echo_server (const char *endpoint);
 
+//  The staged echo server (kudus bench zmq-staged-echo ENDPOINT BYTES):
+//  keeps pushed values per rank, answers pulls from a fixed buffer.
+int
+    kd_bench_staged_echo_server (const char *endpoint, const char *bytes);
+
 //  Hidden helper process of barrier: a plain libzmq ROUTER that holds the
 //  first `quota` of every n arrivals and then releases them together, and
 //  answers probes at once.  Runs until SIGTERM.
 int
     kd_bench_barrier_server (const char *endpoint, size_t n, size_t quota);
+
+//  Hidden helper process of sparse: a plain libzmq ROUTER that answers
+//  every whole message with a header-sized frame and `bytes` (decimal, 1
+//  to 256 MiB) of values sent without a copy from one fixed buffer.  Runs
+//  until SIGTERM; returns 1, with a message, for a bad argument.
+int
+    kd_bench_reply_server (const char *endpoint, const char *bytes);
 
 //  Keep large freed blocks in the heap for reuse, as kudus-shard does.
 void
@@ -98,6 +110,12 @@ void
 //  CPU time (user + system) a process has used, in ms; -1 if unknown.
 double
     kd_bench_cpu_ms (pid_t pid);
+
+//  CPU time all threads of a process have run, in ns, from the scheduler's
+//  own count (/proc/PID/task/*/schedstat), exact where kd_bench_cpu_ms
+//  counts clock ticks; pid 0 is this process.  -1 if unknown.
+double
+    kd_bench_cpu_ns (pid_t pid);
 
 //  Peak resident set (VmHWM) of a process in KiB, -1 if unknown.  Read it
 //  before the process is reaped.

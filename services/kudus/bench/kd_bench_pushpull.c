@@ -35,6 +35,7 @@
 #include "kd_bench.h"
 #include "kd_half.h"
 #include "kd_shmlink.h"
+#include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -50,7 +51,11 @@
 #define S_REQUEST_BYTES 24              //  echo: stands for a PULL
 
 //  S_SHM is push+pull with the values in shared memory (kd_shmlink).
-typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO, S_SHM, S_MODES } s_mode_t;
+//  S_STAGED is the staged echo (--staged-echo): raw libzmq that keeps each
+//  pushed frame until the same rank pushes again and answers a pull from
+//  a fixed buffer, the memory a shard touches without any of its code.
+typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO, S_SHM, S_STAGED, S_MODES } s_mode_t;
+#define S_STAGED_RANKS  64      //  the staged echo's slots (in flight at most)
 
 #define S_SHM_SLOTS     16      //  push slots per shard (the shard's bound)
 #define S_SHM_MIN_SIZE  16384   //  shm columns: sizes from kd_client's threshold
@@ -64,8 +69,10 @@ typedef struct {
     pid_t scheduler;            //  kudus-scheduler
     pid_t shard_pid [S_MAX_SHARDS];     //  kudus-shard processes
     pid_t echo_pid [S_MAX_SHARDS];      //  echo servers
+    pid_t staged_pid [S_MAX_SHARDS];    //  staged echo servers, or 0
     zsock_t *kudus [S_MAX_SHARDS];      //  DEALER per shard
     zsock_t *echo [S_MAX_SHARDS];       //  DEALER per echo server
+    zsock_t *staged [S_MAX_SHARDS];     //  DEALER per staged echo server, or NULL
     uint64_t lo [S_MAX_SHARDS];         //  first key each shard holds
     float *values;              //  what we push: S bytes
     double *op_us;              //  per op duration, scratch
@@ -89,19 +96,32 @@ s_min_ops (size_t inflight)
 //  --------------------------------------------------------------------------
 //  Requests and replies
 
+//  The socket a mode talks through to shard s.
+static zsock_t *
+s_sock (s_cluster_t *c, s_mode_t mode, size_t s)
+{
+    return mode == S_ECHO ? c->echo [s] : mode == S_STAGED ? c->staged [s] : c->kudus [s];
+}
+
 //  Send the request(s) of one op to shard s.  Ops name rank op % inflight.
 static int
 s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
 {
     size_t bytes = c->floats * sizeof (float);
-    if (mode == S_ECHO) {
+    if (mode == S_ECHO || mode == S_STAGED) {
         //  The frames push+pull sends, as raw bytes: a header-sized frame
         //  and the values (borrowed, as the Kudus client borrows them),
-        //  then a request-sized frame alone.  Both come back as they went.
-        static const char head [S_HEADER_BYTES], request [S_REQUEST_BYTES];
-        void *sock = zsock_resolve (c->echo [s]);
+        //  then a request-sized frame alone.  The echo sends both back as
+        //  they went; the staged echo keeps the values under the rank the
+        //  header's first byte names, as a shard stages a push, and
+        //  answers the request with its own fixed buffer.
+        static char heads [S_STAGED_RANKS][S_HEADER_BYTES];
+        static const char request [S_REQUEST_BYTES];
+        size_t rank = op % inflight % S_STAGED_RANKS;
+        heads [rank][0] = (char) rank;
+        void *sock = zsock_resolve (s_sock (c, mode, s));
         zmq_msg_t msg;
-        zmq_msg_init_data (&msg, (void *) head, sizeof head, NULL, NULL);
+        zmq_msg_init_data (&msg, heads [rank], S_HEADER_BYTES, NULL, NULL);
         int rc = zmq_msg_send (&msg, sock, ZMQ_SNDMORE);
         zmq_msg_init_data (&msg, c->values + s * c->floats, bytes, NULL, NULL);
         rc |= zmq_msg_send (&msg, sock, 0);
@@ -166,20 +186,23 @@ s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
 static int
 s_recv_reply (s_cluster_t *c, s_mode_t mode, size_t s)
 {
-    if (mode == S_ECHO) {
-        //  One whole message: the header-and-values one, or the request.
+    if (mode == S_ECHO || mode == S_STAGED) {
+        //  One whole message: the echo's header-and-values one or the
+        //  request; the staged echo's header alone or request and values.
         size_t total = 0;
         int more = 1, rc = 0;
         while (more && rc >= 0) {
             zmq_msg_t msg;
             zmq_msg_init (&msg);
-            rc = zmq_msg_recv (&msg, zsock_resolve (c->echo [s]), 0);
+            rc = zmq_msg_recv (&msg, zsock_resolve (s_sock (c, mode, s)), 0);
             total += zmq_msg_size (&msg);
             more = zmq_msg_more (&msg);
             zmq_msg_close (&msg);
         }
-        return rc >= 0 && (total == S_REQUEST_BYTES
-                       ||  total == S_HEADER_BYTES + c->floats * sizeof (float)) ? 0 : -1;
+        size_t values = c->floats * sizeof (float);
+        if (mode == S_STAGED)
+            return rc >= 0 && (total == S_HEADER_BYTES || total == S_REQUEST_BYTES + values) ? 0 : -1;
+        return rc >= 0 && (total == S_REQUEST_BYTES || total == S_HEADER_BYTES + values) ? 0 : -1;
     }
     kd_msg_t *reply = NULL;
     kd_msg_err_t err;
@@ -221,12 +244,12 @@ s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight, double second
 {
     c->why [0] = 0;
     c->done = 0;
-    size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO || mode == S_SHM ? 2 : 1;
+    size_t replies_per_op = mode == S_PUSHPULL || mode == S_ECHO || mode == S_SHM || mode == S_STAGED ? 2 : 1;
     size_t got [S_MAX_SHARDS] = { 0 };
     zmq_pollitem_t items [S_MAX_SHARDS];
     for (size_t s = 0; s < c->shards; s++)
         items [s] = (zmq_pollitem_t) {
-            zsock_resolve (mode == S_ECHO ? c->echo [s] : c->kudus [s]), 0, ZMQ_POLLIN, 0 };
+            zsock_resolve (s_sock (c, mode, s)), 0, ZMQ_POLLIN, 0 };
     double *start = (double *) malloc (ops * sizeof (double));
     assert (start);
     size_t sent = 0, done = 0, min_ops = s_min_ops (inflight);
@@ -255,7 +278,7 @@ s_run (s_cluster_t *c, s_mode_t mode, size_t ops, size_t inflight, double second
         if (rc <= 0)
             goto failed;
         for (size_t s = 0; s < c->shards; s++)
-            while (zsock_events (mode == S_ECHO ? c->echo [s] : c->kudus [s]) & ZMQ_POLLIN) {
+            while (zsock_events (s_sock (c, mode, s)) & ZMQ_POLLIN) {
                 if (s_recv_reply (c, mode, s)) {
                     if (zsys_interrupted)
                         goto interrupted;
@@ -280,13 +303,31 @@ failed:
     snprintf (c->why + strlen (c->why), sizeof c->why - strlen (c->why),
               " (mode %s, sent %zu, done %zu)",
               mode == S_PUSH ? "push" : mode == S_PULL ? "pull" : mode == S_PUSHPULL ? "push+pull"
-            : mode == S_SHM ? "push+pull (shm)" : "echo",
+            : mode == S_SHM ? "push+pull (shm)" : mode == S_STAGED ? "staged echo" : "echo",
               sent, done);
     free (start);
     return -1;
 interrupted:
     free (start);
     return -2;
+}
+
+//  CPU ns the server processes behind a mode have run so far (the shards,
+//  the echo servers or the staged ones); -1 for the other modes.
+static double
+s_servers_cpu_ns (s_cluster_t *c, s_mode_t mode)
+{
+    if (mode != S_PUSHPULL && mode != S_ECHO && mode != S_STAGED)
+        return -1;
+    double ns = 0;
+    for (size_t s = 0; s < c->shards; s++) {
+        double one = kd_bench_cpu_ns (mode == S_ECHO ? c->echo_pid [s]
+                                    : mode == S_STAGED ? c->staged_pid [s] : c->shard_pid [s]);
+        if (one < 0)
+            return -1;
+        ns += one;
+    }
+    return ns;
 }
 
 //  --------------------------------------------------------------------------
@@ -299,12 +340,14 @@ s_cluster_stop (s_cluster_t *c)
     for (size_t s = 0; s < c->shards; s++) {
         zsock_destroy (&c->kudus [s]);
         zsock_destroy (&c->echo [s]);
+        zsock_destroy (&c->staged [s]);
         kd_shmlink_destroy (&c->shm [s]);
     }
     for (size_t s = 0; s < c->shards; s++) {
         kd_bench_stop (c->shard_pid [s]);
         kd_bench_stop (c->echo_pid [s]);
-        c->shard_pid [s] = c->echo_pid [s] = 0;
+        kd_bench_stop (c->staged_pid [s]);
+        c->shard_pid [s] = c->echo_pid [s] = c->staged_pid [s] = 0;
     }
     kd_bench_stop (c->scheduler);
     c->scheduler = 0;
@@ -340,6 +383,17 @@ s_cluster_start (s_cluster_t *c)
         c->echo [s] = kd_bench_dealer (b->base_port + 1 + S_MAX_SHARDS + (int) s, S_TIMEOUT_MS);
         if (c->shard_pid [s] < 0 || c->echo_pid [s] < 0 || !c->kudus [s] || !c->echo [s])
             return -1;
+        if (kd_config_bool (b->config, "staged-echo")) {
+            char staged_bind [64], bytes [32];
+            snprintf (staged_bind, sizeof staged_bind, "tcp://127.0.0.1:%d",
+                      b->base_port + 1 + 2 * S_MAX_SHARDS + (int) s);
+            snprintf (bytes, sizeof bytes, "%zu", c->floats * sizeof (float));
+            const char *targv [] = { b->self_exe, "bench", "zmq-staged-echo", staged_bind, bytes, NULL };
+            c->staged_pid [s] = kd_bench_spawn (b, targv);
+            c->staged [s] = kd_bench_dealer (b->base_port + 1 + 2 * S_MAX_SHARDS + (int) s, S_TIMEOUT_MS);
+            if (c->staged_pid [s] < 0 || !c->staged [s])
+                return -1;
+        }
     }
     if (c->scheduler < 0)
         return -1;
@@ -505,31 +559,52 @@ kd_bench_pushpull (kd_bench_t *b)
                 if (k % n_dtypes == 0)
                     fp32_pushpull = 0;
                 double gbps [S_MODES][KD_BENCH_MAX_LIST * 4] = { { 0 } }, us [S_MODES][KD_BENCH_MAX_LIST * 4] = { { 0 } };
+                //  CPU the servers and this client ran during each mode's
+                //  timed runs, and the ops they did: CPU per op, by side.
+                double server_ns [S_MODES] = { 0 }, client_ns [S_MODES] = { 0 }, ops_done [S_MODES] = { 0 };
+                bool cpu_known = true;
                 //  Shared memory carries fp32 only, and is timed with one
                 //  shard (the co-located pair), which keeps the default
                 //  matrix within minutes.
                 //  Sizes from the client's threshold (16 KiB) to the target's
                 //  16 MiB.
-                int modes = c.dtype == KD_DTYPE_F32 && c.shm [0] && inflight <= S_SHM_SLOTS
-                         && size >= S_SHM_MIN_SIZE && size <= S_SHM_MAX_SIZE ? S_MODES : S_SHM;
+                bool shm_on = c.dtype == KD_DTYPE_F32 && c.shm [0] && inflight <= S_SHM_SLOTS
+                           && size >= S_SHM_MIN_SIZE && size <= S_SHM_MAX_SIZE;
+                bool staged_on = c.staged [0] && c.dtype == KD_DTYPE_F32 && inflight <= S_STAGED_RANKS;
+                s_mode_t run [S_MODES];
+                int modes = 0;
+                for (int m = 0; m < S_MODES; m++)
+                    if ((m != S_SHM || shm_on) && (m != S_STAGED || staged_on))
+                        run [modes++] = (s_mode_t) m;
                 int repeat = b->repeat < KD_BENCH_MAX_LIST * 4 ? b->repeat : KD_BENCH_MAX_LIST * 4;
                 //  One untimed round of each mode first: connections, page
                 //  faults and allocator warm-up belong to no figure.
                 double secs = 0;
                 for (int m = 0; m < modes && rc == 0; m++)
-                    if ((secs = s_run (&c, (s_mode_t) m, inflight * 2, inflight, 0)) < 0) {
+                    if ((secs = s_run (&c, run [m], inflight * 2, inflight, 0)) < 0) {
                         rc = secs == -2 ? 130 : 1;
                     }
                 //  The modes take turns within each repeat, so that a
                 //  change in machine load touches them all alike.
                 for (int r = 0; r < repeat && rc == 0; r++)
-                    for (int m = 0; m < modes && rc == 0; m++) {
-                        size_t op_bytes = (m == S_PUSHPULL || m == S_ECHO || m == S_SHM) ? 2 * size : size;
-                        secs = s_run (&c, (s_mode_t) m, S_MAX_OPS, inflight, seconds);
+                    for (int k = 0; k < modes && rc == 0; k++) {
+                        s_mode_t m = run [k];
+                        size_t op_bytes = (m == S_PUSH || m == S_PULL) ? size : 2 * size;
+                        double server0 = s_servers_cpu_ns (&c, m), client0 = kd_bench_cpu_ns (0);
+                        secs = s_run (&c, m, S_MAX_OPS, inflight, seconds);
                         if (secs <= 0) {
                             rc = secs == -2 ? 130 : 1;
                             break;
                         }
+                        double server1 = s_servers_cpu_ns (&c, m), client1 = kd_bench_cpu_ns (0);
+                        if (server0 >= 0 && server1 >= 0 && client0 >= 0 && client1 >= 0) {
+                            server_ns [m] += server1 - server0;
+                            client_ns [m] += client1 - client0;
+                            ops_done [m] += (double) c.done;
+                        }
+                        else
+                        if (m == S_PUSHPULL || m == S_ECHO || m == S_STAGED)
+                            cpu_known = false;
                         gbps [m][r] = (double) op_bytes * (double) c.done / secs / 1e9;
                         us [m][r] = kd_bench_median (c.op_us, (int) c.done);
                     }
@@ -567,9 +642,29 @@ kd_bench_pushpull (kd_bench_t *b)
                 snprintf (shm [1], 32, "%.4g", med [S_SHM] / med [S_ECHO]);
                 snprintf (shm [2], 32, "%.4g", med [S_SHM] / memcpy_gbps);
                 snprintf (shm [3], 32, "%.1f", med_us [S_SHM]);
-                if (modes == S_SHM)
+                if (!shm_on)
                     for (int k = 0; k < 4; k++)
                         snprintf (shm [k], 32, "null");
+                //  The staged echo, and push+pull as a ratio to it: what is
+                //  left of the gap to the echo once the memory is a shard's.
+                char staged [3][32];
+                snprintf (staged [0], 32, "%.4g", med [S_STAGED]);
+                snprintf (staged [1], 32, "%.4g", med [S_STAGED] / med [S_ECHO]);
+                snprintf (staged [2], 32, "%.4g", med [S_PUSHPULL] / med [S_STAGED]);
+                if (!staged_on)
+                    for (int k = 0; k < 3; k++)
+                        snprintf (staged [k], 32, "null");
+                //  CPU us per op (size bytes out and back over all shards):
+                //  the servers' (all threads: I/O and main) and this
+                //  client's, for push+pull, the echo and the staged echo.
+                char cpu [6][32];
+                const s_mode_t cpu_modes [3] = { S_PUSHPULL, S_ECHO, S_STAGED };
+                for (int k = 0; k < 3; k++) {
+                    s_mode_t m = cpu_modes [k];
+                    bool known = cpu_known && ops_done [m] > 0 && (m != S_STAGED || staged_on);
+                    snprintf (cpu [k], 32, known ? "%.2f" : "null", server_ns [m] / 1000.0 / ops_done [m]);
+                    snprintf (cpu [3 + k], 32, known ? "%.2f" : "null", client_ns [m] / 1000.0 / ops_done [m]);
+                }
                 char dtype_json [16], vs_fp32 [32];
                 snprintf (dtype_json, sizeof dtype_json, "\"%s\"", kd_dtype_name (c.dtype));
                 //  GB/s count fp32-equivalent payload, so a ratio above 1 is
@@ -597,6 +692,11 @@ kd_bench_pushpull (kd_bench_t *b)
                     "pushpull_us", v [10], "zmq_echo_us", v [11], "rtt_ratio", v [12],
                     "shm_pushpull_gbps", shm [0], "shm_ratio_vs_zmq", shm [1],
                     "shm_ratio_vs_memcpy", shm [2], "shm_pushpull_us", shm [3],
+                    "staged_echo_gbps", staged [0], "staged_ratio_vs_zmq", staged [1],
+                    "ratio_vs_staged_echo", staged [2],
+                    "shard_cpu_us_op", cpu [0], "echo_cpu_us_op", cpu [1], "staged_cpu_us_op", cpu [2],
+                    "client_cpu_us_op", cpu [3], "client_echo_cpu_us_op", cpu [4],
+                    "client_staged_cpu_us_op", cpu [5],
                     "repeat", v [13], "shard_rss_kib", v [14], "echo_rss_kib", v [15],
                     "client_rss_kib", client_rss, NULL };
                 kd_bench_row (b, "pushpull", &header, kv);
@@ -643,5 +743,89 @@ kd_bench_echo_server (const char *endpoint)
     }
     zmq_close (router);
     zmq_ctx_term (ctx);
+    return 0;
+}
+
+//  The staged echo: the memory a shard touches, with none of its code.
+//  A header-and-values message is a push: its values frame is kept under
+//  the rank in the header's first byte, and the frame it replaces (that
+//  rank's previous push) is freed now, as a shard frees a replaced staged
+//  gradient; the header goes back alone.  A lone frame is a pull: it goes
+//  back with a fixed buffer of `bytes`, lent to ZeroMQ without a copy, as
+//  a shard lends its snapshot.
+int
+kd_bench_staged_echo_server (const char *endpoint, const char *size)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long bytes = strtoull (size, &end, 10);
+    if (errno || !end || *end || end == size || bytes == 0 || bytes > (1ull << 30)) {
+        fprintf (stderr, "kudus bench zmq-staged-echo: BYTES must be 1 to 1073741824, not '%s'\n", size);
+        return 1;
+    }
+    char *snapshot = (char *) malloc ((size_t) bytes);
+    if (!snapshot) {
+        fprintf (stderr, "kudus bench zmq-staged-echo: cannot allocate %llu bytes\n", bytes);
+        return 1;
+    }
+    memset (snapshot, 1, (size_t) bytes);
+    void *ctx = zmq_ctx_new ();
+    void *router = kd_bench_raw_router (ctx, endpoint, "zmq-staged-echo");
+    if (!router) {
+        zmq_ctx_term (ctx);
+        free (snapshot);
+        return 1;
+    }
+    zmq_msg_t staged [S_STAGED_RANKS];
+    bool held [S_STAGED_RANKS] = { false };
+    while (!kd_bench_raw_stop) {
+        //  A whole message: the peer's id and up to two parts more.
+        zmq_msg_t part [3];
+        int parts = 0, more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init (&m);
+            if (zmq_msg_recv (&m, router, 0) < 0) {
+                zmq_msg_close (&m);
+                if (parts == 0 || kd_bench_raw_stop)
+                    break;
+                continue;
+            }
+            more = zmq_msg_more (&m);
+            if (parts < 3)
+                part [parts++] = m;
+            else
+                zmq_msg_close (&m);
+        }
+        if (parts == 3 && zmq_msg_size (&part [1]) > 0) {
+            size_t rank = (unsigned char) ((char *) zmq_msg_data (&part [1])) [0] % S_STAGED_RANKS;
+            if (held [rank])
+                zmq_msg_close (&staged [rank]);
+            zmq_msg_init (&staged [rank]);
+            zmq_msg_move (&staged [rank], &part [2]);
+            held [rank] = true;
+            zmq_msg_send (&part [0], router, ZMQ_SNDMORE);
+            zmq_msg_send (&part [1], router, 0);
+        }
+        else
+        if (parts == 2) {
+            zmq_msg_t values;
+            zmq_msg_init_data (&values, snapshot, (size_t) bytes, NULL, NULL);
+            zmq_msg_send (&part [0], router, ZMQ_SNDMORE);
+            zmq_msg_send (&part [1], router, ZMQ_SNDMORE);
+            zmq_msg_send (&values, router, 0);
+            zmq_msg_close (&values);
+        }
+        //  Anything else is not the bench's: dropped.
+        for (int i = 0; i < parts; i++)
+            zmq_msg_close (&part [i]);
+    }
+    for (size_t r = 0; r < S_STAGED_RANKS; r++)
+        if (held [r])
+            zmq_msg_close (&staged [r]);
+    zmq_close (router);
+    zmq_ctx_term (ctx);
+    //  ZeroMQ may still hold the lent buffer until the context is gone.
+    free (snapshot);
     return 0;
 }

@@ -11,6 +11,24 @@
        key) and the shard looks each one up, so it cannot be as cheap as a
        dense pull of the same floats: the ratio says how much dearer.
 
+       Each repeat also splits that difference into measured parts.  The
+       wire: a plain libzmq ROUTER (`kudus bench zmq-reply`, no Kudus code)
+       answers every request with a header-sized frame and n floats sent
+       without a copy, as the shard lends its snapshot, and the client
+       times round trips of a dense pull's shape (a header-sized frame) and
+       of a keyed pull's (the same and the 8 n byte keys frame).  The work,
+       timed in this process with the real code on the same keys: the
+       client's building and kd_msg_send of a keyed and a dense PULL (into
+       a PUB socket with no subscriber, which drops it, so no wire is
+       timed), the shard's kd_msg_decode of each as its ROUTER receives it,
+       and kd_sparse_pull of the n keys from a table built as the shard's
+       keyed model builds it (adagrad, rows made by one step of the n
+       keys).  These run hot in cache, one op of each in turn; the lookups
+       are also timed cold, after streaming through a buffer larger than
+       the last-level cache.  split_sum_us adds the keys frame's wire cost,
+       the decode's and the encode's keyed-minus-dense, and the lookups,
+       to set against keyed_pull_us - dense_pull_us.
+
     2. Bytes on the wire per iteration, against the model's size.  For each
        feature count in `sparse-features`, a click log of `sparse-rows` rows
        (kd_ctrgen, as `kudus gen-ctr` writes it, same seed) and a `kudus
@@ -35,6 +53,8 @@
 #include "kd_bench.h"
 #include "kd_ctrgen.h"
 #include "kd_ctrref.h"
+#include "kd_sparse.h"
+#include <ctype.h>
 #include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -47,6 +67,10 @@
 #define S_MAX_OPS       100000          //  ops per timed run at most
 #define S_MAX_SHARDS    16
 #define S_POLL_MS       500             //  STATS period
+#define S_REPLY_HEADER  64              //  zmq-reply: stands for a PULL_OK header
+#define S_REPLY_MAX     (256u << 20)    //  zmq-reply: largest values frame
+#define S_EVICT_BYTES   (64u << 20)     //  cold lookups: twice a 32 MiB last-level cache
+#define S_SPLIT_OPS     5               //  in-process ops timed in turn
 
 static volatile sig_atomic_t s_stop = 0;
 
@@ -170,14 +194,260 @@ s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, bool delta, double
     return kd_bench_median (op_us, (int) ops);
 }
 
+//  The header frame of a PULL, keyed or dense, as kd_msg_send sends it.
+static size_t
+s_header_bytes (const uint64_t *keys, size_t n)
+{
+    kd_msg_t *probe = s_pull (keys, n, false);
+    zmsg_t *wire = NULL;
+    size_t bytes = kd_msg_encode (probe, &wire) == 0 ? zframe_size (zmsg_first (wire)) : 0;
+    zmsg_destroy (&wire);
+    kd_msg_destroy (&probe);
+    return bytes;
+}
+
+//  One raw round trip to the zmq-reply helper: a header-sized frame, then
+//  keys_bytes of keys when not 0 (without a copy, as the values of
+//  pushpull's echo go), and the whole reply read.  Returns 0 or -1 (why).
+static int
+s_raw_round (zsock_t *sock, size_t head_bytes, const void *keys, size_t keys_bytes, size_t reply_bytes,
+             char *why, size_t size)
+{
+    static const char head [256];
+    assert (head_bytes <= sizeof head);
+    void *handle = zsock_resolve (sock);
+    int rc = zmq_send (handle, head, head_bytes, keys_bytes ? ZMQ_SNDMORE : 0);
+    if (rc >= 0 && keys_bytes) {
+        zmq_msg_t msg;
+        zmq_msg_init_data (&msg, (void *) keys, keys_bytes, NULL, NULL);
+        rc = zmq_msg_send (&msg, handle, 0);
+        if (rc < 0)
+            zmq_msg_close (&msg);
+    }
+    size_t total = 0;
+    int more = 1;
+    while (rc >= 0 && more) {
+        zmq_msg_t msg;
+        zmq_msg_init (&msg);
+        rc = zmq_msg_recv (&msg, handle, 0);
+        total += rc >= 0 ? zmq_msg_size (&msg) : 0;
+        more = zmq_msg_more (&msg);
+        zmq_msg_close (&msg);
+    }
+    if (rc < 0)
+        snprintf (why, size, "the zmq-reply helper did not answer within %d ms", S_TIMEOUT_MS);
+    else
+    if (total != S_REPLY_HEADER + reply_bytes)
+        snprintf (why, size, "the zmq-reply helper answered %zu bytes, not %zu", total,
+                  (size_t) S_REPLY_HEADER + reply_bytes);
+    return rc >= 0 && total == S_REPLY_HEADER + reply_bytes ? 0 : -1;
+}
+
+//  Raw round trips for `seconds`: the median op time in us, or -1 (why).
+static double
+s_timed_raw (zsock_t *sock, size_t head_bytes, const void *keys, size_t keys_bytes, size_t reply_bytes,
+             double seconds, double *op_us, char *why, size_t size)
+{
+    size_t ops = 0;
+    double t0 = kd_now_msf ();
+    while (ops < S_MAX_OPS && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+        double t = kd_now_msf ();
+        if (s_raw_round (sock, head_bytes, keys, keys_bytes, reply_bytes, why, size))
+            return -1;
+        op_us [ops++] = (kd_now_msf () - t) * 1000;
+    }
+    return kd_bench_median (op_us, (int) ops);
+}
+
+//  One repeat's figures of the split, in us (medians of its ops).
+typedef struct {
+    double raw_dense;           //  raw round trip, a dense pull's shape
+    double raw_keyed;           //  ... a keyed pull's: the keys frame too
+    double decode_keyed;        //  kd_msg_decode and destroy of a keyed PULL
+    double decode_dense;        //  ... of a dense PULL
+    double encode_keyed;        //  building a keyed PULL and kd_msg_send
+    double encode_dense;        //  ... a dense PULL
+    double lookup;              //  kd_sparse_pull of the n keys, hot
+    double lookup_cold;         //  ... after streaming through S_EVICT_BYTES
+} s_split_t;
+
+//  What the in-process timings work on: the real code's inputs, made once.
+typedef struct {
+    const uint64_t *keys;       //  the n keys the pulls name
+    size_t n;                   //  how many
+    zmsg_t *keyed_wire;         //  a keyed PULL as the shard's ROUTER receives it
+    zmsg_t *dense_wire;         //  a dense PULL, likewise
+    zsock_t *sink;              //  a PUB with no subscriber: sends go nowhere
+    kd_sparse_t *table;         //  the n rows, as the shard's keyed model holds them
+    float *out;                 //  the looked-up values
+    char *evict;                //  S_EVICT_BYTES streamed through before a cold lookup
+} s_work_t;
+
+//  A PULL as the shard's ROUTER hands it to kd_msg_decode: a routing id
+//  (5 bytes, as a ROUTER makes them), the header, and the keys if any.
+static zmsg_t *
+s_received_pull (const uint64_t *keys, size_t n)
+{
+    static const byte id [5] = { 0, 0x6b, 0x8b, 0x45, 0x67 };
+    kd_msg_t *pull = s_pull (keys, keys ? n : 0, false);
+    zframe_t *routing = zframe_new (id, sizeof id);
+    kd_msg_set_routing_id (pull, routing);
+    zframe_destroy (&routing);
+    zmsg_t *wire = NULL;
+    if (kd_msg_encode (pull, &wire))
+        zmsg_destroy (&wire);
+    kd_msg_destroy (&pull);
+    return wire;
+}
+
+//  Make the in-process timings' inputs.  Returns 0, or -1 (why).
+static int
+s_work_new (s_work_t *w, const uint64_t *keys, const float *values, size_t n, char *why, size_t size)
+{
+    *w = (s_work_t) { .keys = keys, .n = n };
+    w->keyed_wire = s_received_pull (keys, n);
+    w->dense_wire = s_received_pull (NULL, n);
+    w->sink = zsock_new (ZMQ_PUB);
+    //  The shard's keyed model: kd_keyed_new's table under the cluster's
+    //  adagrad, its rows made by the one push that touched the n keys.
+    kd_optimizer_opts_t opts = kd_optimizer_defaults (KD_OPT_ADAGRAD);
+    w->table = kd_sparse_new (1, &opts, 0.0, 0);
+    w->out = (float *) malloc (n * sizeof (float));
+    w->evict = (char *) malloc (S_EVICT_BYTES);
+    assert (w->sink && w->out && w->evict);
+    if (!w->keyed_wire || !w->dense_wire || !w->table || kd_sparse_step (w->table, keys, n, values)) {
+        snprintf (why, size, "cannot build the in-process inputs");
+        return -1;
+    }
+    //  A key missing from the table would read as a zero row, a cheaper
+    //  path than the shard's: every row must have taken its step.
+    kd_sparse_pull (w->table, keys, n, w->out);
+    for (size_t i = 0; i < n; i++)
+        if (w->out [i] == 0) {
+            snprintf (why, size, "the in-process table lacks key %llu", (unsigned long long) keys [i]);
+            return -1;
+        }
+    return 0;
+}
+
+//  Free what s_work_new made (any of it).
+static void
+s_work_destroy (s_work_t *w)
+{
+    zmsg_destroy (&w->keyed_wire);
+    zmsg_destroy (&w->dense_wire);
+    zsock_destroy (&w->sink);
+    kd_sparse_destroy (&w->table);
+    free (w->out);
+    free (w->evict);
+    w->out = NULL;
+    w->evict = NULL;
+}
+
+//  Decode (and free) a copy of a received PULL: the copy is made before
+//  the clock starts.  Returns the op's us, or -1 if the codec refused it.
+static double
+s_time_decode (zmsg_t *wire, size_t want_keys)
+{
+    zmsg_t *copy = zmsg_dup (wire);
+    kd_msg_t *msg = NULL;
+    kd_msg_err_t err;
+    double t = kd_now_msf ();
+    int rc = kd_msg_decode (&copy, true, &msg, NULL, &err);
+    size_t n_keys = 0;
+    if (rc == 0)
+        kd_msg_keys (msg, &n_keys);
+    kd_msg_destroy (&msg);
+    double us = (kd_now_msf () - t) * 1000;
+    return rc == 0 && n_keys == want_keys ? us : -1;
+}
+
+//  Build a PULL and send it into the sink, as a worker does per pull:
+//  kd_msg_set_keys copies the keys, kd_msg_send encodes the header and
+//  moves the keys frame to libzmq.  Returns the op's us, or -1.
+static double
+s_time_encode (s_work_t *w, bool keyed)
+{
+    double t = kd_now_msf ();
+    kd_msg_t *pull = s_pull (keyed ? w->keys : NULL, keyed ? w->n : 0, false);
+    int rc = kd_msg_send (&pull, w->sink);
+    double us = (kd_now_msf () - t) * 1000;
+    return rc == 0 ? us : -1;
+}
+
+//  The lookups of the n keys, timed.
+static double
+s_time_lookup (s_work_t *w)
+{
+    double t = kd_now_msf ();
+    kd_sparse_pull (w->table, w->keys, w->n, w->out);
+    return (kd_now_msf () - t) * 1000;
+}
+
+//  The in-process parts of one repeat, into split.  Hot: one op of each
+//  kind in turn, for `seconds`, so each runs with the others' data in
+//  the caches as a loop leaves them (a shard does little else between
+//  pulls, but this is still a best case).  Cold: lookups after streaming
+//  through S_EVICT_BYTES, the keys then read back (they arrive fresh in
+//  the shard), so only the table is cold.  Returns 0, or -1 (why).
+static int
+s_time_work (s_work_t *w, double seconds, double *op_us, s_split_t *split, char *why, size_t size)
+{
+    size_t cap = S_MAX_OPS / S_SPLIT_OPS, rounds = 0;
+    double *at [S_SPLIT_OPS];
+    for (int k = 0; k < S_SPLIT_OPS; k++)
+        at [k] = op_us + (size_t) k * cap;
+    double t0 = kd_now_msf ();
+    while (rounds < cap && !s_stop && (rounds < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+        at [0][rounds] = s_time_decode (w->keyed_wire, w->n);
+        at [1][rounds] = s_time_decode (w->dense_wire, 0);
+        at [2][rounds] = s_time_encode (w, true);
+        at [3][rounds] = s_time_encode (w, false);
+        at [4][rounds] = s_time_lookup (w);
+        for (int k = 0; k < S_SPLIT_OPS; k++)
+            if (at [k][rounds] < 0) {
+                snprintf (why, size, "in-process %s failed", k < 2 ? "kd_msg_decode" : "kd_msg_send");
+                return -1;
+            }
+        rounds++;
+    }
+    split->decode_keyed = kd_bench_median (at [0], (int) rounds);
+    split->decode_dense = kd_bench_median (at [1], (int) rounds);
+    split->encode_keyed = kd_bench_median (at [2], (int) rounds);
+    split->encode_dense = kd_bench_median (at [3], (int) rounds);
+    split->lookup = kd_bench_median (at [4], (int) rounds);
+    size_t ops = 0;
+    t0 = kd_now_msf ();
+    while (ops < cap && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+        memset (w->evict, (int) (ops & 0xff), S_EVICT_BYTES);
+        //  Read back through a volatile sum so that the reads happen.
+        volatile uint64_t sum = 0;
+        for (size_t i = 0; i < w->n; i++)
+            sum += w->keys [i];
+        at [0][ops++] = s_time_lookup (w);
+    }
+    split->lookup_cold = kd_bench_median (at [0], (int) ops);
+    return 0;
+}
+
+//  The median over the repeats of one field of s_split_t.
+static double
+s_split_median (const s_split_t *runs, int n, size_t offset, double *scratch)
+{
+    for (int r = 0; r < n; r++)
+        scratch [r] = *(const double *) ((const char *) &runs [r] + offset);
+    return kd_bench_median (scratch, n);
+}
+
 //  Part 1: a keyed pull of n keys against a dense pull of n floats.
 static int
 s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
 {
     if (n == 0 || n > model_keys)
         return 0;
-    pid_t pids [4] = { 0 };
-    zsock_t *keyed = NULL, *dense = NULL;
+    pid_t pids [5] = { 0 };
+    zsock_t *keyed = NULL, *dense = NULL, *raw = NULL;
+    s_work_t work = { 0 };
     uint64_t *keys = (uint64_t *) malloc (n * sizeof (uint64_t));
     float *values = (float *) malloc (n * sizeof (float));
     double *op_us = (double *) malloc (S_MAX_OPS * sizeof (double));
@@ -186,7 +456,8 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     double *ratio = (double *) calloc ((size_t) b->repeat, sizeof (double));
     double *delta_us = (double *) calloc ((size_t) b->repeat, sizeof (double));
     double *delta_ratio = (double *) calloc ((size_t) b->repeat, sizeof (double));
-    assert (keys && values && op_us && keyed_us && dense_us && ratio && delta_us && delta_ratio);
+    s_split_t *split = (s_split_t *) calloc ((size_t) b->repeat, sizeof (s_split_t));
+    assert (keys && values && op_us && keyed_us && dense_us && ratio && delta_us && delta_ratio && split);
     //  Scattered over the whole model, one key in each of n equal strides.
     uint64_t stride = model_keys / n, state = 7;
     for (size_t i = 0; i < n; i++) {
@@ -196,12 +467,18 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     char why [160] = "";
     int rc = -1;
     double seconds = kd_config_double (b->config, "run-seconds");
+    char reply_bind [64], reply_bytes [32];
+    snprintf (reply_bind, sizeof reply_bind, "tcp://127.0.0.1:%d", b->base_port + 5);
+    snprintf (reply_bytes, sizeof reply_bytes, "%zu", n * sizeof (float));
+    const char *rargv [] = { b->self_exe, "bench", "zmq-reply", reply_bind, reply_bytes, NULL };
     //  ASP: the touching push is applied at once, so the pulls read rows
     //  that exist, as in training.
     if (s_mini_cluster (b, b->base_port, "asp", "--bench-keys", (size_t) model_keys, &pids [0], &pids [1])
     ||  s_mini_cluster (b, b->base_port + 10, "bsp", "--bench-floats", n, &pids [2], &pids [3])
+    ||  (pids [4] = kd_bench_spawn (b, rargv)) <= 0
     ||  !(keyed = kd_bench_dealer (b->base_port + 1, S_TIMEOUT_MS))
-    ||  !(dense = kd_bench_dealer (b->base_port + 11, S_TIMEOUT_MS))) {
+    ||  !(dense = kd_bench_dealer (b->base_port + 11, S_TIMEOUT_MS))
+    ||  !(raw = kd_bench_dealer (b->base_port + 5, S_TIMEOUT_MS))) {
         snprintf (why, sizeof why, "cannot start the clusters");
         goto done;
     }
@@ -211,6 +488,14 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     }
     kd_msg_t *push = s_keyed_push (keys, values, n);
     if (s_round (keyed, &push, KD_MSG_PUSH_OK, 0, why, sizeof why))
+        goto done;
+    //  The raw requests are as large as the real ones: the PULL headers as
+    //  encoded, and the keys frame of 8 bytes a key.
+    size_t dense_head = s_header_bytes (NULL, 0), keyed_head = s_header_bytes (keys, n);
+    size_t keys_bytes = n * sizeof (uint64_t), reply_values = n * sizeof (float);
+    //  One round trip first: the helper may still be starting.
+    if (s_raw_round (raw, dense_head, NULL, 0, reply_values, why, sizeof why)
+    ||  s_work_new (&work, keys, values, n, why, sizeof why))
         goto done;
     //  Each repeat times the keys plain (the default) and as varint deltas
     //  (--key-encoding delta), taking turns at going first, then the dense
@@ -223,6 +508,18 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
         }
         dense_us [r] = s_timed_pulls (dense, NULL, n, false, seconds, op_us, why, sizeof why);
         if (keyed_us [r] < 0 || delta_us [r] < 0 || dense_us [r] < 0)
+            goto done;
+        //  The split: the raw shapes, taking turns at going first, then
+        //  the real code in this process.
+        s_split_t *sp = &split [r];
+        for (int turn = 0; turn < 2; turn++) {
+            bool with_keys = (turn + r) % 2;
+            *(with_keys ? &sp->raw_keyed : &sp->raw_dense) =
+                s_timed_raw (raw, with_keys ? keyed_head : dense_head, with_keys ? keys : NULL,
+                             with_keys ? keys_bytes : 0, reply_values, seconds, op_us, why, sizeof why);
+        }
+        if (sp->raw_keyed < 0 || sp->raw_dense < 0
+        ||  s_time_work (&work, seconds, op_us, sp, why, sizeof why))
             goto done;
         ratio [r] = keyed_us [r] / dense_us [r];
         delta_ratio [r] = delta_us [r] / dense_us [r];
@@ -242,10 +539,38 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     //  as encoded, and the values.
     snprintf (f_bytes, sizeof f_bytes, "%zu", s_keys_wire_bytes (keys, n, false) + n * sizeof (float));
     snprintf (f_delta_bytes, sizeof f_delta_bytes, "%zu", s_keys_wire_bytes (keys, n, true) + n * sizeof (float));
+    //  The split, each part the median over the repeats; the sum is of
+    //  those medians, so it can be checked against the fields.
+    s_split_t m;
+    m.raw_dense = s_split_median (split, b->repeat, offsetof (s_split_t, raw_dense), op_us);
+    m.raw_keyed = s_split_median (split, b->repeat, offsetof (s_split_t, raw_keyed), op_us);
+    m.decode_keyed = s_split_median (split, b->repeat, offsetof (s_split_t, decode_keyed), op_us);
+    m.decode_dense = s_split_median (split, b->repeat, offsetof (s_split_t, decode_dense), op_us);
+    m.encode_keyed = s_split_median (split, b->repeat, offsetof (s_split_t, encode_keyed), op_us);
+    m.encode_dense = s_split_median (split, b->repeat, offsetof (s_split_t, encode_dense), op_us);
+    m.lookup = s_split_median (split, b->repeat, offsetof (s_split_t, lookup), op_us);
+    m.lookup_cold = s_split_median (split, b->repeat, offsetof (s_split_t, lookup_cold), op_us);
+    double sum = (m.raw_keyed - m.raw_dense) + (m.decode_keyed - m.decode_dense) + m.lookup
+               + (m.encode_keyed - m.encode_dense);
+    char f_raw_dense [32], f_raw_keyed [32], f_dec_keyed [32], f_dec_dense [32], f_enc_keyed [32],
+         f_enc_dense [32], f_lookup [32], f_cold [32], f_sum [32];
+    snprintf (f_raw_dense, sizeof f_raw_dense, "%.1f", m.raw_dense);
+    snprintf (f_raw_keyed, sizeof f_raw_keyed, "%.1f", m.raw_keyed);
+    snprintf (f_dec_keyed, sizeof f_dec_keyed, "%.2f", m.decode_keyed);
+    snprintf (f_dec_dense, sizeof f_dec_dense, "%.2f", m.decode_dense);
+    snprintf (f_enc_keyed, sizeof f_enc_keyed, "%.2f", m.encode_keyed);
+    snprintf (f_enc_dense, sizeof f_enc_dense, "%.2f", m.encode_dense);
+    snprintf (f_lookup, sizeof f_lookup, "%.2f", m.lookup);
+    snprintf (f_cold, sizeof f_cold, "%.2f", m.lookup_cold);
+    snprintf (f_sum, sizeof f_sum, "%.1f", sum);
     const char *kv [] = { "keys", f_keys, "model_keys", f_model, "keyed_pull_us", f_keyed,
                           "dense_pull_us", f_dense, "ratio_keyed_vs_dense", f_ratio,
                           "keyed_wire_bytes", f_bytes, "delta_keys_pull_us", f_delta,
                           "ratio_delta_keys_vs_dense", f_delta_ratio, "delta_keys_wire_bytes", f_delta_bytes,
+                          "raw_dense_shape_us", f_raw_dense, "raw_keyed_shape_us", f_raw_keyed,
+                          "decode_keyed_us", f_dec_keyed, "decode_dense_us", f_dec_dense,
+                          "encode_keyed_us", f_enc_keyed, "encode_dense_us", f_enc_dense,
+                          "lookup_us", f_lookup, "lookup_cold_us", f_cold, "split_sum_us", f_sum,
                           NULL };
     kd_bench_row (b, "sparse-pull", header, kv);
     rc = 0;
@@ -254,7 +579,9 @@ done:
         kd_error ("sparse pull (%zu keys of %llu): %s", n, (unsigned long long) model_keys, why);
     zsock_destroy (&keyed);
     zsock_destroy (&dense);
-    for (int i = 0; i < 4; i++)
+    zsock_destroy (&raw);
+    s_work_destroy (&work);
+    for (int i = 0; i < 5; i++)
         if (pids [i] > 0)
             kd_bench_stop (pids [i]);
     free (keys);
@@ -265,6 +592,7 @@ done:
     free (ratio);
     free (delta_us);
     free (delta_ratio);
+    free (split);
     return s_stop ? -2 : rc;
 }
 
@@ -734,4 +1062,65 @@ kd_bench_sparse (kd_bench_t *b)
         return 130;
     }
     return rc ? 1 : 0;
+}
+
+//  --------------------------------------------------------------------------
+//  The reply server (a helper process; no Kudus code on its path)
+
+int
+kd_bench_reply_server (const char *endpoint, const char *bytes)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long size = isdigit ((unsigned char) *bytes) ? strtoull (bytes, &end, 10) : 0;
+    if (!end || *end || errno || size == 0 || size > S_REPLY_MAX) {
+        fprintf (stderr, "kudus bench zmq-reply: BYTES must be a whole number from 1 to %u, not '%s'\n",
+                 S_REPLY_MAX, bytes);
+        return 1;
+    }
+    //  Written now, so that no reply pays for the first touch of a page.
+    char *values = (char *) malloc ((size_t) size);
+    assert (values);
+    memset (values, 1, (size_t) size);
+    void *ctx = zmq_ctx_new ();
+    void *router = kd_bench_raw_router (ctx, endpoint, "zmq-reply");
+    if (!router) {
+        zmq_ctx_term (ctx);
+        free (values);
+        return 1;
+    }
+    static const char head [S_REPLY_HEADER];
+    while (!kd_bench_raw_stop) {
+        zmq_msg_t id;
+        zmq_msg_init (&id);
+        if (zmq_msg_recv (&id, router, 0) < 0) {
+            zmq_msg_close (&id);
+            continue;
+        }
+        //  The request is read whole and dropped, whatever its frames.
+        int more = zmq_msg_more (&id), rc = 0;
+        while (more && rc >= 0) {
+            zmq_msg_t part;
+            zmq_msg_init (&part);
+            rc = zmq_msg_recv (&part, router, 0);
+            more = zmq_msg_more (&part);
+            zmq_msg_close (&part);
+        }
+        //  The header is copied, as a small frame is; the values are lent
+        //  without a copy, as the shard lends its snapshot.  They never
+        //  change, so no free function is needed.
+        if (rc >= 0 && zmq_msg_send (&id, router, ZMQ_SNDMORE) >= 0
+        &&  zmq_send (router, head, sizeof head, ZMQ_SNDMORE) >= 0) {
+            zmq_msg_t data;
+            zmq_msg_init_data (&data, values, (size_t) size, NULL, NULL);
+            if (zmq_msg_send (&data, router, 0) < 0)
+                zmq_msg_close (&data);
+        }
+        zmq_msg_close (&id);
+    }
+    zmq_close (router);
+    //  With no linger the context drops what is unsent: values can go.
+    zmq_ctx_term (ctx);
+    free (values);
+    return 0;
 }
