@@ -111,9 +111,9 @@ void
 double
     kd_bench_cpu_ms (pid_t pid);
 
-//  CPU time all threads of a process have run, in ns, from the scheduler's
-//  own count (/proc/PID/task/*/schedstat), exact where kd_bench_cpu_ms
-//  counts clock ticks; pid 0 is this process.  -1 if unknown.
+//  CPU time all threads of a process have run, in ns, from its CPU-time
+//  clock (clock_getcpuclockid), exact where kd_bench_cpu_ms counts clock
+//  ticks; pid 0 is this process.  -1 if unknown.
 double
     kd_bench_cpu_ns (pid_t pid);
 

@@ -115,10 +115,16 @@ s_send_op (s_cluster_t *c, s_mode_t mode, size_t s, size_t op, size_t inflight)
         //  they went; the staged echo keeps the values under the rank the
         //  header's first byte names, as a shard stages a push, and
         //  answers the request with its own fixed buffer.
+        //  Filled once: ZeroMQ may still be sending one lent earlier.
         static char heads [S_STAGED_RANKS][S_HEADER_BYTES];
+        static bool filled = false;
+        if (!filled) {
+            for (size_t r = 0; r < S_STAGED_RANKS; r++)
+                heads [r][0] = (char) r;
+            filled = true;
+        }
         static const char request [S_REQUEST_BYTES];
         size_t rank = op % inflight % S_STAGED_RANKS;
-        heads [rank][0] = (char) rank;
         void *sock = zsock_resolve (s_sock (c, mode, s));
         zmq_msg_t msg;
         zmq_msg_init_data (&msg, heads [rank], S_HEADER_BYTES, NULL, NULL);
@@ -200,9 +206,12 @@ s_recv_reply (s_cluster_t *c, s_mode_t mode, size_t s)
             zmq_msg_close (&msg);
         }
         size_t values = c->floats * sizeof (float);
-        if (mode == S_STAGED)
-            return rc >= 0 && (total == S_HEADER_BYTES || total == S_REQUEST_BYTES + values) ? 0 : -1;
-        return rc >= 0 && (total == S_REQUEST_BYTES || total == S_HEADER_BYTES + values) ? 0 : -1;
+        size_t a = mode == S_STAGED ? S_HEADER_BYTES : S_REQUEST_BYTES;
+        size_t b = mode == S_STAGED ? S_REQUEST_BYTES + values : S_HEADER_BYTES + values;
+        if (rc >= 0 && total != a && total != b)
+            snprintf (c->why, sizeof c->why, "%s %zu answered %zu bytes, not %zu or %zu",
+                      mode == S_STAGED ? "staged echo" : "echo", s, total, a, b);
+        return rc >= 0 && (total == a || total == b) ? 0 : -1;
     }
     kd_msg_t *reply = NULL;
     kd_msg_err_t err;
@@ -562,7 +571,9 @@ kd_bench_pushpull (kd_bench_t *b)
                 //  CPU the servers and this client ran during each mode's
                 //  timed runs, and the ops they did: CPU per op, by side.
                 double server_ns [S_MODES] = { 0 }, client_ns [S_MODES] = { 0 }, ops_done [S_MODES] = { 0 };
-                bool cpu_known = true;
+                bool cpu_known [S_MODES];
+                for (int m = 0; m < S_MODES; m++)
+                    cpu_known [m] = true;
                 //  Shared memory carries fp32 only, and is timed with one
                 //  shard (the co-located pair), which keeps the default
                 //  matrix within minutes.
@@ -596,15 +607,16 @@ kd_bench_pushpull (kd_bench_t *b)
                             rc = secs == -2 ? 130 : 1;
                             break;
                         }
-                        double server1 = s_servers_cpu_ns (&c, m), client1 = kd_bench_cpu_ns (0);
+                        //  This client's first, so that reading the servers'
+                        //  clocks is not counted as its work.
+                        double client1 = kd_bench_cpu_ns (0), server1 = s_servers_cpu_ns (&c, m);
                         if (server0 >= 0 && server1 >= 0 && client0 >= 0 && client1 >= 0) {
                             server_ns [m] += server1 - server0;
                             client_ns [m] += client1 - client0;
                             ops_done [m] += (double) c.done;
                         }
                         else
-                        if (m == S_PUSHPULL || m == S_ECHO || m == S_STAGED)
-                            cpu_known = false;
+                            cpu_known [m] = false;
                         gbps [m][r] = (double) op_bytes * (double) c.done / secs / 1e9;
                         us [m][r] = kd_bench_median (c.op_us, (int) c.done);
                     }
@@ -661,7 +673,7 @@ kd_bench_pushpull (kd_bench_t *b)
                 const s_mode_t cpu_modes [3] = { S_PUSHPULL, S_ECHO, S_STAGED };
                 for (int k = 0; k < 3; k++) {
                     s_mode_t m = cpu_modes [k];
-                    bool known = cpu_known && ops_done [m] > 0 && (m != S_STAGED || staged_on);
+                    bool known = cpu_known [m] && ops_done [m] > 0 && (m != S_STAGED || staged_on);
                     snprintf (cpu [k], 32, known ? "%.2f" : "null", server_ns [m] / 1000.0 / ops_done [m]);
                     snprintf (cpu [3 + k], 32, known ? "%.2f" : "null", client_ns [m] / 1000.0 / ops_done [m]);
                 }
@@ -780,22 +792,31 @@ kd_bench_staged_echo_server (const char *endpoint, const char *size)
     bool held [S_STAGED_RANKS] = { false };
     while (!kd_bench_raw_stop) {
         //  A whole message: the peer's id and up to two parts more.
-        zmq_msg_t part [3];
+        zmq_msg_t part [3], extra;
         int parts = 0, more = 1;
+        bool whole = false;
         while (more) {
-            zmq_msg_t m;
-            zmq_msg_init (&m);
-            if (zmq_msg_recv (&m, router, 0) < 0) {
-                zmq_msg_close (&m);
+            //  Parts past the third are read into `extra` and dropped.
+            zmq_msg_t *m = parts < 3 ? &part [parts] : &extra;
+            zmq_msg_init (m);
+            if (zmq_msg_recv (m, router, 0) < 0) {
+                zmq_msg_close (m);
                 if (parts == 0 || kd_bench_raw_stop)
                     break;
                 continue;
             }
-            more = zmq_msg_more (&m);
+            more = zmq_msg_more (m);
             if (parts < 3)
-                part [parts++] = m;
+                parts++;
             else
-                zmq_msg_close (&m);
+                zmq_msg_close (m);
+            whole = !more;
+        }
+        //  A message cut short by a stop is not answered.
+        if (!whole && parts > 0) {
+            for (int i = 0; i < parts; i++)
+                zmq_msg_close (&part [i]);
+            continue;
         }
         if (parts == 3 && zmq_msg_size (&part [1]) > 0) {
             size_t rank = (unsigned char) ((char *) zmq_msg_data (&part [1])) [0] % S_STAGED_RANKS;
@@ -824,8 +845,10 @@ kd_bench_staged_echo_server (const char *endpoint, const char *size)
         if (held [r])
             zmq_msg_close (&staged [r]);
     zmq_close (router);
-    zmq_ctx_term (ctx);
-    //  ZeroMQ may still hold the lent buffer until the context is gone.
+    //  ZeroMQ may still hold the lent buffer until the context is gone:
+    //  a signal must not cut the wait short.
+    while (zmq_ctx_term (ctx) == -1 && errno == EINTR)
+        ;
     free (snapshot);
     return 0;
 }

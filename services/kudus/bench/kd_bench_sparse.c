@@ -389,7 +389,8 @@ s_time_lookup (s_work_t *w)
 //  the caches as a loop leaves them (a shard does little else between
 //  pulls, but this is still a best case).  Cold: lookups after streaming
 //  through S_EVICT_BYTES, the keys then read back (they arrive fresh in
-//  the shard), so only the table is cold.  Returns 0, or -1 (why).
+//  the shard), so the table and the output are cold (a shard writes its
+//  answer into a new frame).  Returns 0, or -1 (why).
 static int
 s_time_work (s_work_t *w, double seconds, double *op_us, s_split_t *split, char *why, size_t size)
 {
@@ -512,11 +513,15 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
         //  The split: the raw shapes, taking turns at going first, then
         //  the real code in this process.
         s_split_t *sp = &split [r];
+        sp->raw_keyed = sp->raw_dense = 0;
         for (int turn = 0; turn < 2; turn++) {
             bool with_keys = (turn + r) % 2;
-            *(with_keys ? &sp->raw_keyed : &sp->raw_dense) =
-                s_timed_raw (raw, with_keys ? keyed_head : dense_head, with_keys ? keys : NULL,
-                             with_keys ? keys_bytes : 0, reply_values, seconds, op_us, why, sizeof why);
+            double us = s_timed_raw (raw, with_keys ? keyed_head : dense_head, with_keys ? keys : NULL,
+                                     with_keys ? keys_bytes : 0, reply_values, seconds, op_us, why, sizeof why);
+            *(with_keys ? &sp->raw_keyed : &sp->raw_dense) = us;
+            //  A late reply of a failed turn must not count as the next's.
+            if (us < 0)
+                break;
         }
         if (sp->raw_keyed < 0 || sp->raw_dense < 0
         ||  s_time_work (&work, seconds, op_us, sp, why, sizeof why))
@@ -1119,8 +1124,10 @@ kd_bench_reply_server (const char *endpoint, const char *bytes)
         zmq_msg_close (&id);
     }
     zmq_close (router);
-    //  With no linger the context drops what is unsent: values can go.
-    zmq_ctx_term (ctx);
+    //  With no linger the context drops what is unsent: values can go once
+    //  it is gone, which a signal must not cut short.
+    while (zmq_ctx_term (ctx) == -1 && errno == EINTR)
+        ;
     free (values);
     return 0;
 }
