@@ -20,24 +20,10 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "probe.h"
 
 #define S_CHUNK (64ul << 20)
 #define S_MAX_CHUNKS 256
-
-static double
-s_now (void)
-{
-    struct timespec t;
-    clock_gettime (CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int
-s_cmp (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
 
 //  Maps and touches n chunks, keeping all of them mapped so that each gets
 //  pages of its own; fills us[] with microseconds a page.  Returns 0 or -1.

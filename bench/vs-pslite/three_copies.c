@@ -23,24 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "probe.h"
 
 #define S_OPS   50
 #define S_CHUNK 4096            //  floats a guard step (16 KiB), as the shard
-
-static double
-s_now (void)
-{
-    struct timespec t;
-    clock_gettime (CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int
-s_cmp (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
 
 static void
 s_pin (int cpu)

@@ -251,6 +251,18 @@ kd_bench_cpu_ms (pid_t pid)
     return (double) (utime + stime) * 1000.0 / (double) sysconf (_SC_CLK_TCK);
 }
 
+size_t
+kd_bench_bytes_arg (const char *text, size_t max)
+{
+    //  Digits only: strtoull would take a sign or leading blanks.
+    if (!isdigit ((unsigned char) *text))
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull (text, &end, 10);
+    return errno || *end || n == 0 || n > max ? 0 : (size_t) n;
+}
+
 double
 kd_bench_cpu_ns (pid_t pid)
 {

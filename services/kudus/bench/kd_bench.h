@@ -56,6 +56,10 @@ int
 int
     kd_bench_echo_server (const char *endpoint);
 
+//  A helper's BYTES argument: a whole number from 1 to max, else 0.
+size_t
+    kd_bench_bytes_arg (const char *text, size_t max);
+
 //  The staged echo server (kudus bench zmq-staged-echo ENDPOINT BYTES):
 //  keeps pushed values per rank, answers pulls from a fixed buffer.
 int

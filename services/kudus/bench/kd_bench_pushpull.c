@@ -56,6 +56,7 @@
 //  a fixed buffer, the memory a shard touches without any of its code.
 typedef enum { S_PUSH, S_PULL, S_PUSHPULL, S_ECHO, S_SHM, S_STAGED, S_MODES } s_mode_t;
 #define S_STAGED_RANKS  64      //  the staged echo's slots (in flight at most)
+#define S_STAGED_MAX    ((size_t) 1 << 30)      //  the staged echo's largest buffer
 
 #define S_SHM_SLOTS     16      //  push slots per shard (the shard's bound)
 #define S_SHM_MIN_SIZE  16384   //  shm columns: sizes from kd_client's threshold
@@ -768,19 +769,18 @@ kd_bench_echo_server (const char *endpoint)
 int
 kd_bench_staged_echo_server (const char *endpoint, const char *size)
 {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long bytes = strtoull (size, &end, 10);
-    if (errno || !end || *end || end == size || bytes == 0 || bytes > (1ull << 30)) {
-        fprintf (stderr, "kudus bench zmq-staged-echo: BYTES must be 1 to 1073741824, not '%s'\n", size);
+    size_t bytes = kd_bench_bytes_arg (size, S_STAGED_MAX);
+    if (!bytes) {
+        fprintf (stderr, "kudus bench zmq-staged-echo: BYTES must be a whole number from 1 to %zu, not '%s'\n",
+                 S_STAGED_MAX, size);
         return 1;
     }
-    char *snapshot = (char *) malloc ((size_t) bytes);
+    char *snapshot = (char *) malloc (bytes);
     if (!snapshot) {
-        fprintf (stderr, "kudus bench zmq-staged-echo: cannot allocate %llu bytes\n", bytes);
+        fprintf (stderr, "kudus bench zmq-staged-echo: cannot allocate %zu bytes\n", bytes);
         return 1;
     }
-    memset (snapshot, 1, (size_t) bytes);
+    memset (snapshot, 1, bytes);
     void *ctx = zmq_ctx_new ();
     void *router = kd_bench_raw_router (ctx, endpoint, "zmq-staged-echo");
     if (!router) {
@@ -831,7 +831,7 @@ kd_bench_staged_echo_server (const char *endpoint, const char *size)
         else
         if (parts == 2) {
             zmq_msg_t values;
-            zmq_msg_init_data (&values, snapshot, (size_t) bytes, NULL, NULL);
+            zmq_msg_init_data (&values, snapshot, bytes, NULL, NULL);
             zmq_msg_send (&part [0], router, ZMQ_SNDMORE);
             zmq_msg_send (&part [1], router, ZMQ_SNDMORE);
             zmq_msg_send (&values, router, 0);

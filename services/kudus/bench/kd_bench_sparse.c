@@ -95,16 +95,27 @@ s_pull (const uint64_t *keys, size_t n, bool delta)
     return pull;
 }
 
-//  The bytes n keys take in a keys frame, plain or as varint deltas.
+//  The bytes of a PULL's header frame (header) or of its last frame, the
+//  keys frame of n keys, plain or as varint deltas, as kd_msg_send sends
+//  them.
 static size_t
-s_keys_wire_bytes (const uint64_t *keys, size_t n, bool delta)
+s_pull_frame_bytes (const uint64_t *keys, size_t n, bool delta, bool header)
 {
     kd_msg_t *probe = s_pull (keys, n, delta);
     zmsg_t *wire = NULL;
-    size_t bytes = kd_msg_encode (probe, &wire) == 0 ? zframe_size (zmsg_last (wire)) : 0;
+    size_t bytes = kd_msg_encode (probe, &wire) == 0
+                 ? zframe_size (header ? zmsg_first (wire) : zmsg_last (wire)) : 0;
     zmsg_destroy (&wire);
     kd_msg_destroy (&probe);
     return bytes;
+}
+
+//  Whether a timed loop goes on: at least 8 ops, then until `seconds`
+//  have passed, at most cap, and not after a signal.
+static bool
+s_timing (size_t ops, size_t cap, double t0, double seconds)
+{
+    return ops < cap && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000);
 }
 
 //  A keyed PUSH of n keys and their values, as rank 0's gradient of
@@ -184,7 +195,7 @@ s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, bool delta, double
 {
     size_t ops = 0;
     double t0 = kd_now_msf ();
-    while (ops < S_MAX_OPS && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+    while (s_timing (ops, S_MAX_OPS, t0, seconds)) {
         double t = kd_now_msf ();
         kd_msg_t *pull = s_pull (keys, keys ? n : 0, delta);
         if (s_round (sock, &pull, KD_MSG_PULL_OK, n, why, size))
@@ -192,18 +203,6 @@ s_timed_pulls (zsock_t *sock, const uint64_t *keys, size_t n, bool delta, double
         op_us [ops++] = (kd_now_msf () - t) * 1000;
     }
     return kd_bench_median (op_us, (int) ops);
-}
-
-//  The header frame of a PULL, keyed or dense, as kd_msg_send sends it.
-static size_t
-s_header_bytes (const uint64_t *keys, size_t n)
-{
-    kd_msg_t *probe = s_pull (keys, n, false);
-    zmsg_t *wire = NULL;
-    size_t bytes = kd_msg_encode (probe, &wire) == 0 ? zframe_size (zmsg_first (wire)) : 0;
-    zmsg_destroy (&wire);
-    kd_msg_destroy (&probe);
-    return bytes;
 }
 
 //  One raw round trip to the zmq-reply helper: a header-sized frame, then
@@ -250,7 +249,7 @@ s_timed_raw (zsock_t *sock, size_t head_bytes, const void *keys, size_t keys_byt
 {
     size_t ops = 0;
     double t0 = kd_now_msf ();
-    while (ops < S_MAX_OPS && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+    while (s_timing (ops, S_MAX_OPS, t0, seconds)) {
         double t = kd_now_msf ();
         if (s_raw_round (sock, head_bytes, keys, keys_bytes, reply_bytes, why, size))
             return -1;
@@ -399,7 +398,7 @@ s_time_work (s_work_t *w, double seconds, double *op_us, s_split_t *split, char 
     for (int k = 0; k < S_SPLIT_OPS; k++)
         at [k] = op_us + (size_t) k * cap;
     double t0 = kd_now_msf ();
-    while (rounds < cap && !s_stop && (rounds < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+    while (s_timing (rounds, cap, t0, seconds)) {
         at [0][rounds] = s_time_decode (w->keyed_wire, w->n);
         at [1][rounds] = s_time_decode (w->dense_wire, 0);
         at [2][rounds] = s_time_encode (w, true);
@@ -419,7 +418,7 @@ s_time_work (s_work_t *w, double seconds, double *op_us, s_split_t *split, char 
     split->lookup = kd_bench_median (at [4], (int) rounds);
     size_t ops = 0;
     t0 = kd_now_msf ();
-    while (ops < cap && !s_stop && (ops < 8 || kd_now_msf () - t0 < seconds * 1000)) {
+    while (s_timing (ops, cap, t0, seconds)) {
         memset (w->evict, (int) (ops & 0xff), S_EVICT_BYTES);
         //  Read back through a volatile sum so that the reads happen.
         volatile uint64_t sum = 0;
@@ -492,7 +491,8 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
         goto done;
     //  The raw requests are as large as the real ones: the PULL headers as
     //  encoded, and the keys frame of 8 bytes a key.
-    size_t dense_head = s_header_bytes (NULL, 0), keyed_head = s_header_bytes (keys, n);
+    size_t dense_head = s_pull_frame_bytes (NULL, 0, false, true);
+    size_t keyed_head = s_pull_frame_bytes (keys, n, false, true);
     size_t keys_bytes = n * sizeof (uint64_t), reply_values = n * sizeof (float);
     //  One round trip first: the helper may still be starting.
     if (s_raw_round (raw, dense_head, NULL, 0, reply_values, why, sizeof why)
@@ -542,8 +542,8 @@ s_pull_cost (kd_bench_t *b, uint64_t model_keys, size_t n, bool *header)
     snprintf (f_delta_ratio, sizeof f_delta_ratio, "%.2f", kd_bench_median (delta_ratio, b->repeat));
     //  What one keyed pull and its answer take on the wire: the keys frame
     //  as encoded, and the values.
-    snprintf (f_bytes, sizeof f_bytes, "%zu", s_keys_wire_bytes (keys, n, false) + n * sizeof (float));
-    snprintf (f_delta_bytes, sizeof f_delta_bytes, "%zu", s_keys_wire_bytes (keys, n, true) + n * sizeof (float));
+    snprintf (f_bytes, sizeof f_bytes, "%zu", s_pull_frame_bytes (keys, n, false, false) + n * sizeof (float));
+    snprintf (f_delta_bytes, sizeof f_delta_bytes, "%zu", s_pull_frame_bytes (keys, n, true, false) + n * sizeof (float));
     //  The split, each part the median over the repeats; the sum is of
     //  those medians, so it can be checked against the fields.
     s_split_t m;
@@ -659,7 +659,7 @@ s_pslite_shape (kd_bench_t *b, size_t n, bool *header)
     int warm = b->repeat > 1 ? b->repeat - 1 : 1;
     snprintf (f_push, sizeof f_push, "%.2f", kd_bench_median (push_ms + (b->repeat > 1), warm));
     snprintf (f_pull, sizeof f_pull, "%.2f", kd_bench_median (pull_ms + (b->repeat > 1), warm));
-    snprintf (f_bytes, sizeof f_bytes, "%zu", s_keys_wire_bytes (keys, n, false) + n * sizeof (float));
+    snprintf (f_bytes, sizeof f_bytes, "%zu", s_pull_frame_bytes (keys, n, false, false) + n * sizeof (float));
     const char *kv [] = { "keys", f_keys, "first_push_ms", f_push1, "first_pull_ms", f_pull1,
                           "push_ms", f_push, "pull_ms", f_pull, "push_wire_bytes", f_bytes, NULL };
     kd_bench_row (b, "sparse-pslite", header, kv);
@@ -1075,18 +1075,16 @@ kd_bench_sparse (kd_bench_t *b)
 int
 kd_bench_reply_server (const char *endpoint, const char *bytes)
 {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long size = isdigit ((unsigned char) *bytes) ? strtoull (bytes, &end, 10) : 0;
-    if (!end || *end || errno || size == 0 || size > S_REPLY_MAX) {
+    size_t size = kd_bench_bytes_arg (bytes, S_REPLY_MAX);
+    if (!size) {
         fprintf (stderr, "kudus bench zmq-reply: BYTES must be a whole number from 1 to %u, not '%s'\n",
                  S_REPLY_MAX, bytes);
         return 1;
     }
     //  Written now, so that no reply pays for the first touch of a page.
-    char *values = (char *) malloc ((size_t) size);
+    char *values = (char *) malloc (size);
     assert (values);
-    memset (values, 1, (size_t) size);
+    memset (values, 1, size);
     void *ctx = zmq_ctx_new ();
     void *router = kd_bench_raw_router (ctx, endpoint, "zmq-reply");
     if (!router) {
@@ -1117,7 +1115,7 @@ kd_bench_reply_server (const char *endpoint, const char *bytes)
         if (rc >= 0 && zmq_msg_send (&id, router, ZMQ_SNDMORE) >= 0
         &&  zmq_send (router, head, sizeof head, ZMQ_SNDMORE) >= 0) {
             zmq_msg_t data;
-            zmq_msg_init_data (&data, values, (size_t) size, NULL, NULL);
+            zmq_msg_init_data (&data, values, size, NULL, NULL);
             if (zmq_msg_send (&data, router, 0) < 0)
                 zmq_msg_close (&data);
         }
